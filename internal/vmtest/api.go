@@ -1,0 +1,48 @@
+package vmtest
+
+import (
+	"time"
+)
+
+// Kernel series the harness knows how to fetch.
+const (
+	Kernel612 = "6.12" // Debian linux-image-6.12.*+deb12-amd64-unsigned: the main test kernel
+	Kernel61  = "6.1"  // Debian linux-image-6.1.0-*-amd64-unsigned: compatibility (no ublk, no nvmet auth)
+)
+
+// Disk is a sparse raw file attached to a guest as a virtio-blk device.
+type Disk struct {
+	Size   int64  // bytes; required
+	Serial string // virtio serial (/sys/block/vdX/serial); default "<guest>-disk<N>"
+}
+
+// GuestConfig describes one guest.
+type GuestConfig struct {
+	Name     string   // short name, [a-z0-9]; used in logs, Env.Name, Env.Addr
+	Kernel   string   // Kernel612 (default) or Kernel61
+	Modules  []string // modules to load at boot, dependencies resolved ("nvmet_tcp", "ublk_drv"); '-' and '_' are equivalent
+	Disks    []Disk
+	MemoryMB int // default 1024
+	CPUs     int // default 1
+	// Files are extra files for the initramfs: guest path -> host path
+	// (e.g. "/usr/bin/fabraid": BuildBinary(t, ".../cmd/fabraid")).
+	Files map[string]string
+}
+
+// Options configures one Run.
+type Options struct {
+	Guests  []GuestConfig
+	Timeout time.Duration // whole run, boot included; default 3 minutes
+}
+
+// Env is what a guest-side test function gets: its identity and its
+// environment inside the guest.
+type Env struct {
+	Name   string            // this guest's name
+	Index  int               // its index in Options.Guests
+	Kernel string            // series it booted (Kernel612, ...)
+	Disks  []string          // device paths of its disks in order: /dev/vda, ...
+	Shared string            // the host-shared directory (/mnt/host)
+	addrs  map[string]string // guest name -> IPv4 address
+	guests []string
+}

@@ -1,0 +1,203 @@
+package vmtest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// requireStatic fails unless the ELF binary has no program interpreter:
+// the guest has no dynamic loader or libc.
+func requireStatic(b []byte, name string) error {
+	f, err := elf.NewFile(bytes.NewReader(b))
+	if err != nil {
+		return fmt.Errorf("vmtest: %s is not an ELF binary: %w", name, err)
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("vmtest: %s is dynamically linked; build it with CGO_ENABLED=0", name)
+		}
+	}
+	return nil
+}
+
+// accel picks the qemu accelerator: TCG unless KVM really works (hardware
+// virtualisation in cpuinfo and not the kvm_pvm software hypervisor, which
+// fails on stock kernels). FABRAID_VMTEST_ACCEL overrides.
+func accel() []string {
+	if a := os.Getenv("FABRAID_VMTEST_ACCEL"); a != "" {
+		if a == "kvm" {
+			return []string{"-accel", "kvm", "-cpu", "host"}
+		}
+		return []string{"-accel", a, "-cpu", "max"}
+	}
+	cpuinfo, _ := os.ReadFile("/proc/cpuinfo")
+	_, pvmErr := os.Stat("/sys/module/kvm_pvm")
+	_, kvmErr := os.Stat("/dev/kvm")
+	hw := bytes.Contains(cpuinfo, []byte(" vmx")) || bytes.Contains(cpuinfo, []byte(" svm"))
+	if kvmErr == nil && hw && errors.Is(pvmErr, os.ErrNotExist) {
+		return []string{"-accel", "kvm", "-cpu", "host"}
+	}
+	return []string{"-accel", "tcg", "-cpu", "max"}
+}
+
+// qemuGuest is one guest process ready to boot.
+type qemuGuest struct {
+	name      string
+	kernel    *Kernel
+	initrd    string
+	disks     []string // raw image paths
+	serials   []string
+	shared    string
+	memoryMB  int
+	cpus      int
+	netLocal  int // UDP port qemu binds (0: no NIC)
+	netRemote int // UDP port of the hub
+	mac       string
+	nonce     string
+	log       func(string)
+}
+
+// args builds the qemu command line.
+func (g *qemuGuest) args() []string {
+	a := []string{"qemu-system-x86_64"}
+	a = append(a, accel()...)
+	a = append(a,
+		"-m", fmt.Sprint(g.memoryMB), "-smp", fmt.Sprint(g.cpus),
+		"-nographic", "-no-reboot", "-nodefaults", "-serial", "stdio",
+		"-device", "isa-debug-exit,iobase=0xf4,iosize=4",
+		"-kernel", g.kernel.Vmlinuz, "-initrd", g.initrd,
+		"-append", fmt.Sprintf("console=ttyS0 quiet loglevel=4 panic=-1 mitigations=off fabraid.guest=%s", g.name),
+		"-virtfs", fmt.Sprintf("local,path=%s,mount_tag=host0,security_model=none", g.shared),
+	)
+	for i, d := range g.disks {
+		a = append(a,
+			"-drive", fmt.Sprintf("file=%s,if=none,id=d%d,format=raw,cache=unsafe,aio=threads", d, i),
+			"-device", fmt.Sprintf("virtio-blk-pci,drive=d%d,serial=%s", i, g.serials[i]))
+	}
+	if g.netLocal != 0 {
+		a = append(a,
+			"-netdev", fmt.Sprintf("dgram,id=n0,local.type=inet,local.host=127.0.0.1,local.port=%d,remote.type=inet,remote.host=127.0.0.1,remote.port=%d", g.netLocal, g.netRemote),
+			"-device", fmt.Sprintf("virtio-net-pci,netdev=n0,mac=%s,romfile=", g.mac))
+	} else {
+		a = append(a, "-nic", "none")
+	}
+	return a
+}
+
+// guestResult is what one guest's run ended with.
+type guestResult struct {
+	verdict string // pass, fail, skip; "" when no marker was seen
+	reason  string // from the marker line
+	exit    int    // qemu exit code, -1 when killed
+	console []string
+	err     error // harness-level error: timeout, qemu failed to start, ...
+}
+
+// ok reports whether the guest passed: pass marker AND pass exit code.
+func (r *guestResult) ok() bool {
+	return r.err == nil && r.verdict == "pass" && r.exit == (codePass<<1|1)
+}
+
+// run boots the guest and waits for it to finish or for ctx to end; qemu is
+// killed in every path that does not end in its own exit.
+func (g *qemuGuest) run(ctx context.Context) *guestResult {
+	res := &guestResult{exit: -1}
+	argv := g.args()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		res.err = err
+		return res
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		res.err = fmt.Errorf("vmtest: start qemu (apt-get install qemu-system-x86): %w", err)
+		return res
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		g.readConsole(stdout, res)
+	}()
+	done := make(chan error, 1)
+	go func() {
+		wg.Wait() // console drained before Wait closes the pipe
+		done <- cmd.Wait()
+	}()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+		}
+		res.err = fmt.Errorf("vmtest: guest %s: %w (qemu killed)", g.name, context.Cause(ctx))
+		return res
+	}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		res.exit = 0
+	case errors.As(err, &ee):
+		res.exit = ee.ExitCode()
+	default:
+		res.err = err
+	}
+	return res
+}
+
+func (g *qemuGuest) readConsole(r io.Reader, res *guestResult) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimRight(sc.Text(), "\r")
+		res.console = append(res.console, line)
+		if g.log != nil {
+			g.log(line)
+		}
+		if rest, ok := strings.CutPrefix(line, markerPrefix+" "+g.nonce+" "); ok {
+			v, reason, _ := strings.Cut(rest, " ")
+			res.verdict, res.reason = v, strings.TrimSpace(reason)
+		}
+	}
+	io.Copy(io.Discard, r)
+}
+
+// describe explains a non-passing result for an error message.
+func (r *guestResult) describe(name string) string {
+	var b strings.Builder
+	switch {
+	case r.err != nil:
+		fmt.Fprintf(&b, "guest %s: %v", name, r.err)
+	case r.verdict == "":
+		fmt.Fprintf(&b, "guest %s: qemu exited %d without a verdict (kernel panic, crash or poweroff before the test ran)", name, r.exit)
+	case r.verdict == "pass":
+		fmt.Fprintf(&b, "guest %s: pass marker but qemu exit code %d (want %d)", name, r.exit, codePass<<1|1)
+	default:
+		fmt.Fprintf(&b, "guest %s: %s: %s (qemu exit %d)", name, r.verdict, r.reason, r.exit)
+	}
+	return b.String()
+}
+
+// tail returns the last n console lines.
+func (r *guestResult) tail(n int) string {
+	c := r.console
+	if len(c) > n {
+		c = c[len(c)-n:]
+	}
+	return strings.Join(c, "\n")
+}
