@@ -1,0 +1,383 @@
+package superblock
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"unicode/utf8"
+
+	"github.com/fabraid/fabraid/engine/layout"
+)
+
+// On-disk constants. Changing any of them changes the format.
+const (
+	Magic   = "FABRAIDv" // 8 bytes at offset 0 of each copy
+	Version = 1
+
+	CopySize    = 8192  // bytes per superblock copy
+	CopyAOffset = 4096  // first copy; bytes 0..4095 are left alone (partition tables, md 1.2 habit)
+	CopyBOffset = 12288 // second copy
+	// MetaEnd is the first byte after both copies; the bitmap starts at or after it.
+	MetaEnd = CopyBOffset + CopySize
+
+	headerSize  = 256
+	entrySize   = 64
+	crcOffset   = CopySize - 4
+	MaxMembers  = (crcOffset - headerSize) / entrySize // 123
+	NameMax     = 64
+	DomainMax   = 32
+	SectorAlign = 4096
+)
+
+// Codec identifies the parity arithmetic.
+type Codec uint32
+
+// Codecs.
+const (
+	// CodecRS is klauspost/reedsolomon's default systematic Vandermonde
+	// matrix over GF(2^8) (polynomial 0x11d).
+	CodecRS Codec = 1
+	// CodecXOR is m=1 plain XOR parity (reedsolomon WithFastOneParityMatrix).
+	CodecXOR Codec = 2
+)
+
+// Role is a member slot's role in the volume.
+type Role uint8
+
+// Roles.
+const (
+	RoleActive     Role = 1 // in sync
+	RoleFailed     Role = 2 // failed or missing; never read
+	RoleSpare      Role = 3 // not part of the data layout
+	RoleRebuilding Role = 4 // being rebuilt; valid below Checkpoint (and outside the bitmap if Resync)
+)
+
+func (r Role) String() string {
+	switch r {
+	case RoleActive:
+		return "active"
+	case RoleFailed:
+		return "failed"
+	case RoleSpare:
+		return "spare"
+	case RoleRebuilding:
+		return "rebuilding"
+	}
+	return fmt.Sprintf("Role(%d)", uint8(r))
+}
+
+// Flag bits of Superblock.Flags.
+const (
+	// FlagDomainOverride records that the volume was created although its
+	// layout violates the failure-domain rule.
+	FlagDomainOverride uint32 = 1 << 0
+)
+
+// Member is one entry of the member table.
+type Member struct {
+	UUID   [16]byte
+	Domain string // failure domain (node), up to 32 bytes
+	Role   Role
+	// Resync marks a rebuilding member that only needs the regions dirty in
+	// the write-intent bitmap (a returning member), not a full rebuild.
+	Resync bool
+	// Checkpoint is the first row (of every group) not yet rebuilt.
+	Checkpoint int64
+}
+
+// Superblock is the decoded metadata of one member.
+type Superblock struct {
+	Flags      uint32
+	VolumeUUID [16]byte
+	Name       string
+	Geometry   layout.Geometry
+	Codec      Codec
+
+	DataOffset   int64  // bytes; the data area is [DataOffset, DataOffset+Rows*ChunkSize)
+	BitmapOffset int64  // bytes
+	BitmapBytes  uint32 // bytes reserved for the write-intent bitmap
+	RegionRows   int64  // rows per bitmap bit
+
+	Events uint64 // bumped on every metadata change
+	Epoch  uint64 // owner epoch: bumped by every new owner
+	Clean  bool   // stopped cleanly: parity matches data everywhere
+
+	Slot       int      // this member's slot in Members
+	MemberUUID [16]byte // equals Members[Slot].UUID
+	CTime      int64    // creation time, Unix seconds (informational)
+
+	Members []Member
+}
+
+// ErrInvalid is wrapped by every decoding and validation error.
+var ErrInvalid = errors.New("invalid superblock")
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+// RegionCount is the number of write-intent bitmap bits in use.
+func (sb *Superblock) RegionCount() int64 {
+	return (sb.Geometry.Rows + sb.RegionRows - 1) / sb.RegionRows
+}
+
+// MinDeviceSize is the smallest member device that can hold this layout.
+func (sb *Superblock) MinDeviceSize() int64 {
+	return sb.DataOffset + sb.Geometry.MemberDataBytes()
+}
+
+// Validate checks the internal consistency of sb.
+func (sb *Superblock) Validate() error {
+	if err := sb.Geometry.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	g := sb.Geometry
+	if sb.Codec != CodecRS && sb.Codec != CodecXOR {
+		return invalid("unknown codec %d", sb.Codec)
+	}
+	if sb.Codec == CodecXOR && g.M != 1 {
+		return invalid("xor codec with m=%d", g.M)
+	}
+	if len(sb.Name) > NameMax || !utf8.ValidString(sb.Name) || bytes.IndexByte([]byte(sb.Name), 0) >= 0 {
+		return invalid("bad volume name %q", sb.Name)
+	}
+	if len(sb.Members) != g.Members() || len(sb.Members) > MaxMembers {
+		return invalid("%d member entries for %d members (max %d)", len(sb.Members), g.Members(), MaxMembers)
+	}
+	if sb.Slot < 0 || sb.Slot >= len(sb.Members) {
+		return invalid("slot %d out of range", sb.Slot)
+	}
+	if sb.Members[sb.Slot].UUID != sb.MemberUUID {
+		return invalid("member uuid does not match table slot %d", sb.Slot)
+	}
+	seen := map[[16]byte]bool{}
+	for i, m := range sb.Members {
+		switch m.Role {
+		case RoleActive, RoleFailed, RoleSpare, RoleRebuilding:
+		default:
+			return invalid("member %d: bad role %d", i, m.Role)
+		}
+		if seen[m.UUID] {
+			return invalid("member %d: duplicate uuid", i)
+		}
+		seen[m.UUID] = true
+		if len(m.Domain) > DomainMax || !utf8.ValidString(m.Domain) || bytes.IndexByte([]byte(m.Domain), 0) >= 0 {
+			return invalid("member %d: bad domain %q", i, m.Domain)
+		}
+		if m.Checkpoint < 0 || m.Checkpoint > g.Rows {
+			return invalid("member %d: checkpoint %d beyond %d rows", i, m.Checkpoint, g.Rows)
+		}
+		if m.Resync && m.Role != RoleRebuilding {
+			return invalid("member %d: resync flag on %s member", i, m.Role)
+		}
+	}
+	if sb.RegionRows < 1 {
+		return invalid("region rows %d", sb.RegionRows)
+	}
+	if sb.BitmapOffset < MetaEnd || sb.BitmapOffset%SectorAlign != 0 {
+		return invalid("bitmap offset %d", sb.BitmapOffset)
+	}
+	if int64(sb.BitmapBytes)%SectorAlign != 0 || int64(sb.BitmapBytes)*8 < sb.RegionCount() {
+		return invalid("bitmap of %d bytes cannot hold %d regions", sb.BitmapBytes, sb.RegionCount())
+	}
+	if sb.DataOffset%SectorAlign != 0 || sb.DataOffset < sb.BitmapOffset+int64(sb.BitmapBytes) {
+		return invalid("data offset %d overlaps metadata", sb.DataOffset)
+	}
+	if sb.DataOffset > (1<<62)-g.MemberDataBytes() {
+		return invalid("data area overflows")
+	}
+	return nil
+}
+
+// Marshal encodes one superblock copy (CopySize bytes).
+func (sb *Superblock) Marshal() ([]byte, error) {
+	if err := sb.Validate(); err != nil {
+		return nil, err
+	}
+	b := make([]byte, CopySize)
+	le := binary.LittleEndian
+	copy(b[0:8], Magic)
+	le.PutUint32(b[8:], Version)
+	le.PutUint32(b[12:], sb.Flags)
+	copy(b[16:32], sb.VolumeUUID[:])
+	copy(b[32:96], sb.Name)
+	g := sb.Geometry
+	le.PutUint32(b[96:], uint32(g.K))
+	le.PutUint32(b[100:], uint32(g.M))
+	le.PutUint32(b[104:], uint32(g.Groups))
+	le.PutUint32(b[108:], uint32(g.ChunkSize))
+	le.PutUint64(b[112:], uint64(g.Rows))
+	le.PutUint32(b[120:], layout.BlockSize)
+	le.PutUint32(b[124:], uint32(sb.Codec))
+	le.PutUint64(b[128:], uint64(sb.DataOffset))
+	le.PutUint64(b[136:], uint64(sb.BitmapOffset))
+	le.PutUint32(b[144:], sb.BitmapBytes)
+	le.PutUint64(b[152:], uint64(sb.RegionRows))
+	le.PutUint64(b[160:], sb.Events)
+	le.PutUint64(b[168:], sb.Epoch)
+	if sb.Clean {
+		le.PutUint32(b[176:], 1)
+	} else {
+		le.PutUint32(b[176:], 2)
+	}
+	le.PutUint32(b[180:], uint32(sb.Slot))
+	copy(b[184:200], sb.MemberUUID[:])
+	le.PutUint64(b[200:], uint64(sb.CTime))
+	le.PutUint32(b[208:], uint32(len(sb.Members)))
+	for i, m := range sb.Members {
+		e := b[headerSize+i*entrySize : headerSize+(i+1)*entrySize]
+		copy(e[0:16], m.UUID[:])
+		copy(e[16:48], m.Domain)
+		e[48] = byte(m.Role)
+		if m.Resync {
+			e[49] = 1
+		}
+		le.PutUint64(e[56:], uint64(m.Checkpoint))
+	}
+	le.PutUint32(b[crcOffset:], crc32.Checksum(b[:crcOffset], castagnoli))
+	return b, nil
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func cstring(b []byte) string {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	return string(b)
+}
+
+// Unmarshal decodes and validates one superblock copy.
+func Unmarshal(b []byte) (*Superblock, error) {
+	if len(b) < CopySize {
+		return nil, invalid("%d bytes, need %d", len(b), CopySize)
+	}
+	b = b[:CopySize]
+	if string(b[0:8]) != Magic {
+		return nil, invalid("no fabraid magic")
+	}
+	le := binary.LittleEndian
+	if got, want := le.Uint32(b[crcOffset:]), crc32.Checksum(b[:crcOffset], castagnoli); got != want {
+		return nil, invalid("crc32c %08x, computed %08x", got, want)
+	}
+	if v := le.Uint32(b[8:]); v != Version {
+		return nil, invalid("format version %d, this build reads %d", v, Version)
+	}
+	if bs := le.Uint32(b[120:]); bs != layout.BlockSize {
+		return nil, invalid("block size %d", bs)
+	}
+	sb := &Superblock{
+		Flags: le.Uint32(b[12:]),
+		Name:  cstring(b[32:96]),
+		Geometry: layout.Geometry{
+			K:         int(le.Uint32(b[96:]) & 0xffff),
+			M:         int(le.Uint32(b[100:]) & 0xffff),
+			Groups:    int(le.Uint32(b[104:]) & 0xffff),
+			ChunkSize: int(le.Uint32(b[108:]) & 0x7fffffff),
+			Rows:      int64(le.Uint64(b[112:]) & (1<<62 - 1)),
+		},
+		Codec:        Codec(le.Uint32(b[124:])),
+		DataOffset:   int64(le.Uint64(b[128:]) & (1<<62 - 1)),
+		BitmapOffset: int64(le.Uint64(b[136:]) & (1<<62 - 1)),
+		BitmapBytes:  le.Uint32(b[144:]),
+		RegionRows:   int64(le.Uint64(b[152:]) & (1<<62 - 1)),
+		Events:       le.Uint64(b[160:]),
+		Epoch:        le.Uint64(b[168:]),
+		Slot:         int(le.Uint32(b[180:]) & 0xffff),
+		CTime:        int64(le.Uint64(b[200:])),
+	}
+	// Reject values the masks above would have silently changed.
+	for _, c := range []struct {
+		name string
+		raw  uint64
+		got  uint64
+	}{
+		{"k", uint64(le.Uint32(b[96:])), uint64(sb.Geometry.K)},
+		{"m", uint64(le.Uint32(b[100:])), uint64(sb.Geometry.M)},
+		{"groups", uint64(le.Uint32(b[104:])), uint64(sb.Geometry.Groups)},
+		{"chunk", uint64(le.Uint32(b[108:])), uint64(sb.Geometry.ChunkSize)},
+		{"rows", le.Uint64(b[112:]), uint64(sb.Geometry.Rows)},
+		{"data offset", le.Uint64(b[128:]), uint64(sb.DataOffset)},
+		{"bitmap offset", le.Uint64(b[136:]), uint64(sb.BitmapOffset)},
+		{"region rows", le.Uint64(b[152:]), uint64(sb.RegionRows)},
+		{"slot", uint64(le.Uint32(b[180:])), uint64(sb.Slot)},
+	} {
+		if c.raw != c.got {
+			return nil, invalid("%s %d out of range", c.name, c.raw)
+		}
+	}
+	copy(sb.VolumeUUID[:], b[16:32])
+	copy(sb.MemberUUID[:], b[184:200])
+	switch le.Uint32(b[176:]) {
+	case 1:
+		sb.Clean = true
+	case 2:
+	default:
+		return nil, invalid("bad state %d", le.Uint32(b[176:]))
+	}
+	n := le.Uint32(b[208:])
+	if n > MaxMembers {
+		return nil, invalid("%d members, max %d", n, MaxMembers)
+	}
+	sb.Members = make([]Member, n)
+	for i := range sb.Members {
+		e := b[headerSize+i*entrySize : headerSize+(i+1)*entrySize]
+		m := &sb.Members[i]
+		copy(m.UUID[:], e[0:16])
+		m.Domain = cstring(e[16:48])
+		m.Role = Role(e[48])
+		switch e[49] {
+		case 0:
+		case 1:
+			m.Resync = true
+		default:
+			return nil, invalid("member %d: bad flags %d", i, e[49])
+		}
+		cp := le.Uint64(e[56:])
+		if cp > 1<<62 {
+			return nil, invalid("member %d: checkpoint out of range", i)
+		}
+		m.Checkpoint = int64(cp)
+	}
+	if err := sb.Validate(); err != nil {
+		return nil, err
+	}
+	return sb, nil
+}
+
+// ReadCopies reads both copies from r and returns the valid one with the
+// higher event counter. It fails only when neither copy is valid; the error
+// then names both reasons.
+func ReadCopies(r io.ReaderAt) (*Superblock, error) {
+	var best *Superblock
+	var errs []error
+	buf := make([]byte, CopySize)
+	for i, off := range []int64{CopyAOffset, CopyBOffset} {
+		if _, err := r.ReadAt(buf, off); err != nil {
+			errs = append(errs, fmt.Errorf("copy %c at %d: %w", 'A'+i, off, err))
+			continue
+		}
+		sb, err := Unmarshal(buf)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("copy %c at %d: %w", 'A'+i, off, err))
+			continue
+		}
+		if best == nil || sb.Events > best.Events {
+			best = sb
+		}
+	}
+	if best == nil {
+		return nil, errors.Join(errs...)
+	}
+	return best, nil
+}
+
+// Clone returns a deep copy of sb.
+func (sb *Superblock) Clone() *Superblock {
+	c := *sb
+	c.Members = append([]Member(nil), sb.Members...)
+	return &c
+}
