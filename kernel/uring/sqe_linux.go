@@ -1,0 +1,74 @@
+//go:build linux
+
+package uring
+
+import (
+	"unsafe"
+
+	"github.com/fabraid/fabraid/kernel/internal/ublksys"
+)
+
+// Opcodes fabraid uses (enum io_uring_op).
+const (
+	OpNop      = ublksys.IORING_OP_NOP
+	OpFsync    = ublksys.IORING_OP_FSYNC
+	OpRead     = ublksys.IORING_OP_READ
+	OpWrite    = ublksys.IORING_OP_WRITE
+	OpURingCmd = ublksys.IORING_OP_URING_CMD
+)
+
+// FsyncDataSync makes PrepFsync an fdatasync.
+const FsyncDataSync = ublksys.IORING_FSYNC_DATASYNC
+
+// PrepNop prepares a no-op.
+func (s *SQE) PrepNop(userData uint64) {
+	s.Opcode = OpNop
+	s.UserData = userData
+}
+
+// PrepRead prepares a read of len(buf) bytes at off into buf. buf must stay
+// alive and unmoved until the completion arrives (use memory from mmap or
+// keep a reference).
+func (s *SQE) PrepRead(fd int, buf []byte, off int64, userData uint64) {
+	s.prepRW(OpRead, fd, buf, off, userData)
+}
+
+// PrepWrite prepares a write of buf at off. See PrepRead for buf's lifetime.
+func (s *SQE) PrepWrite(fd int, buf []byte, off int64, userData uint64) {
+	s.prepRW(OpWrite, fd, buf, off, userData)
+}
+
+func (s *SQE) prepRW(op uint8, fd int, buf []byte, off int64, userData uint64) {
+	s.Opcode = op
+	s.Fd = int32(fd)
+	s.Off = uint64(off)
+	if len(buf) > 0 {
+		s.Addr = uint64(uintptr(unsafe.Pointer(&buf[0])))
+	}
+	s.Len = uint32(len(buf))
+	s.UserData = userData
+}
+
+// PrepFsync prepares an fsync (flags 0) or fdatasync (FsyncDataSync).
+func (s *SQE) PrepFsync(fd int, flags uint32, userData uint64) {
+	s.Opcode = OpFsync
+	s.Fd = int32(fd)
+	s.OpFlags = flags
+	s.UserData = userData
+}
+
+// PrepURingCmd prepares an IORING_OP_URING_CMD with command number cmdOp on
+// fd. The command payload goes into CmdArea.
+func (s *SQE) PrepURingCmd(fd int, cmdOp uint32, userData uint64) {
+	s.Opcode = OpURingCmd
+	s.Fd = int32(fd)
+	*(*uint32)(unsafe.Add(unsafe.Pointer(s), ublksys.SQECmdOpOffset)) = cmdOp
+	s.UserData = userData
+}
+
+// CmdArea returns a pointer to the entry's command payload (sqe->cmd): 16
+// bytes in a normal ring, 80 bytes in a ring set up with Config.SQE128.
+// Writing beyond that is a bug.
+func (s *SQE) CmdArea() unsafe.Pointer {
+	return unsafe.Add(unsafe.Pointer(s), ublksys.SQECmdOffset)
+}
