@@ -1,0 +1,257 @@
+//go:build linux
+
+package ublk
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"github.com/fabraid/fabraid/kernel/internal/ublksys"
+	"github.com/fabraid/fabraid/kernel/uring"
+	"golang.org/x/sys/unix"
+)
+
+// ControlPath is the ublk control device.
+const ControlPath = "/dev/ublk-control"
+
+// Control operation names, used in error messages.
+const (
+	opGetFeatures   = "get features"
+	opAddDev        = "add device"
+	opDelDev        = "delete device"
+	opStartDev      = "start device"
+	opStopDev       = "stop device"
+	opSetParams     = "set parameters"
+	opGetParams     = "get parameters"
+	opGetDevInfo    = "get device info"
+	opStartRecovery = "start user recovery"
+	opEndRecovery   = "end user recovery"
+)
+
+// Control is an open /dev/ublk-control with its own io_uring (128-byte SQEs).
+// It is safe for concurrent use; commands are serialized.
+type Control struct {
+	mu       sync.Mutex
+	f        *os.File
+	ring     *uring.Ring
+	features Features
+	encoded  bool // send ioctl-encoded command numbers
+}
+
+// OpenControl opens the ublk control device and asks the kernel for its
+// features. A missing device or a kernel that is too old gives an error
+// wrapping ErrNotSupported that says what is needed.
+func OpenControl() (*Control, error) {
+	f, err := os.OpenFile(ControlPath, os.O_RDWR, 0)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("open %s: %w (requires the ublk_drv module: modprobe ublk_drv; CONFIG_BLK_DEV_UBLK, Linux >= 6.0)", ControlPath, ErrNotSupported)
+		}
+		return nil, fmt.Errorf("open %s: %w", ControlPath, err)
+	}
+	ring, err := uring.New(4, &uring.Config{SQE128: true})
+	if err != nil {
+		f.Close()
+		if errors.Is(err, uring.ErrNotSupported) {
+			return nil, fmt.Errorf("ublk control ring: %w: %w", ErrNotSupported, err)
+		}
+		return nil, fmt.Errorf("ublk control ring: %w", err)
+	}
+	c := &Control{f: f, ring: ring, encoded: true}
+	var feat uint64
+	err = c.cmd(ublksys.UBLK_CMD_GET_FEATURES, opGetFeatures, &ublksys.CtrlCmd{
+		DevID: ^uint32(0), QueueID: ^uint16(0), Len: ublksys.UBLK_FEATURES_LEN, Addr: uint64(uintptr(unsafe.Pointer(&feat))),
+	})
+	switch {
+	case err == nil:
+		c.features = Features(feat)
+		c.encoded = c.features&FeatureIoctlEncode != 0
+	case errors.Is(err, unix.EOPNOTSUPP), errors.Is(err, unix.EINVAL):
+		// Before 6.5 there is no GET_FEATURES; such kernels take the legacy
+		// command numbers. Features stay unknown (0).
+		c.encoded = false
+	default:
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Close releases the control device.
+func (c *Control) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ring != nil {
+		c.ring.Close()
+		c.ring = nil
+	}
+	if c.f != nil {
+		err := c.f.Close()
+		c.f = nil
+		return err
+	}
+	return nil
+}
+
+// Features returns what GET_FEATURES reported (0 on kernels before 6.5, which
+// lack the command).
+func (c *Control) Features() Features { return c.features }
+
+// cmd sends one control command and waits for its completion.
+func (c *Control) cmd(nr uint32, op string, hdr *ublksys.CtrlCmd) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ring == nil {
+		return fmt.Errorf("ublk %s: control closed", op)
+	}
+	code, ok := ublksys.EncodeCtrl(nr, c.encoded)
+	if !ok {
+		return fmt.Errorf("ublk %s: %w (requires a kernel with ioctl-encoded ublk commands, Linux >= 6.3)", op, ErrNotSupported)
+	}
+	sqe, err := c.ring.NextSQE()
+	if err != nil {
+		return fmt.Errorf("ublk %s: %w", op, err)
+	}
+	sqe.PrepURingCmd(int(c.f.Fd()), code, uint64(nr))
+	*(*ublksys.CtrlCmd)(sqe.CmdArea()) = *hdr
+	cqe, err := c.ring.WaitCQE()
+	if err != nil {
+		return fmt.Errorf("ublk %s: %w", op, err)
+	}
+	if err := cqe.Err(); err != nil {
+		if hdr.DevID != ^uint32(0) {
+			return fmt.Errorf("ublk %s for device %d: %w", op, hdr.DevID, err)
+		}
+		return fmt.Errorf("ublk %s: %w", op, err)
+	}
+	return nil
+}
+
+// DevInfo describes an existing ublk device.
+type DevInfo struct {
+	ID         int
+	Queues     int
+	Depth      int
+	State      State
+	MaxIOBytes int
+	PID        int // server process, -1 when none
+	Flags      Features
+}
+
+// State is a ublk device state.
+type State uint16
+
+// Device states.
+const (
+	StateDead     State = ublksys.UBLK_S_DEV_DEAD     // added, not started (or stopped)
+	StateLive     State = ublksys.UBLK_S_DEV_LIVE     // serving I/O
+	StateQuiesced State = ublksys.UBLK_S_DEV_QUIESCED // server gone, waiting for recovery
+)
+
+func (s State) String() string {
+	switch s {
+	case StateDead:
+		return "dead"
+	case StateLive:
+		return "live"
+	case StateQuiesced:
+		return "quiesced"
+	}
+	return "state(" + strconv.Itoa(int(s)) + ")"
+}
+
+func devInfoFrom(i *ublksys.DevInfo) *DevInfo {
+	return &DevInfo{
+		ID: int(i.DevID), Queues: int(i.NrHwQueues), Depth: int(i.QueueDepth), State: State(i.State),
+		MaxIOBytes: int(i.MaxIOBufBytes), PID: int(i.UblksrvPid), Flags: Features(i.Flags),
+	}
+}
+
+// Info returns the state of device id (GET_DEV_INFO).
+func (c *Control) Info(id int) (*DevInfo, error) {
+	raw, err := c.rawInfo(id)
+	if err != nil {
+		return nil, err
+	}
+	return devInfoFrom(raw), nil
+}
+
+func (c *Control) rawInfo(id int) (*ublksys.DevInfo, error) {
+	var info ublksys.DevInfo
+	err := c.cmd(ublksys.UBLK_CMD_GET_DEV_INFO, opGetDevInfo, &ublksys.CtrlCmd{
+		DevID: uint32(id), QueueID: ^uint16(0), Len: uint16(unsafe.Sizeof(info)), Addr: uint64(uintptr(unsafe.Pointer(&info))),
+	})
+	if err != nil {
+		if errors.Is(err, unix.ENODEV) {
+			return nil, fmt.Errorf("%w: %w", err, os.ErrNotExist)
+		}
+		return nil, err
+	}
+	return &info, nil
+}
+
+func (c *Control) addDev(info *ublksys.DevInfo) error {
+	err := c.cmd(ublksys.UBLK_CMD_ADD_DEV, opAddDev, &ublksys.CtrlCmd{
+		DevID: info.DevID, QueueID: ^uint16(0), Len: uint16(unsafe.Sizeof(*info)), Addr: uint64(uintptr(unsafe.Pointer(info))),
+	})
+	if errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("%w (ublk id %d is in use)", err, info.DevID)
+	}
+	return err
+}
+
+func (c *Control) setParams(id int, p *ublksys.Params) error {
+	return c.cmd(ublksys.UBLK_CMD_SET_PARAMS, opSetParams, &ublksys.CtrlCmd{
+		DevID: uint32(id), QueueID: ^uint16(0), Len: uint16(unsafe.Sizeof(*p)), Addr: uint64(uintptr(unsafe.Pointer(p))),
+	})
+}
+
+func (c *Control) getParams(id int) (*ublksys.Params, error) {
+	p := &ublksys.Params{Len: uint32(unsafe.Sizeof(ublksys.Params{}))}
+	err := c.cmd(ublksys.UBLK_CMD_GET_PARAMS, opGetParams, &ublksys.CtrlCmd{
+		DevID: uint32(id), QueueID: ^uint16(0), Len: uint16(unsafe.Sizeof(*p)), Addr: uint64(uintptr(unsafe.Pointer(p))),
+	})
+	return p, err
+}
+
+func (c *Control) simple(nr uint32, op string, id int, data uint64) error {
+	return c.cmd(nr, op, &ublksys.CtrlCmd{DevID: uint32(id), QueueID: ^uint16(0), Data: [1]uint64{data}})
+}
+
+// Delete stops device id if it is live or quiesced and removes it. It is
+// the cleanup for a device whose server is gone for good (for example after
+// SIGKILL of a server without recovery, or when recovery is abandoned).
+// Deleting a device that does not exist returns an error matching
+// os.ErrNotExist.
+func (c *Control) Delete(id int) error {
+	if err := c.simple(ublksys.UBLK_CMD_STOP_DEV, opStopDev, id, 0); err != nil {
+		if errors.Is(err, unix.ENODEV) {
+			return fmt.Errorf("%w: %w", err, os.ErrNotExist)
+		}
+		return err
+	}
+	return c.simple(ublksys.UBLK_CMD_DEL_DEV, opDelDev, id, 0)
+}
+
+// List returns the ids of the ublk devices present (from /dev/ublkc*).
+func List() ([]int, error) {
+	paths, err := filepath.Glob("/dev/ublkc*")
+	if err != nil {
+		return nil, err
+	}
+	var ids []int
+	for _, p := range paths {
+		if n, err := strconv.Atoi(strings.TrimPrefix(p, "/dev/ublkc")); err == nil {
+			ids = append(ids, n)
+		}
+	}
+	sort.Ints(ids)
+	return ids, nil
+}

@@ -1,0 +1,359 @@
+//go:build linux
+
+package ublk
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/fabraid/fabraid/kernel/internal/ublksys"
+	"golang.org/x/sys/unix"
+)
+
+// AnyID lets the kernel choose the device id.
+const AnyID = -1
+
+// Config describes a device to create. A nil *Config means all defaults.
+type Config struct {
+	// ID is the device id (/dev/ublkbID); AnyID lets the kernel pick. The
+	// zero value asks for id 0.
+	ID int
+	// Queues is the number of hardware queues, each served by its own OS
+	// thread and io_uring (default 1; the kernel caps it at the CPU count).
+	Queues int
+	// Depth is the number of requests in flight per queue (default 128).
+	Depth int
+	// MaxIOBytes is the largest request (default 512 KiB); each tag gets a
+	// buffer of this size.
+	MaxIOBytes int
+	// LogicalBlockSize and PhysicalBlockSize default to 4096.
+	LogicalBlockSize, PhysicalBlockSize int
+	// IOMin and IOOpt are the preferred minimum and optimal request sizes
+	// (the engine's chunk and full stripe). The kernel takes powers of two:
+	// other values are rounded down. Default: the physical block size.
+	IOMin, IOOpt int
+	// NoRecovery creates a device without user recovery: when the server
+	// dies, in-flight and new I/O fail and the block device goes away. By
+	// default the device is created with UBLK_F_USER_RECOVERY and
+	// UBLK_F_USER_RECOVERY_REISSUE, and Create fails on kernels without them.
+	NoRecovery bool
+	// UserCopy moves data with pread/pwrite on /dev/ublkcN
+	// (UBLK_F_USER_COPY, Linux 6.5) instead of the kernel copying into
+	// per-tag buffers.
+	UserCopy bool
+	// RecoverTimeout bounds how long Recover waits for the old server to be
+	// gone and the device quiesced (default 30 s).
+	RecoverTimeout time.Duration
+}
+
+func (c *Config) withDefaults() Config {
+	out := Config{ID: AnyID}
+	if c != nil {
+		out = *c
+	}
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&out.Queues, 1)
+	def(&out.Depth, 128)
+	def(&out.MaxIOBytes, 512<<10)
+	def(&out.LogicalBlockSize, 4096)
+	def(&out.PhysicalBlockSize, max(4096, out.LogicalBlockSize))
+	def(&out.IOMin, out.PhysicalBlockSize)
+	def(&out.IOOpt, out.PhysicalBlockSize)
+	if out.RecoverTimeout <= 0 {
+		out.RecoverTimeout = 30 * time.Second
+	}
+	return out
+}
+
+func log2(n int) uint8 { return uint8(bits.Len(uint(n)) - 1) }
+
+// params builds SET_PARAMS for a backend of size bytes.
+func (c *Config) params(size int64, maxIO int, b Backend) (*ublksys.Params, error) {
+	lbs := c.LogicalBlockSize
+	if lbs&(lbs-1) != 0 || lbs < 512 || lbs > os.Getpagesize() {
+		return nil, fmt.Errorf("logical block size %d: must be a power of two from 512 to the page size", lbs)
+	}
+	if size <= 0 || size%int64(lbs) != 0 {
+		return nil, fmt.Errorf("backend size %d: must be a positive multiple of the logical block size %d", size, lbs)
+	}
+	p := &ublksys.Params{
+		Len:   uint32(ublksys.ParamsSize),
+		Types: ublksys.UBLK_PARAM_TYPE_BASIC | ublksys.UBLK_PARAM_TYPE_DISCARD,
+		Basic: ublksys.ParamBasic{
+			Attrs:           ublksys.UBLK_ATTR_VOLATILE_CACHE | ublksys.UBLK_ATTR_FUA,
+			LogicalBsShift:  log2(lbs),
+			PhysicalBsShift: log2(c.PhysicalBlockSize),
+			IOMinShift:      log2(c.IOMin),
+			IOOptShift:      log2(c.IOOpt),
+			MaxSectors:      uint32(maxIO >> 9),
+			DevSectors:      uint64(size >> 9),
+		},
+		Discard: ublksys.ParamDiscard{
+			DiscardGranularity:    uint32(lbs),
+			MaxWriteZeroesSectors: uint32(maxIO >> 9),
+		},
+	}
+	if _, ok := b.(Discarder); ok {
+		p.Discard.MaxDiscardSectors = uint32(maxIO >> 9)
+		p.Discard.MaxDiscardSegments = 1
+	}
+	return p, nil
+}
+
+// Device is a ublk device served by this process: /dev/ublkbN backed by a
+// Backend. Its methods are safe for concurrent use.
+type Device struct {
+	ctl     *Control
+	backend Backend
+	cfg     Config
+	info    ublksys.DevInfo
+	cdev    *os.File
+
+	queues   []*queue
+	wg       sync.WaitGroup
+	done     chan struct{}
+	errMu    sync.Mutex
+	queueErr error
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Create adds a ublk device backed by b, starts serving it and returns once
+// /dev/ublkbN exists. ctl must stay open until the device is closed.
+func Create(ctl *Control, b Backend, cfg *Config) (*Device, error) {
+	c := cfg.withDefaults()
+	want := Features(0)
+	if !c.NoRecovery {
+		want |= FeatureUserRecovery | FeatureRecoveryReissue
+	}
+	if c.UserCopy {
+		want |= FeatureUserCopy
+	}
+	if have := ctl.Features(); have != 0 {
+		if err := missingError(want, have); err != nil {
+			return nil, fmt.Errorf("create ublk device: %w", err)
+		}
+	}
+	id := uint32(c.ID)
+	if c.ID < 0 {
+		id = ^uint32(0)
+	}
+	info := ublksys.DevInfo{
+		NrHwQueues:    uint16(c.Queues),
+		QueueDepth:    uint16(c.Depth),
+		MaxIOBufBytes: uint32(c.MaxIOBytes),
+		DevID:         id,
+		UblksrvPid:    -1,
+		Flags:         uint64(want),
+	}
+	if err := ctl.addDev(&info); err != nil {
+		return nil, fmt.Errorf("create ublk device: %w", err)
+	}
+	d := &Device{ctl: ctl, backend: b, cfg: c, info: info, done: make(chan struct{})}
+	if err := missingError(want, Features(info.Flags)); err != nil {
+		d.abort()
+		return nil, fmt.Errorf("create ublk device %d: kernel dropped a flag: %w", info.DevID, err)
+	}
+	p, err := c.params(b.Size(), int(info.MaxIOBufBytes), b)
+	if err == nil {
+		err = ctl.setParams(d.ID(), p)
+	}
+	if err != nil {
+		d.abort()
+		return nil, fmt.Errorf("create ublk device %d: %w", d.ID(), err)
+	}
+	if err := d.startQueues(); err != nil {
+		d.abort()
+		return nil, fmt.Errorf("create ublk device %d: %w", d.ID(), err)
+	}
+	// START_DEV waits until every queue has fetched every tag.
+	if err := ctl.simple(ublksys.UBLK_CMD_START_DEV, opStartDev, d.ID(), uint64(os.Getpid())); err != nil {
+		d.abort()
+		return nil, fmt.Errorf("create ublk device %d: %w", d.ID(), err)
+	}
+	return d, nil
+}
+
+// Recover re-attaches this process to device id, whose previous server has
+// died (UBLK_F_USER_RECOVERY): it waits until the kernel has quiesced the
+// device, starts the queues and lets the held I/O through. Requests the old
+// server had not completed are reissued (UBLK_F_USER_RECOVERY_REISSUE), so b
+// must hold the same data the old server's backend held. Only the queue
+// count, depth and buffer size of the existing device are used; cfg may
+// still choose RecoverTimeout.
+func Recover(ctl *Control, id int, b Backend, cfg *Config) (*Device, error) {
+	c := cfg.withDefaults()
+	raw, err := ctl.rawInfo(id)
+	if err != nil {
+		return nil, fmt.Errorf("recover ublk device %d: %w", id, err)
+	}
+	flags := Features(raw.Flags)
+	if flags&FeatureUserRecovery == 0 {
+		return nil, fmt.Errorf("recover ublk device %d: it was created without user recovery", id)
+	}
+	p, err := ctl.getParams(id)
+	if err != nil {
+		return nil, fmt.Errorf("recover ublk device %d: %w", id, err)
+	}
+	if got, want := b.Size(), int64(p.Basic.DevSectors)<<9; got != want {
+		return nil, fmt.Errorf("recover ublk device %d: backend size %d, device size %d", id, got, want)
+	}
+	c.Queues, c.Depth, c.MaxIOBytes = int(raw.NrHwQueues), int(raw.QueueDepth), int(raw.MaxIOBufBytes)
+	c.UserCopy = flags&FeatureUserCopy != 0
+	c.NoRecovery = false
+	c.LogicalBlockSize = 1 << p.Basic.LogicalBsShift
+
+	deadline := time.Now().Add(c.RecoverTimeout)
+	for {
+		err = ctl.simple(ublksys.UBLK_CMD_START_USER_RECOVERY, opStartRecovery, id, 0)
+		if err == nil {
+			break
+		}
+		// EBUSY: the old server still holds /dev/ublkcN or the kernel has not
+		// finished quiescing; EINVAL: no queue was ever ready (never started).
+		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+			return nil, fmt.Errorf("recover ublk device %d: %w", id, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	d := &Device{ctl: ctl, backend: b, cfg: c, info: *raw, done: make(chan struct{})}
+	if err := d.startQueues(); err != nil {
+		d.abort()
+		return nil, fmt.Errorf("recover ublk device %d: %w", id, err)
+	}
+	if err := ctl.simple(ublksys.UBLK_CMD_END_USER_RECOVERY, opEndRecovery, id, uint64(os.Getpid())); err != nil {
+		d.abort()
+		return nil, fmt.Errorf("recover ublk device %d: %w", id, err)
+	}
+	return d, nil
+}
+
+// ID returns the device id N.
+func (d *Device) ID() int { return int(d.info.DevID) }
+
+// BlockPath returns /dev/ublkbN.
+func (d *Device) BlockPath() string { return fmt.Sprintf("/dev/ublkb%d", d.ID()) }
+
+// CharPath returns /dev/ublkcN.
+func (d *Device) CharPath() string { return fmt.Sprintf("/dev/ublkc%d", d.ID()) }
+
+// Flags returns the feature flags the device runs with, as the kernel
+// granted them.
+func (d *Device) Flags() Features { return Features(d.info.Flags) }
+
+// Queues and Depth return the negotiated queue count and depth.
+func (d *Device) Queues() int { return int(d.info.NrHwQueues) }
+
+// Depth returns the negotiated queue depth.
+func (d *Device) Depth() int { return int(d.info.QueueDepth) }
+
+// Done is closed when every queue has stopped serving: after Close, or when
+// the device was stopped from outside (Control.Delete by another process).
+func (d *Device) Done() <-chan struct{} { return d.done }
+
+// Wait blocks until Done and returns the first queue error, if any.
+func (d *Device) Wait() error {
+	<-d.done
+	d.errMu.Lock()
+	defer d.errMu.Unlock()
+	return d.queueErr
+}
+
+// Close stops the device (pending I/O is completed first), waits for the
+// queues, and deletes /dev/ublkbN and /dev/ublkcN. Only devices this
+// process serves are closed this way; see Control.Delete for orphans.
+func (d *Device) Close() error {
+	d.closeOnce.Do(func() {
+		stopErr := d.ctl.simple(ublksys.UBLK_CMD_STOP_DEV, opStopDev, d.ID(), 0)
+		qerr := d.Wait()
+		d.release()
+		delErr := d.ctl.simple(ublksys.UBLK_CMD_DEL_DEV, opDelDev, d.ID(), 0)
+		d.closeErr = errors.Join(stopErr, qerr, delErr)
+	})
+	return d.closeErr
+}
+
+// abort undoes a half-created device.
+func (d *Device) abort() {
+	if d.cdev != nil || len(d.queues) > 0 {
+		d.ctl.simple(ublksys.UBLK_CMD_STOP_DEV, opStopDev, d.ID(), 0)
+		d.Wait()
+	}
+	d.release()
+	d.ctl.simple(ublksys.UBLK_CMD_DEL_DEV, opDelDev, d.ID(), 0)
+}
+
+func (d *Device) release() {
+	for _, q := range d.queues {
+		q.unmap()
+	}
+	if d.cdev != nil {
+		d.cdev.Close()
+		d.cdev = nil
+	}
+}
+
+func (d *Device) setQueueErr(err error) {
+	d.errMu.Lock()
+	if d.queueErr == nil {
+		d.queueErr = err
+	}
+	d.errMu.Unlock()
+}
+
+// startQueues opens /dev/ublkcN and starts one goroutine per queue; it
+// returns when every queue has submitted FETCH_REQ for all its tags.
+func (d *Device) startQueues() error {
+	var err error
+	// devtmpfs creates the node as the device is added; allow udev a moment
+	// where it manages /dev.
+	for i := 0; ; i++ {
+		d.cdev, err = os.OpenFile(d.CharPath(), os.O_RDWR, 0)
+		if err == nil || !errors.Is(err, os.ErrNotExist) || i == 100 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
+		close(d.done)
+		return fmt.Errorf("open %s: %w", d.CharPath(), err)
+	}
+	encoded := Features(d.info.Flags)&FeatureIoctlEncode != 0
+	ready := make(chan error, d.info.NrHwQueues)
+	for qid := range int(d.info.NrHwQueues) {
+		q, err := newQueue(d, qid, encoded)
+		if err != nil {
+			for _, q := range d.queues {
+				q.unmap()
+			}
+			d.queues = nil
+			close(d.done)
+			return err
+		}
+		d.queues = append(d.queues, q)
+	}
+	d.wg.Add(len(d.queues))
+	for _, q := range d.queues {
+		go q.run(ready)
+	}
+	go func() {
+		d.wg.Wait()
+		close(d.done)
+	}()
+	var first error
+	for range d.queues {
+		if err := <-ready; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}

@@ -1,0 +1,233 @@
+//go:build linux
+
+package ublk
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"unsafe"
+
+	"github.com/fabraid/fabraid/kernel/internal/ublksys"
+	"github.com/fabraid/fabraid/kernel/uring"
+	"golang.org/x/sys/unix"
+)
+
+// queue serves one ublk hardware queue: one io_uring, one OS thread.
+type queue struct {
+	d        *Device
+	id       int
+	depth    int
+	fd       int
+	bufSize  int
+	userCopy bool
+
+	fetchOp, commitOp uint32
+
+	descMem []byte
+	descs   []ublksys.IODesc
+	bufMem  []byte
+}
+
+func newQueue(d *Device, qid int, encoded bool) (*queue, error) {
+	q := &queue{
+		d: d, id: qid, depth: int(d.info.QueueDepth), fd: int(d.cdev.Fd()),
+		bufSize:  int(d.info.MaxIOBufBytes),
+		userCopy: Features(d.info.Flags)&FeatureUserCopy != 0,
+	}
+	q.fetchOp, _ = ublksys.EncodeIO(ublksys.UBLK_IO_FETCH_REQ, encoded)
+	q.commitOp, _ = ublksys.EncodeIO(ublksys.UBLK_IO_COMMIT_AND_FETCH_REQ, encoded)
+	page := os.Getpagesize()
+	var err error
+	q.descMem, err = unix.Mmap(q.fd, ublksys.DescAreaOffset(qid, page), ublksys.DescAreaSize(q.depth, page),
+		unix.PROT_READ, unix.MAP_SHARED|unix.MAP_POPULATE)
+	if err != nil {
+		return nil, fmt.Errorf("mmap descriptors of queue %d: %w", qid, err)
+	}
+	q.descs = unsafe.Slice((*ublksys.IODesc)(unsafe.Pointer(&q.descMem[0])), q.depth)
+	q.bufMem, err = unix.Mmap(-1, 0, q.depth*q.bufSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		q.unmap()
+		return nil, fmt.Errorf("buffers of queue %d: %w", qid, err)
+	}
+	return q, nil
+}
+
+func (q *queue) unmap() {
+	if q.descMem != nil {
+		unix.Munmap(q.descMem)
+		q.descMem, q.descs = nil, nil
+	}
+	if q.bufMem != nil {
+		unix.Munmap(q.bufMem)
+		q.bufMem = nil
+	}
+}
+
+func (q *queue) buf(tag int) []byte {
+	return q.bufMem[tag*q.bufSize : (tag+1)*q.bufSize : (tag+1)*q.bufSize]
+}
+
+// run is the queue's thread. The kernel binds the queue to the thread that
+// fetched its tags, and completes requests in that thread's context, so the
+// goroutine stays locked to its OS thread and never unlocks: when run
+// returns, the thread exits with it, which the kernel treats as the queue's
+// server going away (after STOP_DEV that is the normal end).
+func (q *queue) run(ready chan<- error) {
+	defer q.d.wg.Done()
+	runtime.LockOSThread()
+	ring, err := uring.New(uint32(q.depth), &uring.Config{CQEntries: uint32(2 * q.depth)})
+	if err != nil {
+		ready <- fmt.Errorf("queue %d: %w", q.id, err)
+		return
+	}
+	defer ring.Close()
+	for tag := range q.depth {
+		if err := q.submit(ring, q.fetchOp, tag, 0); err != nil {
+			ready <- fmt.Errorf("queue %d: fetch tag %d: %w", q.id, tag, err)
+			return
+		}
+	}
+	if _, err := ring.Submit(); err != nil {
+		ready <- fmt.Errorf("queue %d: submit fetches: %w", q.id, err)
+		return
+	}
+	ready <- nil
+
+	active := q.depth
+	handle := func(c uring.CQE) {
+		tag := int(c.UserData)
+		switch {
+		case c.Res == ublksys.UBLK_IO_RES_OK:
+			res := q.serve(tag)
+			if err := q.submit(ring, q.commitOp, tag, res); err != nil {
+				q.d.setQueueErr(fmt.Errorf("queue %d: commit tag %d: %w", q.id, tag, err))
+				active--
+			}
+		case c.Res == ublksys.UBLK_IO_RES_ABORT:
+			// The device is stopping (or the kernel gave up on this tag): it
+			// will not be fetched again.
+			active--
+		default:
+			q.d.setQueueErr(fmt.Errorf("queue %d: tag %d: io command: %w", q.id, tag, c.Err()))
+			active--
+		}
+	}
+	for active > 0 {
+		if _, err := ring.SubmitAndWait(1); err != nil {
+			q.d.setQueueErr(fmt.Errorf("queue %d: %w", q.id, err))
+			return
+		}
+		ring.ForEachCQE(handle)
+	}
+}
+
+// submit queues a FETCH_REQ or COMMIT_AND_FETCH_REQ for tag.
+func (q *queue) submit(ring *uring.Ring, op uint32, tag int, result int32) error {
+	sqe, err := ring.NextSQE()
+	if err != nil {
+		return err
+	}
+	sqe.PrepURingCmd(q.fd, op, uint64(tag))
+	cmd := (*ublksys.IOCmd)(sqe.CmdArea())
+	cmd.QID = uint16(q.id)
+	cmd.Tag = uint16(tag)
+	cmd.Result = result
+	if !q.userCopy {
+		cmd.Addr = uint64(uintptr(unsafe.Pointer(&q.bufMem[tag*q.bufSize])))
+	}
+	return nil
+}
+
+// serve carries out the request in tag's descriptor and returns the result
+// for COMMIT_AND_FETCH_REQ: bytes done, or -errno.
+func (q *queue) serve(tag int) int32 {
+	desc := q.descs[tag]
+	op := desc.OpFlags & 0xff
+	off := int64(desc.StartSector) << 9
+	n := int64(desc.NrSectors) << 9
+	b := q.d.backend
+	switch op {
+	case ublksys.UBLK_IO_OP_READ:
+		if n > int64(q.bufSize) {
+			return -int32(unix.EINVAL)
+		}
+		buf := q.buf(tag)[:n]
+		if _, err := b.ReadAt(buf, off); err != nil {
+			return errnoResult(err)
+		}
+		if q.userCopy {
+			if _, err := unix.Pwrite(q.fd, buf, ublksys.UserCopyOffset(uint16(q.id), uint16(tag), 0)); err != nil {
+				return errnoResult(err)
+			}
+		}
+		return int32(n)
+	case ublksys.UBLK_IO_OP_WRITE:
+		if n > int64(q.bufSize) {
+			return -int32(unix.EINVAL)
+		}
+		buf := q.buf(tag)[:n]
+		if q.userCopy {
+			if _, err := unix.Pread(q.fd, buf, ublksys.UserCopyOffset(uint16(q.id), uint16(tag), 0)); err != nil {
+				return errnoResult(err)
+			}
+		}
+		var err error
+		if desc.OpFlags&ublksys.UBLK_IO_F_FUA != 0 {
+			if fw, ok := b.(FUAWriter); ok {
+				_, err = fw.WriteAtFUA(buf, off)
+			} else if _, err = b.WriteAt(buf, off); err == nil {
+				err = b.Flush()
+			}
+		} else {
+			_, err = b.WriteAt(buf, off)
+		}
+		if err != nil {
+			return errnoResult(err)
+		}
+		return int32(n)
+	case ublksys.UBLK_IO_OP_FLUSH:
+		if err := b.Flush(); err != nil {
+			return errnoResult(err)
+		}
+		return 0
+	case ublksys.UBLK_IO_OP_DISCARD:
+		dis, ok := b.(Discarder)
+		if !ok {
+			return -int32(unix.EOPNOTSUPP)
+		}
+		if err := dis.Discard(off, n); err != nil {
+			return errnoResult(err)
+		}
+		return 0
+	case ublksys.UBLK_IO_OP_WRITE_ZEROES:
+		if zw, ok := b.(ZeroWriter); ok {
+			if err := zw.WriteZeroes(off, n); err != nil {
+				return errnoResult(err)
+			}
+			return 0
+		}
+		buf := q.buf(tag)
+		clear(buf)
+		for done := int64(0); done < n; {
+			chunk := min(n-done, int64(len(buf)))
+			if _, err := b.WriteAt(buf[:chunk], off+done); err != nil {
+				return errnoResult(err)
+			}
+			done += chunk
+		}
+		return 0
+	}
+	return -int32(unix.EOPNOTSUPP)
+}
+
+// errnoResult turns a backend error into -errno (EIO unless the error
+// carries an errno).
+func errnoResult(err error) int32 {
+	var errno unix.Errno
+	if errors.As(err, &errno) && errno != 0 {
+		return -int32(errno)
+	}
+	return -int32(unix.EIO)
+}
