@@ -81,8 +81,9 @@ case "$rc:$status" in
 esac
 `
 
-// baseModules are loaded in every guest: virtio disks, NIC and the 9p share.
-var baseModules = []string{"virtio_blk", "virtio_net", "9p", "9pnet_virtio"}
+// baseModules are loaded in every guest: the virtio PCI transport (built in
+// on 6.12, a module on 6.1), disks, NIC and the 9p share.
+var baseModules = []string{"virtio_pci", "virtio_blk", "virtio_net", "9p", "9pnet_virtio"}
 
 // guestImage is everything that goes into one guest's initramfs.
 type guestImage struct {

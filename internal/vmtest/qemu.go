@@ -77,7 +77,7 @@ func (g *qemuGuest) args() []string {
 		"-nographic", "-no-reboot", "-nodefaults", "-serial", "stdio",
 		"-device", "isa-debug-exit,iobase=0xf4,iosize=4",
 		"-kernel", g.kernel.Vmlinuz, "-initrd", g.initrd,
-		"-append", fmt.Sprintf("console=ttyS0 quiet loglevel=4 panic=-1 mitigations=off fabraid.guest=%s", g.name),
+		"-append", fmt.Sprintf("console=ttyS0 quiet loglevel=4 panic=-1 oops=panic mitigations=off fabraid.guest=%s", g.name),
 		"-virtfs", fmt.Sprintf("local,path=%s,mount_tag=host0,security_model=none", g.shared),
 	)
 	for i, d := range g.disks {
