@@ -1,0 +1,171 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+
+	"github.com/fabraid/fabraid/engine/superblock"
+)
+
+// ErrAssembly is wrapped by every assembly refusal.
+var ErrAssembly = errors.New("cannot assemble volume")
+
+// Candidate is one device offered to assembly with what was read from it.
+type Candidate struct {
+	Name string                 // device name for messages
+	Size int64                  // device size in bytes
+	SB   *superblock.Superblock // nil when unreadable
+	Err  error                  // why SB is nil
+}
+
+// AssemblyPlan is the pure outcome of assembly: which device fills which
+// slot and in which role. Nothing has been written yet.
+type AssemblyPlan struct {
+	// SB is the authoritative superblock with roles updated for this
+	// assembly: missing members are Failed, stale ones Rebuilding+Resync.
+	// Its event counter is not yet bumped.
+	SB *superblock.Superblock
+	// Device[slot] is the candidate index filling slot, or -1.
+	Device []int
+	// Stale[slot]: the device is present but older than the volume; it is
+	// never read until resynced.
+	Stale []bool
+	// Warnings lists devices that were ignored and why.
+	Warnings []string
+}
+
+func refuse(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrAssembly, fmt.Sprintf(format, args...))
+}
+
+// immutableEqual reports whether a and b agree on everything that never
+// changes after creation.
+func immutableEqual(a, b *superblock.Superblock) bool {
+	return a.VolumeUUID == b.VolumeUUID && a.Geometry == b.Geometry && a.Codec == b.Codec &&
+		a.DataOffset == b.DataOffset && a.BitmapOffset == b.BitmapOffset &&
+		a.BitmapBytes == b.BitmapBytes && a.RegionRows == b.RegionRows && a.Name == b.Name &&
+		a.Flags == b.Flags && a.CTime == b.CTime
+}
+
+// PlanAssembly decides whether cands form a startable volume. The newest
+// consistent view (highest event counter) wins; older members are stale.
+// It refuses, naming the device and the reason, when a device has no valid
+// superblock, belongs to another volume, duplicates a slot, is too small,
+// disagrees with another device at the same event counter, or when a group
+// has fewer than K current members.
+func PlanAssembly(cands []Candidate) (*AssemblyPlan, error) {
+	if len(cands) == 0 {
+		return nil, refuse("no devices")
+	}
+	var auth *superblock.Superblock
+	authIdx := -1
+	for i, c := range cands {
+		if c.SB == nil {
+			reason := c.Err
+			if reason == nil {
+				reason = errors.New("no superblock")
+			}
+			return nil, refuse("device %s: %v", c.Name, reason)
+		}
+		if auth == nil || c.SB.Events > auth.Events {
+			auth, authIdx = c.SB, i
+		}
+	}
+	for _, c := range cands {
+		if c.SB.VolumeUUID != auth.VolumeUUID {
+			return nil, refuse("device %s belongs to volume %x, device %s to volume %x (mixed volumes)",
+				c.Name, c.SB.VolumeUUID, cands[authIdx].Name, auth.VolumeUUID)
+		}
+		if !immutableEqual(c.SB, auth) {
+			return nil, refuse("device %s: geometry or layout differs from device %s", c.Name, cands[authIdx].Name)
+		}
+		if c.SB.Events == auth.Events && !reflect.DeepEqual(c.SB.Members, auth.Members) ||
+			c.SB.Events == auth.Events && (c.SB.Epoch != auth.Epoch || c.SB.Clean != auth.Clean) {
+			return nil, refuse("devices %s and %s disagree at the same event counter %d",
+				c.Name, cands[authIdx].Name, auth.Events)
+		}
+	}
+	g := auth.Geometry
+	plan := &AssemblyPlan{SB: auth.Clone(), Device: make([]int, g.Members()), Stale: make([]bool, g.Members())}
+	for i := range plan.Device {
+		plan.Device[i] = -1
+	}
+	for i, c := range cands {
+		slot := c.SB.Slot
+		if auth.Members[slot].UUID != c.SB.MemberUUID {
+			plan.Warnings = append(plan.Warnings, fmt.Sprintf(
+				"device %s: member %x is no longer in slot %d (replaced); ignored", c.Name, c.SB.MemberUUID, slot))
+			continue
+		}
+		if j := plan.Device[slot]; j >= 0 {
+			return nil, refuse("devices %s and %s both claim slot %d (duplicate member)", cands[j].Name, c.Name, slot)
+		}
+		if c.Size < auth.MinDeviceSize() {
+			return nil, refuse("device %s: %d bytes, the layout needs %d", c.Name, c.Size, auth.MinDeviceSize())
+		}
+		if auth.Members[slot].Role == superblock.RoleSpare {
+			plan.Warnings = append(plan.Warnings, fmt.Sprintf("device %s: spare in slot %d; ignored", c.Name, slot))
+			continue
+		}
+		plan.Device[slot] = i
+	}
+	for slot := range plan.Device {
+		m := &plan.SB.Members[slot]
+		i := plan.Device[slot]
+		switch {
+		case m.Role == superblock.RoleSpare:
+		case i < 0:
+			if m.Role != superblock.RoleFailed {
+				plan.Warnings = append(plan.Warnings, fmt.Sprintf("slot %d: member %x missing; marked failed", slot, m.UUID))
+			}
+			m.Role, m.Resync, m.Checkpoint = superblock.RoleFailed, false, 0
+		case cands[i].SB.Events < auth.Events || m.Role == superblock.RoleFailed:
+			plan.Stale[slot] = true
+			if m.Role != superblock.RoleRebuilding {
+				// A returning member: only regions dirty in the bitmap
+				// since it left need resync.
+				m.Role, m.Resync, m.Checkpoint = superblock.RoleRebuilding, true, 0
+			}
+		}
+	}
+	for grp := 0; grp < g.Groups; grp++ {
+		current := 0
+		for mem := 0; mem < g.Width(); mem++ {
+			slot := g.Slot(grp, mem)
+			if plan.Device[slot] >= 0 && !plan.Stale[slot] && plan.SB.Members[slot].Role == superblock.RoleActive {
+				current++
+			}
+		}
+		if current < g.K {
+			return nil, refuse("group %d has %d current members, needs k=%d (missing or stale: %s)",
+				grp, current, g.K, describeMissing(plan, cands, grp))
+		}
+	}
+	return plan, nil
+}
+
+func describeMissing(plan *AssemblyPlan, cands []Candidate, grp int) string {
+	g := plan.SB.Geometry
+	s := ""
+	for mem := 0; mem < g.Width(); mem++ {
+		slot := g.Slot(grp, mem)
+		i := plan.Device[slot]
+		var d string
+		switch {
+		case i < 0:
+			d = fmt.Sprintf("slot %d missing", slot)
+		case plan.Stale[slot]:
+			d = fmt.Sprintf("slot %d %s stale (events %d < %d)", slot, cands[i].Name, cands[i].SB.Events, plan.SB.Events)
+		case plan.SB.Members[slot].Role != superblock.RoleActive:
+			d = fmt.Sprintf("slot %d %s %s", slot, cands[i].Name, plan.SB.Members[slot].Role)
+		default:
+			continue
+		}
+		if s != "" {
+			s += ", "
+		}
+		s += d
+	}
+	return s
+}

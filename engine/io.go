@@ -1,0 +1,390 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/fabraid/fabraid/engine/layout"
+)
+
+// stripeOp carries the scratch state of one stripe operation.
+type stripeOp struct {
+	v      *Volume
+	bufs   []*[]byte
+	ios    []IO
+	slots  []int
+	shards [][]byte
+}
+
+func (op *stripeOp) buf(n int) []byte {
+	b := op.v.getBuf()
+	op.bufs = append(op.bufs, b)
+	return (*b)[:n]
+}
+
+func (op *stripeOp) release() {
+	for _, b := range op.bufs {
+		op.v.putBuf(b)
+	}
+	op.bufs = op.bufs[:0]
+	op.ios = op.ios[:0]
+	op.slots = op.slots[:0]
+	clear(op.shards)
+}
+
+func (op *stripeOp) add(slot int, write bool, buf []byte, memberOff int64) {
+	op.ios = append(op.ios, IO{Dev: op.v.devs[slot], Write: write, Buf: buf, Off: op.v.dataOff + memberOff})
+	op.slots = append(op.slots, slot)
+}
+
+// run executes the queued I/O and marks the members whose I/O failed as
+// failed. It reports whether every I/O succeeded.
+func (op *stripeOp) run() bool {
+	if len(op.ios) == 0 {
+		return true
+	}
+	op.v.exec.Execute(op.ios)
+	ok := true
+	for i := range op.ios {
+		if op.ios[i].Err != nil {
+			ok = false
+			op.v.failMember(op.slots[i], op.ios[i].Err)
+		}
+	}
+	op.ios = op.ios[:0]
+	op.slots = op.slots[:0]
+	return ok
+}
+
+func (v *Volume) slotAt(r layout.StripeReq, pos int) int {
+	return v.geo.Slot(r.Group, v.geo.MemberOf(r.Row, pos))
+}
+
+func (v *Volume) newOp() *stripeOp {
+	return &stripeOp{v: v, shards: make([][]byte, v.geo.Width())}
+}
+
+// ReadAt reads len(p) bytes at off. Both must be multiples of BlockSize.
+// A stripe with more than m unavailable chunks fails the read with
+// ErrTooManyFailures; wrong data is never returned.
+func (v *Volume) ReadAt(p []byte, off int64) (int, error) {
+	if err := v.check(); err != nil {
+		return 0, err
+	}
+	if err := v.geo.CheckRange(off, len(p)); err != nil {
+		return 0, fmt.Errorf("read: %w", err)
+	}
+	v.inflight.Add(1)
+	defer v.inflight.Add(-1)
+	reqs := v.geo.Split(off, len(p))
+	op := v.newOp()
+	// Fast path: every touched chunk readable, one batch of direct reads
+	// into p, no locks, no copies.
+	healthy := true
+	for _, r := range reqs {
+		unreadable, _ := v.masks(r.Group, r.Row)
+		if r.Touched()&unreadable != 0 {
+			healthy = false
+			break
+		}
+		for _, s := range r.Segs {
+			op.add(v.slotAt(r, s.Pos), false, p[s.BufOff:s.BufOff+int64(s.Len)], v.geo.MemberOffset(r.Row)+int64(s.Off))
+		}
+	}
+	if healthy && op.run() {
+		return len(p), nil
+	}
+	op.release()
+	for _, r := range reqs {
+		if err := v.readStripe(op, p, r); err != nil {
+			return 0, fmt.Errorf("read at %d: %w", off, err)
+		}
+	}
+	return len(p), nil
+}
+
+// readStripe reads one stripe request, reconstructing unavailable chunks.
+// It holds the stripe's lock shared so that no write changes the stripe
+// between reading the chunks a reconstruction combines.
+func (v *Volume) readStripe(op *stripeOp, p []byte, r layout.StripeReq) error {
+	lk := v.lockFor(r.Stripe)
+	lk.RLock()
+	defer lk.RUnlock()
+	for attempt := 0; attempt <= v.geo.Width(); attempt++ {
+		if v.failed.Load() {
+			return ErrVolumeFailed
+		}
+		unreadable, _ := v.masks(r.Group, r.Row)
+		plan, err := layout.PlanRead(v.geo, r, unreadable)
+		if err != nil {
+			return err
+		}
+		if err := v.execRead(op, p, r, plan); err != nil {
+			op.release()
+			if errors.Is(err, errRetry) {
+				continue
+			}
+			return err
+		}
+		op.release()
+		return nil
+	}
+	return fmt.Errorf("stripe %d: %w", r.Stripe, ErrTooManyFailures)
+}
+
+var errRetry = errors.New("retry")
+
+func segFor(r layout.StripeReq, pos int) (layout.Seg, bool) {
+	for _, s := range r.Segs {
+		if s.Pos == pos {
+			return s, true
+		}
+		if s.Pos > pos {
+			break
+		}
+	}
+	return layout.Seg{}, false
+}
+
+func (v *Volume) execRead(op *stripeOp, p []byte, r layout.StripeReq, plan layout.ReadPlan) error {
+	mo := v.geo.MemberOffset(r.Row)
+	n := plan.Hi - plan.Lo
+	for _, s := range r.Segs {
+		if plan.Direct&(1<<uint(s.Pos)) != 0 {
+			op.add(v.slotAt(r, s.Pos), false, p[s.BufOff:s.BufOff+int64(s.Len)], mo+int64(s.Off))
+			if plan.Read&(1<<uint(s.Pos)) != 0 && s.Off == plan.Lo && s.Len == n {
+				op.shards[s.Pos] = p[s.BufOff : s.BufOff+int64(n)]
+			}
+		}
+	}
+	for pos := 0; pos < v.geo.Width(); pos++ {
+		if plan.Read&(1<<uint(pos)) != 0 && op.shards[pos] == nil {
+			op.shards[pos] = op.buf(n)
+			op.add(v.slotAt(r, pos), false, op.shards[pos], mo+int64(plan.Lo))
+		}
+	}
+	if !op.run() {
+		return errRetry
+	}
+	if plan.Reconstruct == 0 {
+		return nil
+	}
+	required := make([]bool, v.geo.K)
+	for _, s := range r.Segs {
+		if plan.Reconstruct&(1<<uint(s.Pos)) == 0 {
+			continue
+		}
+		required[s.Pos] = true
+		if s.Off == plan.Lo && s.Len == n {
+			op.shards[s.Pos] = p[s.BufOff : s.BufOff : s.BufOff+int64(n)] // reconstruct in place
+		} else {
+			op.shards[s.Pos] = op.buf(n)[:0]
+		}
+	}
+	if err := v.enc.ReconstructSome(op.shards, required); err != nil {
+		return fmt.Errorf("stripe %d: reconstruct: %w", r.Stripe, err)
+	}
+	for _, s := range r.Segs {
+		if plan.Reconstruct&(1<<uint(s.Pos)) != 0 && !(s.Off == plan.Lo && s.Len == n) {
+			copy(p[s.BufOff:s.BufOff+int64(s.Len)], op.shards[s.Pos][s.Off-plan.Lo:])
+		}
+	}
+	return nil
+}
+
+// WriteAt writes p at off. Both must be multiples of BlockSize. The write
+// has completed (visible to reads, parity consistent) when WriteAt
+// returns; it is durable after the next Flush. A write that loses more
+// than m chunks of a stripe fails with ErrTooManyFailures.
+func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
+	if err := v.check(); err != nil {
+		return 0, err
+	}
+	if err := v.geo.CheckRange(off, len(p)); err != nil {
+		return 0, fmt.Errorf("write: %w", err)
+	}
+	v.inflight.Add(1)
+	defer v.inflight.Add(-1)
+	op := v.newOp()
+	for _, r := range v.geo.Split(off, len(p)) {
+		if err := v.writeStripe(op, p, r); err != nil {
+			return 0, fmt.Errorf("write at %d: %w", off, err)
+		}
+	}
+	return len(p), nil
+}
+
+// WriteAtFUA writes p at off and makes it durable before returning (a
+// Force Unit Access write).
+func (v *Volume) WriteAtFUA(p []byte, off int64) (int, error) {
+	n, err := v.WriteAt(p, off)
+	if err != nil {
+		return n, err
+	}
+	if err := v.flushMembers(); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// WriteZeroes writes n zero bytes at off.
+func (v *Volume) WriteZeroes(off int64, n int64) error {
+	zero := make([]byte, min(n, v.geo.StripeBytes()*4))
+	for n > 0 {
+		c := min(n, int64(len(zero)))
+		if _, err := v.WriteAt(zero[:c], off); err != nil {
+			return err
+		}
+		off += c
+		n -= c
+	}
+	return nil
+}
+
+// Discard tells the volume that [off, off+n) is no longer needed. Discard
+// is advisory: the range keeps its contents (the engine does not yet pass
+// discards to members, since parity would have to follow), so it is cheap
+// and always safe.
+func (v *Volume) Discard(off int64, n int64) error {
+	if err := v.check(); err != nil {
+		return err
+	}
+	if n < 0 || n > 1<<40 {
+		return fmt.Errorf("discard: bad length %d", n)
+	}
+	return v.geo.CheckRange(off, 0)
+}
+
+func (v *Volume) writeStripe(op *stripeOp, p []byte, r layout.StripeReq) error {
+	region := v.bm.region(r.Row)
+	if err := v.bm.begin(region); err != nil {
+		return fmt.Errorf("write-intent bitmap: %w", err)
+	}
+	defer v.bm.end(region)
+	lk := v.lockFor(r.Stripe)
+	lk.Lock()
+	defer lk.Unlock()
+	for attempt := 0; attempt <= v.geo.Width(); attempt++ {
+		if v.failed.Load() {
+			return ErrVolumeFailed
+		}
+		unreadable, unwritable := v.masks(r.Group, r.Row)
+		plan, err := layout.PlanWrite(v.geo, r, unreadable, unwritable)
+		if err != nil {
+			return err
+		}
+		err = v.execWrite(op, p, r, plan)
+		op.release()
+		if errors.Is(err, errRetry) {
+			continue
+		}
+		return err
+	}
+	return fmt.Errorf("stripe %d: %w", r.Stripe, ErrTooManyFailures)
+}
+
+func (v *Volume) execWrite(op *stripeOp, p []byte, r layout.StripeReq, plan layout.WritePlan) error {
+	g := v.geo
+	mo := g.MemberOffset(r.Row)
+	n := r.Hi - r.Lo
+	lo := int64(r.Lo)
+	covers := r.CoversHull()
+	touched := r.Touched()
+	newData := func(s layout.Seg) []byte { return p[s.BufOff : s.BufOff+int64(s.Len)] }
+
+	// Read phase: nothing has been written yet, so a failure can simply
+	// be retried with a new plan.
+	for pos := 0; pos < g.Width(); pos++ {
+		if plan.Read&(1<<uint(pos)) != 0 {
+			op.shards[pos] = op.buf(n)
+			op.add(v.slotAt(r, pos), false, op.shards[pos], mo+lo)
+		}
+	}
+	if !op.run() {
+		return errRetry
+	}
+
+	// Compute phase.
+	switch plan.Mode {
+	case layout.ModeRMW:
+		nd := make([][]byte, g.K)
+		for _, s := range r.Segs {
+			if covers&(1<<uint(s.Pos)) != 0 {
+				nd[s.Pos] = newData(s)
+			} else {
+				b := op.buf(n)
+				copy(b, op.shards[s.Pos])
+				copy(b[s.Off-r.Lo:], newData(s))
+				nd[s.Pos] = b
+			}
+		}
+		if err := v.enc.Update(op.shards, nd); err != nil {
+			return fmt.Errorf("stripe %d: parity update: %w", r.Stripe, err)
+		}
+	default:
+		if plan.Mode == layout.ModeDegraded {
+			required := make([]bool, g.K)
+			for pos := 0; pos < g.K; pos++ {
+				if plan.Reconstruct&(1<<uint(pos)) != 0 {
+					required[pos] = true
+					op.shards[pos] = op.buf(n)[:0]
+				}
+			}
+			for pos := g.K; pos < g.Width(); pos++ {
+				if plan.Read&(1<<uint(pos)) == 0 {
+					op.shards[pos] = nil
+				}
+			}
+			if err := v.enc.ReconstructSome(op.shards, required); err != nil {
+				return fmt.Errorf("stripe %d: reconstruct: %w", r.Stripe, err)
+			}
+		}
+		// Data shards: new data where written, old data elsewhere.
+		for _, s := range r.Segs {
+			if covers&(1<<uint(s.Pos)) != 0 {
+				op.shards[s.Pos] = newData(s)
+			} else {
+				copy(op.shards[s.Pos][s.Off-r.Lo:], newData(s))
+			}
+		}
+		for pos := g.K; pos < g.Width(); pos++ {
+			if op.shards[pos] == nil {
+				op.shards[pos] = op.buf(n)
+			}
+		}
+		if err := v.enc.Encode(op.shards); err != nil {
+			return fmt.Errorf("stripe %d: encode: %w", r.Stripe, err)
+		}
+	}
+
+	// Write phase. Writes go to every writable member; a member failing
+	// here leaves the survivors consistent (its chunk is what the new
+	// parity implies), so the write succeeds if the stripe still has at
+	// most m lost chunks.
+	for _, s := range r.Segs {
+		if plan.Write&(1<<uint(s.Pos)) != 0 {
+			op.add(v.slotAt(r, s.Pos), true, newData(s), mo+int64(s.Off))
+		}
+	}
+	for pos := g.K; pos < g.Width(); pos++ {
+		if plan.Write&(1<<uint(pos)) != 0 {
+			op.add(v.slotAt(r, pos), true, op.shards[pos], mo+lo)
+		}
+	}
+	_ = touched
+	if !op.run() {
+		unreadable, unwritable := v.masks(r.Group, r.Row)
+		if bitsCount(unreadable|unwritable) > g.M {
+			return fmt.Errorf("stripe %d: %w", r.Stripe, ErrTooManyFailures)
+		}
+	}
+	return nil
+}
+
+func bitsCount(x uint64) int {
+	n := 0
+	for ; x != 0; x &= x - 1 {
+		n++
+	}
+	return n
+}

@@ -1,0 +1,575 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/fabraid/fabraid/engine/superblock"
+)
+
+// Progress describes a running background job.
+type Progress struct {
+	Kind  string // "resync", "rebuild" or "scrub"
+	Slots []int  // rebuild targets
+	Done  int64  // rows processed (all groups)
+	Total int64  // rows to process
+}
+
+// RebuildOptions throttle background work (rebuild, resync, scrub).
+type RebuildOptions struct {
+	// Rate limits the bytes written (rebuild) or read (scrub) per second;
+	// zero means unlimited.
+	Rate int64
+	// YieldDelay is how long a worker pauses before each batch while
+	// foreground requests are in flight; zero means 200µs, negative never.
+	YieldDelay time.Duration
+	// Workers is the number of rows processed in parallel; default 2.
+	Workers int
+	// CheckpointRows is how often (in rows) the rebuild checkpoint is
+	// written to the superblocks; default 1024.
+	CheckpointRows int64
+}
+
+func (o *RebuildOptions) defaults() {
+	if o.YieldDelay == 0 {
+		o.YieldDelay = 200 * time.Microsecond
+	}
+	if o.Workers <= 0 {
+		o.Workers = 2
+	}
+	if o.CheckpointRows <= 0 {
+		o.CheckpointRows = 1024
+	}
+}
+
+// throttle paces a job: a token bucket on bytes and a yield to foreground.
+type throttle struct {
+	v     *Volume
+	o     RebuildOptions
+	start time.Time
+	mu    sync.Mutex
+	bytes int64
+}
+
+func (t *throttle) wait(ctx context.Context, n int64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if t.o.YieldDelay > 0 && t.v.inflight.Load() > 0 {
+		time.Sleep(t.o.YieldDelay)
+	}
+	if t.o.Rate <= 0 {
+		return nil
+	}
+	t.mu.Lock()
+	t.bytes += n
+	due := t.start.Add(time.Duration(float64(t.bytes) / float64(t.o.Rate) * float64(time.Second)))
+	t.mu.Unlock()
+	if d := time.Until(due); d > 0 {
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// forRows runs fn on every row of [from, to) for which want reports true,
+// with o.Workers workers, in windows so that after each window every row
+// below the window's end is done. after is called with the window end.
+func (v *Volume) forRows(ctx context.Context, o RebuildOptions, from, to int64,
+	want func(row int64) bool, fn func(row int64) error, after func(end int64) error) error {
+	window := int64(o.Workers) * 16
+	for start := from; start < to; start += window {
+		end := min(to, start+window)
+		var rows []int64
+		for r := start; r < end; r++ {
+			if want(r) {
+				rows = append(rows, r)
+			}
+		}
+		if len(rows) > 0 {
+			errs := make([]error, o.Workers)
+			var wg sync.WaitGroup
+			for w := 0; w < o.Workers; w++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := w; i < len(rows); i += o.Workers {
+						if err := fn(rows[i]); err != nil {
+							errs[w] = err
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			for _, err := range errs {
+				if err != nil {
+					return err
+				}
+			}
+		}
+		if err := after(end); err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// resyncParity recomputes the parity of every row in the dirty regions from
+// the data (after an unclean stop, and the initial sync). Rows where a data
+// chunk cannot be read are left alone and counted: that is the write hole
+// documented in docs/engine.md.
+func (v *Volume) resyncParity(ctx context.Context, dirty bitset) error {
+	o := RebuildOptions{YieldDelay: -1}
+	o.defaults()
+	g := v.geo
+	var skipped int64
+	var mu sync.Mutex
+	for grp := 0; grp < g.Groups; grp++ {
+		err := v.forRows(ctx, o, 0, g.Rows,
+			func(row int64) bool { return dirty.test(row / v.bm.regionRows) },
+			func(row int64) error {
+				ok, err := v.resyncRow(grp, row)
+				if !ok {
+					mu.Lock()
+					skipped++
+					mu.Unlock()
+				}
+				return err
+			},
+			func(int64) error { return nil })
+		if err != nil {
+			return err
+		}
+	}
+	if skipped > 0 {
+		v.log.Warn("unclean stop while degraded: parity of some stripes could not be recomputed (write hole)",
+			"stripes", skipped)
+	}
+	return nil
+}
+
+func (v *Volume) resyncRow(grp int, row int64) (bool, error) {
+	g := v.geo
+	stripe := g.StripeOf(grp, row)
+	lk := v.lockFor(stripe)
+	lk.Lock()
+	defer lk.Unlock()
+	op := v.newOp()
+	defer op.release()
+	for attempt := 0; attempt <= g.Width(); attempt++ {
+		unreadable, unwritable := v.masks(grp, row)
+		if unreadable&g.DataMask() != 0 {
+			return false, nil
+		}
+		mo := g.MemberOffset(row)
+		for pos := 0; pos < g.Width(); pos++ {
+			op.shards[pos] = op.buf(g.ChunkSize)
+			if pos < g.K {
+				op.add(v.geo.Slot(grp, g.MemberOf(row, pos)), false, op.shards[pos], mo)
+			}
+		}
+		if !op.run() {
+			op.release()
+			continue
+		}
+		if err := v.enc.Encode(op.shards); err != nil {
+			return false, err
+		}
+		for pos := g.K; pos < g.Width(); pos++ {
+			if unwritable&(1<<uint(pos)) == 0 {
+				op.add(v.geo.Slot(grp, g.MemberOf(row, pos)), true, op.shards[pos], mo)
+			}
+		}
+		op.run()
+		return true, nil
+	}
+	return false, ErrTooManyFailures
+}
+
+// Rebuild brings every rebuilding member (a replacement, or a returning
+// member that needs only the regions written while it was away) up to
+// date, then marks it active. It runs until done, ctx is cancelled or the
+// volume fails; progress is checkpointed in the superblocks, so a later
+// Rebuild (after a restart) resumes where this one stopped. Run it in its
+// own goroutine; Status().Progress shows how far it got.
+func (v *Volume) Rebuild(ctx context.Context, o RebuildOptions) error {
+	o.defaults()
+	v.rebuildMu.Lock()
+	defer v.rebuildMu.Unlock()
+	defer v.progress.Store(nil)
+	g := v.geo
+	th := &throttle{v: v, o: o, start: time.Now()}
+	var targets []int
+	for slot := range v.slots {
+		if v.slotRole(slot) == superblock.RoleRebuilding && v.devs[slot] != nil {
+			targets = append(targets, slot)
+		}
+	}
+	prog := &Progress{Kind: "rebuild", Slots: targets, Total: int64(g.Groups) * g.Rows}
+	v.progress.Store(prog)
+	for grp := 0; grp < g.Groups; grp++ {
+		var tg []int
+		from := g.Rows
+		for _, slot := range targets {
+			if slot/g.Width() == grp {
+				tg = append(tg, slot)
+				from = min(from, v.slots[slot].checkpoint.Load())
+			}
+		}
+		if len(tg) == 0 {
+			continue
+		}
+		needs := func(slot int, row int64) bool {
+			s := &v.slots[slot]
+			if v.slotRole(slot) != superblock.RoleRebuilding || row < s.checkpoint.Load() {
+				return false
+			}
+			rs := s.resync.Load()
+			return rs == nil || rs.test(row/v.bm.regionRows)
+		}
+		var lastPersist = from
+		err := v.forRows(ctx, o, from, g.Rows,
+			func(row int64) bool {
+				for _, slot := range tg {
+					if needs(slot, row) {
+						return true
+					}
+				}
+				return false
+			},
+			func(row int64) error {
+				if err := th.wait(ctx, int64(g.ChunkSize*len(tg))); err != nil {
+					return err
+				}
+				return v.rebuildRow(grp, row, tg)
+			},
+			func(end int64) error {
+				for _, slot := range tg {
+					if v.slots[slot].checkpoint.Load() < end {
+						v.slots[slot].checkpoint.Store(end)
+					}
+				}
+				p := *prog
+				p.Done = int64(grp)*g.Rows + end
+				v.progress.Store(&p)
+				if end-lastPersist >= o.CheckpointRows || end == g.Rows {
+					lastPersist = end
+					return v.persistCheckpoints(tg, end == g.Rows)
+				}
+				return nil
+			})
+		if err != nil {
+			v.metaMu.Lock()
+			_ = v.persistCheckpointsLocked(tg, false)
+			v.metaMu.Unlock()
+			return fmt.Errorf("rebuild group %d: %w", grp, err)
+		}
+	}
+	return nil
+}
+
+func (v *Volume) persistCheckpoints(slots []int, done bool) error {
+	v.metaMu.Lock()
+	defer v.metaMu.Unlock()
+	return v.persistCheckpointsLocked(slots, done)
+}
+
+func (v *Volume) persistCheckpointsLocked(slots []int, done bool) error {
+	changed := false
+	for _, slot := range slots {
+		if v.slotRole(slot) != superblock.RoleRebuilding {
+			continue
+		}
+		m := &v.meta.Members[slot]
+		if done {
+			// Flush the rebuilt data before the member claims to be in sync.
+			if err := v.devs[slot].Flush(); err != nil {
+				v.markFailedLocked(slot, fmt.Errorf("rebuild flush: %w", err))
+				changed = true
+				continue
+			}
+			v.slots[slot].role.Store(uint32(superblock.RoleActive))
+			v.slots[slot].resync.Store(nil)
+			v.slots[slot].checkpoint.Store(0)
+			m.Role, m.Resync, m.Checkpoint = superblock.RoleActive, false, 0
+			v.log.Info("member in sync", "slot", slot, "device", v.names[slot])
+		} else {
+			m.Checkpoint = v.slots[slot].checkpoint.Load()
+		}
+		changed = true
+	}
+	if !changed {
+		return nil
+	}
+	return v.writeMetaLocked()
+}
+
+// rebuildRow recomputes the chunks of targets in row of grp from K other
+// readable chunks and writes them.
+func (v *Volume) rebuildRow(grp int, row int64, targets []int) error {
+	g := v.geo
+	lk := v.lockFor(g.StripeOf(grp, row))
+	lk.Lock()
+	defer lk.Unlock()
+	op := v.newOp()
+	defer op.release()
+	for attempt := 0; attempt <= g.Width(); attempt++ {
+		if v.failed.Load() {
+			return ErrVolumeFailed
+		}
+		unreadable, _ := v.masks(grp, row)
+		var targetMask uint64
+		for _, slot := range targets {
+			if v.slotRole(slot) == superblock.RoleRebuilding {
+				targetMask |= 1 << uint(g.PosOf(row, slot%g.Width()))
+			}
+		}
+		unreadable |= targetMask
+		if bitsCount(unreadable) > g.M {
+			return fmt.Errorf("row %d of group %d: %w", row, grp, ErrTooManyFailures)
+		}
+		mo := g.MemberOffset(row)
+		n := 0
+		for pos := 0; pos < g.Width() && n < g.K; pos++ {
+			if unreadable&(1<<uint(pos)) == 0 {
+				op.shards[pos] = op.buf(g.ChunkSize)
+				op.add(v.geo.Slot(grp, g.MemberOf(row, pos)), false, op.shards[pos], mo)
+				n++
+			}
+		}
+		if !op.run() {
+			op.release()
+			continue
+		}
+		required := make([]bool, g.Width())
+		for pos := 0; pos < g.Width(); pos++ {
+			if targetMask&(1<<uint(pos)) != 0 {
+				required[pos] = true
+				op.shards[pos] = op.buf(g.ChunkSize)[:0]
+			}
+		}
+		if err := v.enc.ReconstructSome(op.shards, required); err != nil {
+			return fmt.Errorf("row %d of group %d: reconstruct: %w", row, grp, err)
+		}
+		for pos := 0; pos < g.Width(); pos++ {
+			if targetMask&(1<<uint(pos)) != 0 {
+				op.add(v.geo.Slot(grp, g.MemberOf(row, pos)), true, op.shards[pos], mo)
+			}
+		}
+		op.run() // a failing target is marked failed; nothing to retry
+		return nil
+	}
+	return ErrTooManyFailures
+}
+
+// Replace puts dev into the failed slot as a new, empty member and makes it
+// a rebuild target; call Rebuild to fill it.
+func (v *Volume) Replace(slot int, dev Member, name string) error {
+	if err := v.check(); err != nil {
+		return err
+	}
+	if slot < 0 || slot >= len(v.slots) {
+		return fmt.Errorf("replace: slot %d out of range", slot)
+	}
+	size, err := dev.Size()
+	if err != nil {
+		return fmt.Errorf("replace slot %d with %s: %w", slot, name, err)
+	}
+	if size < v.base.MinDeviceSize() {
+		return fmt.Errorf("replace slot %d with %s: %d bytes, need %d", slot, name, size, v.base.MinDeviceSize())
+	}
+	v.metaMu.Lock()
+	defer v.metaMu.Unlock()
+	if r := v.slotRole(slot); r != superblock.RoleFailed {
+		return fmt.Errorf("replace slot %d: member is %s, not failed", slot, r)
+	}
+	if err := v.installLocked(slot, dev, name, nil); err != nil {
+		return fmt.Errorf("replace slot %d with %s: %w", slot, name, err)
+	}
+	v.meta.Members[slot].UUID = newUUID()
+	return v.writeMetaLocked()
+}
+
+// ReAdd puts a returning member (same member UUID, for example after its
+// node rebooted) back into its failed slot. Only the regions written while
+// it was away — those dirty in the write-intent bitmap — are resynced by
+// the next Rebuild.
+func (v *Volume) ReAdd(dev Member, name string) error {
+	if err := v.check(); err != nil {
+		return err
+	}
+	sb, err := superblock.ReadCopies(dev)
+	if err != nil {
+		return fmt.Errorf("re-add %s: %w", name, err)
+	}
+	if sb.VolumeUUID != v.base.VolumeUUID {
+		return fmt.Errorf("re-add %s: belongs to volume %x", name, sb.VolumeUUID)
+	}
+	v.metaMu.Lock()
+	defer v.metaMu.Unlock()
+	slot := sb.Slot
+	if v.meta.Members[slot].UUID != sb.MemberUUID {
+		return fmt.Errorf("re-add %s: slot %d now holds another member", name, slot)
+	}
+	if r := v.slotRole(slot); r != superblock.RoleFailed {
+		return fmt.Errorf("re-add %s: slot %d is %s", name, slot, r)
+	}
+	if err := v.installLocked(slot, dev, name, v.bm.snapshot()); err != nil {
+		return fmt.Errorf("re-add %s: %w", name, err)
+	}
+	return v.writeMetaLocked()
+}
+
+// installLocked makes dev the rebuilding member of slot. resync nil means
+// a full rebuild.
+func (v *Volume) installLocked(slot int, dev Member, name string, resync bitset) error {
+	// Give it the current bitmap before it becomes writable.
+	for blk := 0; blk < int(v.base.BitmapBytes)/bitmapBlock; blk++ {
+		if _, err := dev.WriteAt(v.bm.block(blk), v.base.BitmapOffset+int64(blk)*bitmapBlock); err != nil {
+			return err
+		}
+	}
+	if old := v.devs[slot]; old != nil && old != dev {
+		_ = old.Close()
+	}
+	v.devs[slot] = dev
+	v.names[slot] = name
+	s := &v.slots[slot]
+	s.checkpoint.Store(0)
+	if resync != nil {
+		s.resync.Store(&resync)
+	} else {
+		s.resync.Store(nil)
+	}
+	s.role.Store(uint32(superblock.RoleRebuilding))
+	m := &v.meta.Members[slot]
+	m.Role, m.Resync, m.Checkpoint = superblock.RoleRebuilding, resync != nil, 0
+	return nil
+}
+
+// FailMember marks slot failed by administrator request (mdadm --fail).
+func (v *Volume) FailMember(slot int) error {
+	if slot < 0 || slot >= len(v.slots) {
+		return fmt.Errorf("fail: slot %d out of range", slot)
+	}
+	v.failMember(slot, fmt.Errorf("failed by request"))
+	if v.failed.Load() {
+		return ErrVolumeFailed
+	}
+	return nil
+}
+
+// ScrubReport is the outcome of a scrub.
+type ScrubReport struct {
+	Stripes    int64   // stripes verified
+	Skipped    int64   // stripes not verifiable (a chunk unreadable)
+	Mismatches int64   // stripes whose parity did not match their data
+	Repaired   int64   // mismatching stripes whose parity was rewritten
+	Examples   []int64 // up to 16 mismatching stripe numbers
+}
+
+// Scrub reads every stripe, verifies its parity and, with repair, rewrites
+// parity that does not match the data (md's "repair": data is trusted).
+func (v *Volume) Scrub(ctx context.Context, repair bool, o RebuildOptions) (ScrubReport, error) {
+	o.defaults()
+	v.rebuildMu.Lock()
+	defer v.rebuildMu.Unlock()
+	defer v.progress.Store(nil)
+	g := v.geo
+	th := &throttle{v: v, o: o, start: time.Now()}
+	var rep ScrubReport
+	var mu sync.Mutex
+	prog := &Progress{Kind: "scrub", Total: int64(g.Groups) * g.Rows}
+	v.progress.Store(prog)
+	for grp := 0; grp < g.Groups; grp++ {
+		err := v.forRows(ctx, o, 0, g.Rows, func(int64) bool { return true },
+			func(row int64) error {
+				if err := th.wait(ctx, int64(g.ChunkSize*g.Width())); err != nil {
+					return err
+				}
+				verified, bad, fixed, err := v.scrubRow(grp, row, repair)
+				mu.Lock()
+				defer mu.Unlock()
+				if !verified {
+					rep.Skipped++
+					return err
+				}
+				rep.Stripes++
+				if bad {
+					rep.Mismatches++
+					if len(rep.Examples) < 16 {
+						rep.Examples = append(rep.Examples, g.StripeOf(grp, row))
+					}
+				}
+				if fixed {
+					rep.Repaired++
+				}
+				return err
+			},
+			func(end int64) error {
+				p := *prog
+				p.Done = int64(grp)*g.Rows + end
+				v.progress.Store(&p)
+				return nil
+			})
+		if err != nil {
+			return rep, fmt.Errorf("scrub: %w", err)
+		}
+	}
+	if rep.Mismatches > 0 {
+		v.log.Warn("scrub found parity mismatches", "stripes", rep.Mismatches, "repaired", rep.Repaired)
+	}
+	return rep, nil
+}
+
+func (v *Volume) scrubRow(grp int, row int64, repair bool) (verified, bad, fixed bool, err error) {
+	g := v.geo
+	lk := v.lockFor(g.StripeOf(grp, row))
+	if repair {
+		lk.Lock()
+		defer lk.Unlock()
+	} else {
+		lk.RLock()
+		defer lk.RUnlock()
+	}
+	op := v.newOp()
+	defer op.release()
+	unreadable, _ := v.masks(grp, row)
+	if unreadable != 0 {
+		return false, false, false, nil
+	}
+	mo := g.MemberOffset(row)
+	for pos := 0; pos < g.Width(); pos++ {
+		op.shards[pos] = op.buf(g.ChunkSize)
+		op.add(v.geo.Slot(grp, g.MemberOf(row, pos)), false, op.shards[pos], mo)
+	}
+	if !op.run() {
+		return false, false, false, nil
+	}
+	ok, err := v.enc.Verify(op.shards)
+	if err != nil {
+		return false, false, false, err
+	}
+	if ok {
+		return true, false, false, nil
+	}
+	if !repair {
+		return true, true, false, nil
+	}
+	if err := v.enc.Encode(op.shards); err != nil {
+		return true, true, false, err
+	}
+	for pos := g.K; pos < g.Width(); pos++ {
+		op.add(v.geo.Slot(grp, g.MemberOf(row, pos)), true, op.shards[pos], mo)
+	}
+	return true, true, op.run(), nil
+}

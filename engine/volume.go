@@ -1,0 +1,614 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/klauspost/reedsolomon"
+
+	"github.com/fabraid/fabraid/engine/layout"
+	"github.com/fabraid/fabraid/engine/superblock"
+)
+
+// Defaults.
+const (
+	// DefaultChunkSize is chosen from the measurements in
+	// docs/performance.md: see "Choice of chunk size" there.
+	DefaultChunkSize = 64 << 10
+	// DefaultRegionSize is the member data covered by one bitmap bit.
+	DefaultRegionSize = 64 << 20
+	// DefaultDataOffset leaves room for both superblock copies and up to
+	// ~8 million bitmap bits.
+	DefaultDataOffset   = 1 << 20
+	defaultBitmapOffset = 32 << 10
+	lockShards          = 4096
+)
+
+// Errors.
+var (
+	// ErrVolumeFailed: more than m members of a group failed; the volume
+	// returns this error for every request rather than wrong data.
+	ErrVolumeFailed = errors.New("volume failed: more than m members of a group lost")
+	// ErrClosed is returned after Close.
+	ErrClosed = errors.New("volume closed")
+	// ErrTooManyFailures is returned for a stripe that cannot be served.
+	ErrTooManyFailures = layout.ErrTooManyFailures
+)
+
+// Config describes a new volume.
+type Config struct {
+	Name      string
+	K, M      int
+	Groups    int      // default 1
+	ChunkSize int      // default DefaultChunkSize
+	Domains   []string // failure domain of every member slot; default: one domain per member
+	// AllowDomainViolation creates the volume even when a group puts more
+	// than M members in one domain (logged as a warning and recorded).
+	AllowDomainViolation bool
+	RegionSize           int64 // member data bytes per bitmap bit; default DefaultRegionSize
+	DataOffset           int64 // default DefaultDataOffset
+	// MemberSize limits the space used on each member (default: the
+	// smallest member).
+	MemberSize int64
+	CTime      int64 // recorded creation time (Unix seconds)
+	// AssumeZeroed skips the initial parity sync: the caller guarantees
+	// every member's data area reads as zeroes (fresh files, drives after
+	// a deterministic-zero discard), and zeroes are consistent parity.
+	AssumeZeroed bool
+}
+
+// Options tune a running volume; the zero value is usable.
+type Options struct {
+	Executor Executor     // default SyncExecutor
+	Logger   *slog.Logger // default slog.Default()
+	// Epoch is the owner epoch of this assembly. Zero means "one more than
+	// the newest on disk"; a value lower than the disk's is refused (a
+	// stale owner).
+	Epoch uint64
+}
+
+// Volume is an assembled fabraid volume: k+m parity over member devices.
+// It implements io.ReaderAt and io.WriterAt on a block-aligned address
+// space of Size() bytes and is safe for concurrent use; concurrent requests
+// proceed in parallel, serialised only per stripe.
+type Volume struct {
+	geo   layout.Geometry
+	enc   reedsolomon.Encoder
+	exec  Executor
+	log   *slog.Logger
+	names []string
+	devs  []Member // by slot; nil when missing
+	slots []slotState
+	base  *superblock.Superblock // immutable fields
+
+	dataOff int64
+	locks   [lockShards]sync.RWMutex
+	bufs    sync.Pool
+	bm      *writeIntent
+
+	inflight atomic.Int64 // foreground requests, for rebuild throttling
+	failed   atomic.Bool
+	closed   atomic.Bool
+
+	metaMu sync.Mutex // guards meta and metadata writes; never taken under bm.mu by I/O
+	meta   *superblock.Superblock
+
+	rebuildMu sync.Mutex // one rebuild/scrub at a time
+	progress  atomic.Pointer[Progress]
+}
+
+type slotState struct {
+	role       atomic.Uint32
+	checkpoint atomic.Int64
+	resync     atomic.Pointer[bitset] // regions to resync for a returning member
+}
+
+func (v *Volume) slotRole(slot int) superblock.Role {
+	return superblock.Role(v.slots[slot].role.Load())
+}
+
+// Geometry returns the volume's geometry.
+func (v *Volume) Geometry() layout.Geometry { return v.geo }
+
+// Size returns the usable size in bytes.
+func (v *Volume) Size() int64 { return v.geo.Size() }
+
+// BlockSize is the logical block size; requests must be aligned to it.
+func (v *Volume) BlockSize() int { return layout.BlockSize }
+
+// UUID returns the volume UUID.
+func (v *Volume) UUID() [16]byte { return v.base.VolumeUUID }
+
+// Name returns the volume name.
+func (v *Volume) Name() string { return v.base.Name }
+
+func newUUID() [16]byte {
+	var u [16]byte
+	if _, err := rand.Read(u[:]); err != nil {
+		panic(err) // crypto/rand never fails on Linux
+	}
+	u[6] = u[6]&0x0f | 0x40
+	u[8] = u[8]&0x3f | 0x80
+	return u
+}
+
+func newEncoder(g layout.Geometry, c superblock.Codec) (reedsolomon.Encoder, error) {
+	opts := []reedsolomon.Option{reedsolomon.WithMaxGoroutines(1)}
+	if g.K > 10 && g.ChunkSize >= 64<<10 {
+		// Above k=10 the single-goroutine path drops from GFNI to AVX2
+		// (kernel-facts section 7).
+		opts = []reedsolomon.Option{reedsolomon.WithMaxGoroutines(2)}
+	}
+	if c == superblock.CodecXOR {
+		opts = append(opts, reedsolomon.WithFastOneParityMatrix())
+	}
+	enc, err := reedsolomon.New(g.K, g.M, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("parity codec k=%d m=%d: %w", g.K, g.M, err)
+	}
+	return enc, nil
+}
+
+// Create writes a new volume onto devs (one per member slot, group by
+// group) and returns it open. Unless cfg.AssumeZeroed, it first makes
+// parity consistent with whatever the members hold (reads every data chunk,
+// writes every parity chunk), as md's initial resync does.
+func Create(cfg Config, devs []Member, names []string, opts Options) (*Volume, error) {
+	if cfg.Groups == 0 {
+		cfg.Groups = 1
+	}
+	if cfg.ChunkSize == 0 {
+		cfg.ChunkSize = DefaultChunkSize
+	}
+	if cfg.RegionSize == 0 {
+		cfg.RegionSize = DefaultRegionSize
+	}
+	if cfg.DataOffset == 0 {
+		cfg.DataOffset = DefaultDataOffset
+	}
+	g := layout.Geometry{K: cfg.K, M: cfg.M, Groups: cfg.Groups, ChunkSize: cfg.ChunkSize, Rows: 1}
+	if err := g.Validate(); err != nil {
+		return nil, fmt.Errorf("create volume %q: %w", cfg.Name, err)
+	}
+	if len(devs) != g.Members() {
+		return nil, fmt.Errorf("create volume %q: %d devices for %d members", cfg.Name, len(devs), g.Members())
+	}
+	if names == nil {
+		names = make([]string, len(devs))
+		for i := range names {
+			names[i] = fmt.Sprintf("member%d", i)
+		}
+	}
+	if cfg.Domains == nil {
+		cfg.Domains = make([]string, len(devs))
+		for i := range cfg.Domains {
+			cfg.Domains[i] = fmt.Sprintf("member%d", i)
+		}
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	var flags uint32
+	if err := layout.CheckDomains(g, cfg.Domains); err != nil {
+		if !cfg.AllowDomainViolation {
+			return nil, fmt.Errorf("create volume %q: %w (override with AllowDomainViolation)", cfg.Name, err)
+		}
+		log.Warn("creating volume despite failure-domain violation", "volume", cfg.Name, "err", err)
+		flags |= superblock.FlagDomainOverride
+	}
+	size := cfg.MemberSize
+	for i, d := range devs {
+		s, err := d.Size()
+		if err != nil {
+			return nil, fmt.Errorf("create volume %q: device %s: %w", cfg.Name, names[i], err)
+		}
+		if size == 0 || s < size {
+			size = s
+		}
+	}
+	g.Rows = (size - cfg.DataOffset) / int64(cfg.ChunkSize)
+	if err := g.Validate(); err != nil {
+		return nil, fmt.Errorf("create volume %q: members of %d bytes too small: %w", cfg.Name, size, err)
+	}
+	regionRows := max(1, cfg.RegionSize/int64(cfg.ChunkSize))
+	bitmapBytes := func() int64 {
+		n := (g.Rows + regionRows - 1) / regionRows
+		return ((n+7)/8 + bitmapBlock - 1) / bitmapBlock * bitmapBlock
+	}
+	for defaultBitmapOffset+bitmapBytes() > cfg.DataOffset {
+		regionRows *= 2
+	}
+	codec := superblock.CodecRS
+	if g.M == 1 {
+		codec = superblock.CodecXOR
+	}
+	sb := &superblock.Superblock{
+		Flags: flags, VolumeUUID: newUUID(), Name: cfg.Name, Geometry: g, Codec: codec,
+		DataOffset: cfg.DataOffset, BitmapOffset: defaultBitmapOffset, BitmapBytes: uint32(bitmapBytes()),
+		RegionRows: regionRows, Events: 1, Epoch: 0, Clean: true, CTime: cfg.CTime,
+	}
+	for i := range devs {
+		sb.Members = append(sb.Members, superblock.Member{UUID: newUUID(), Domain: cfg.Domains[i], Role: superblock.RoleActive})
+	}
+	sb.MemberUUID = sb.Members[0].UUID
+	if err := sb.Validate(); err != nil {
+		return nil, fmt.Errorf("create volume %q: %w", cfg.Name, err)
+	}
+	v, err := newVolume(sb, devs, names, opts)
+	if err != nil {
+		return nil, err
+	}
+	// Write the (all-zero) bitmap and the superblocks.
+	zero := make([]byte, bitmapBlock)
+	for blk := 0; blk < int(sb.BitmapBytes)/bitmapBlock; blk++ {
+		if err := v.persistBitmap(blk, zero); err != nil {
+			return nil, fmt.Errorf("create volume %q: %w", cfg.Name, err)
+		}
+	}
+	v.metaMu.Lock()
+	err = v.writeMetaLocked()
+	v.metaMu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("create volume %q: %w", cfg.Name, err)
+	}
+	if err := v.start(opts); err != nil {
+		return nil, err
+	}
+	if !cfg.AssumeZeroed {
+		all := newBitset(sb.RegionCount())
+		for r := int64(0); r < sb.RegionCount(); r++ {
+			all.set(r)
+		}
+		if err := v.resyncParity(context.Background(), all); err != nil {
+			return nil, fmt.Errorf("create volume %q: initial sync: %w", cfg.Name, err)
+		}
+	}
+	return v, nil
+}
+
+func newVolume(sb *superblock.Superblock, devs []Member, names []string, opts Options) (*Volume, error) {
+	g := sb.Geometry
+	enc, err := newEncoder(g, sb.Codec)
+	if err != nil {
+		return nil, err
+	}
+	exec := opts.Executor
+	if exec == nil {
+		exec = SyncExecutor{}
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	v := &Volume{
+		geo: g, enc: enc, exec: exec, log: log.With("volume", sb.Name),
+		names: names, devs: devs, slots: make([]slotState, g.Members()),
+		base: sb.Clone(), meta: sb.Clone(), dataOff: sb.DataOffset,
+	}
+	chunk := g.ChunkSize
+	v.bufs.New = func() any { b := make([]byte, chunk); return &b }
+	for i, m := range sb.Members {
+		v.slots[i].role.Store(uint32(m.Role))
+		v.slots[i].checkpoint.Store(m.Checkpoint)
+	}
+	v.bm = newWriteIntent(sb.RegionRows, g.Rows, nil, v.persistBitmap)
+	return v, nil
+}
+
+// start marks the volume open (dirty) under a new owner epoch.
+func (v *Volume) start(opts Options) error {
+	v.metaMu.Lock()
+	defer v.metaMu.Unlock()
+	if opts.Epoch != 0 && opts.Epoch < v.meta.Epoch {
+		return fmt.Errorf("%w: owner epoch %d older than on-disk epoch %d (stale owner)", ErrAssembly, opts.Epoch, v.meta.Epoch)
+	}
+	if opts.Epoch != 0 {
+		v.meta.Epoch = opts.Epoch
+	} else {
+		v.meta.Epoch++
+	}
+	v.meta.Clean = false
+	return v.writeMetaLocked()
+}
+
+func (v *Volume) getBuf() *[]byte  { return v.bufs.Get().(*[]byte) }
+func (v *Volume) putBuf(b *[]byte) { v.bufs.Put(b) }
+
+func (v *Volume) lockFor(stripe int64) *sync.RWMutex {
+	return &v.locks[uint64(stripe)*0x9E3779B97F4A7C15>>52%lockShards]
+}
+
+// writable reports whether slot receives writes (active or rebuilding).
+func (v *Volume) writable(slot int) bool {
+	r := v.slotRole(slot)
+	return v.devs[slot] != nil && (r == superblock.RoleActive || r == superblock.RoleRebuilding)
+}
+
+// readable reports whether slot holds valid data at row.
+func (v *Volume) readable(slot int, row int64) bool {
+	s := &v.slots[slot]
+	switch superblock.Role(s.role.Load()) {
+	case superblock.RoleActive:
+		return true
+	case superblock.RoleRebuilding:
+		if row < s.checkpoint.Load() {
+			return true
+		}
+		if rs := s.resync.Load(); rs != nil {
+			return !rs.test(row / v.bm.regionRows)
+		}
+	}
+	return false
+}
+
+// masks returns the stripe positions of (group,row) that cannot be read and
+// those that cannot be written.
+func (v *Volume) masks(group int, row int64) (unreadable, unwritable uint64) {
+	for pos := 0; pos < v.geo.Width(); pos++ {
+		slot := v.geo.Slot(group, v.geo.MemberOf(row, pos))
+		if !v.readable(slot, row) {
+			unreadable |= 1 << uint(pos)
+		}
+		if !v.writable(slot) {
+			unwritable |= 1 << uint(pos)
+		}
+	}
+	return unreadable, unwritable
+}
+
+// writeMetaLocked bumps the event counter and writes both superblock
+// copies to every writable member: copy A everywhere, flush, copy B
+// everywhere, flush. A member that fails is marked failed and the write is
+// repeated without it. Callers hold metaMu.
+func (v *Volume) writeMetaLocked() error {
+	for attempt := 0; attempt <= len(v.devs); attempt++ {
+		v.meta.Events++
+		var failedSlot = -1
+		var failErr error
+		for _, off := range []int64{superblock.CopyAOffset, superblock.CopyBOffset} {
+			var ios []IO
+			var slots []int
+			for slot, d := range v.devs {
+				if d == nil || !v.writable(slot) {
+					continue
+				}
+				sb := v.meta.Clone()
+				sb.Slot, sb.MemberUUID = slot, sb.Members[slot].UUID
+				b, err := sb.Marshal()
+				if err != nil {
+					return fmt.Errorf("encode superblock: %w", err)
+				}
+				ios = append(ios, IO{Dev: d, Write: true, Buf: b, Off: off})
+				slots = append(slots, slot)
+			}
+			v.exec.Execute(ios)
+			for i := range ios {
+				if ios[i].Err == nil {
+					ios[i].Err = ios[i].Dev.Flush()
+				}
+				if ios[i].Err != nil && failedSlot < 0 {
+					failedSlot, failErr = slots[i], ios[i].Err
+				}
+			}
+			if failedSlot >= 0 {
+				break
+			}
+		}
+		if failedSlot < 0 {
+			return nil
+		}
+		v.markFailedLocked(failedSlot, fmt.Errorf("superblock write: %w", failErr))
+	}
+	return fmt.Errorf("superblock write: %w", ErrVolumeFailed)
+}
+
+// markFailedLocked records slot as failed in memory; callers hold metaMu
+// and write the metadata afterwards.
+func (v *Volume) markFailedLocked(slot int, cause error) {
+	if v.slotRole(slot) == superblock.RoleFailed {
+		return
+	}
+	v.log.Error("member failed", "slot", slot, "device", v.names[slot], "err", cause)
+	v.slots[slot].role.Store(uint32(superblock.RoleFailed))
+	v.slots[slot].resync.Store(nil)
+	v.slots[slot].checkpoint.Store(0)
+	m := &v.meta.Members[slot]
+	m.Role, m.Resync, m.Checkpoint = superblock.RoleFailed, false, 0
+	g := v.geo
+	grp := slot / g.Width()
+	lost := 0
+	for mem := 0; mem < g.Width(); mem++ {
+		if v.slotRole(g.Slot(grp, mem)) != superblock.RoleActive {
+			lost++
+		}
+	}
+	if lost > g.M {
+		// Rebuilding members may still hold enough rows, but from here
+		// on we refuse rather than risk serving a stripe wrongly.
+		if !v.failed.Swap(true) {
+			v.log.Error("volume failed", "group", grp, "lost", lost, "m", g.M)
+		}
+	}
+}
+
+// failMember marks slot failed after an I/O error, updates the survivors'
+// superblocks and bumps the event counter.
+func (v *Volume) failMember(slot int, cause error) {
+	v.metaMu.Lock()
+	defer v.metaMu.Unlock()
+	if v.slotRole(slot) == superblock.RoleFailed {
+		return
+	}
+	v.markFailedLocked(slot, cause)
+	if err := v.writeMetaLocked(); err != nil {
+		v.log.Error("cannot record member failure", "err", err)
+	}
+}
+
+// persistBitmap writes bitmap block blk to every writable member and
+// flushes them. A failing member is marked failed; the bit is durable on
+// the survivors.
+func (v *Volume) persistBitmap(blk int, data []byte) error {
+	var ios []IO
+	var slots []int
+	for slot, d := range v.devs {
+		if d != nil && v.writable(slot) {
+			ios = append(ios, IO{Dev: d, Write: true, Buf: data, Off: v.base.BitmapOffset + int64(blk)*bitmapBlock})
+			slots = append(slots, slot)
+		}
+	}
+	v.exec.Execute(ios)
+	for i := range ios {
+		if ios[i].Err == nil {
+			ios[i].Err = ios[i].Dev.Flush()
+		}
+	}
+	for i := range ios {
+		if ios[i].Err != nil {
+			v.failMember(slots[i], fmt.Errorf("bitmap write: %w", ios[i].Err))
+		}
+	}
+	if v.failed.Load() {
+		return ErrVolumeFailed
+	}
+	return nil
+}
+
+// allInSync reports whether every non-spare slot is active.
+func (v *Volume) allInSync() bool {
+	for slot := range v.slots {
+		r := v.slotRole(slot)
+		if r != superblock.RoleActive && r != superblock.RoleSpare {
+			return false
+		}
+	}
+	return true
+}
+
+// Flush makes every write that completed before the call durable on the
+// members (the block layer's FLUSH; a FUA write is WriteAtFUA). It then
+// lazily cleans write-intent regions that stayed idle for a whole flush
+// interval.
+func (v *Volume) Flush() error {
+	if err := v.check(); err != nil {
+		return err
+	}
+	if err := v.flushMembers(); err != nil {
+		return err
+	}
+	if v.allInSync() {
+		if err := v.bm.clearIdle(false); err != nil {
+			return fmt.Errorf("flush: clean bitmap: %w", err)
+		}
+	}
+	return nil
+}
+
+func (v *Volume) flushMembers() error {
+	for slot, d := range v.devs {
+		if d == nil || !v.writable(slot) {
+			continue
+		}
+		if err := d.Flush(); err != nil {
+			v.failMember(slot, fmt.Errorf("flush: %w", err))
+		}
+	}
+	if v.failed.Load() {
+		return fmt.Errorf("flush: %w", ErrVolumeFailed)
+	}
+	return nil
+}
+
+func (v *Volume) check() error {
+	if v.closed.Load() {
+		return ErrClosed
+	}
+	if v.failed.Load() {
+		return ErrVolumeFailed
+	}
+	return nil
+}
+
+// Close flushes, cleans the write-intent bitmap, marks the volume clean on
+// every member and closes the members. Requests must have completed.
+func (v *Volume) Close() error {
+	if v.closed.Swap(true) {
+		return ErrClosed
+	}
+	var err error
+	if !v.failed.Load() {
+		err = v.flushMembers()
+		if err == nil && v.allInSync() {
+			err = v.bm.clearIdle(true)
+		}
+		if err == nil {
+			v.metaMu.Lock()
+			v.meta.Clean = v.allInSync() && !v.bm.snapshot().any()
+			err = v.writeMetaLocked()
+			v.metaMu.Unlock()
+		}
+	}
+	for _, d := range v.devs {
+		if d != nil {
+			if cerr := d.Close(); cerr != nil && err == nil {
+				err = cerr
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("close volume %s: %w", v.base.Name, err)
+	}
+	return nil
+}
+
+// Abandon stops the volume without flushing or marking it clean, as a
+// crash would; members are not closed. For tests and fencing.
+func (v *Volume) Abandon() { v.closed.Store(true) }
+
+// MemberStatus describes one member slot.
+type MemberStatus struct {
+	Slot       int
+	Device     string
+	Domain     string
+	Role       superblock.Role
+	Resync     bool
+	Checkpoint int64 // rows rebuilt so far (Rebuilding)
+}
+
+// Status is a snapshot of the volume's state.
+type Status struct {
+	Name          string
+	UUID          [16]byte
+	Size          int64
+	Geometry      layout.Geometry
+	Events, Epoch uint64
+	Failed        bool
+	Degraded      bool
+	DirtyRegions  int64
+	Members       []MemberStatus
+	Progress      *Progress // current rebuild or scrub, if any
+}
+
+// Status returns a snapshot of the volume's state.
+func (v *Volume) Status() Status {
+	v.metaMu.Lock()
+	defer v.metaMu.Unlock()
+	st := Status{
+		Name: v.base.Name, UUID: v.base.VolumeUUID, Size: v.Size(), Geometry: v.geo,
+		Events: v.meta.Events, Epoch: v.meta.Epoch, Failed: v.failed.Load(),
+		Degraded: !v.allInSync(), DirtyRegions: v.bm.snapshot().count(), Progress: v.progress.Load(),
+	}
+	for slot := range v.slots {
+		st.Members = append(st.Members, MemberStatus{
+			Slot: slot, Device: v.names[slot], Domain: v.meta.Members[slot].Domain, Role: v.slotRole(slot),
+			Resync: v.slots[slot].resync.Load() != nil, Checkpoint: v.slots[slot].checkpoint.Load(),
+		})
+	}
+	return st
+}

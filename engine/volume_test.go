@@ -1,0 +1,146 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/fabraid/fabraid/engine/layout"
+	"github.com/fabraid/fabraid/engine/superblock"
+)
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func memMembers(n int, size int64) ([]*MemMember, []Member) {
+	mm := make([]*MemMember, n)
+	devs := make([]Member, n)
+	for i := range mm {
+		mm[i] = NewMemMember(size)
+		devs[i] = mm[i]
+	}
+	return mm, devs
+}
+
+func newTestVolume(t testing.TB, cfg Config, size int64) (*Volume, []*MemMember) {
+	t.Helper()
+	g := layout.Geometry{K: cfg.K, M: cfg.M, Groups: max(cfg.Groups, 1)}
+	mm, devs := memMembers(g.Members(), size)
+	if cfg.RegionSize == 0 {
+		cfg.RegionSize = 256 << 10
+	}
+	if cfg.DataOffset == 0 {
+		cfg.DataOffset = 256 << 10
+	}
+	v, err := Create(cfg, devs, nil, Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v, mm
+}
+
+func TestWriteReadHealthyAndDegraded(t *testing.T) {
+	for _, cfg := range []Config{
+		{Name: "r5", K: 3, M: 1, ChunkSize: 4096},
+		{Name: "r6", K: 4, M: 2, ChunkSize: 8192, Groups: 2},
+		{Name: "m3", K: 5, M: 3, ChunkSize: 4096},
+	} {
+		t.Run(cfg.Name, func(t *testing.T) {
+			v, mm := newTestVolume(t, cfg, 1<<20)
+			rng := rand.New(rand.NewPCG(1, uint64(cfg.K)))
+			model := make([]byte, v.Size())
+			check := func(what string) {
+				t.Helper()
+				got := make([]byte, v.Size())
+				if _, err := v.ReadAt(got, 0); err != nil {
+					t.Fatalf("%s: read: %v", what, err)
+				}
+				if !bytes.Equal(got, model) {
+					t.Fatalf("%s: volume differs from model", what)
+				}
+			}
+			write := func() {
+				blocks := v.Size() / layout.BlockSize
+				off := rng.Int64N(blocks) * layout.BlockSize
+				n := (1 + rng.Int64N(min(blocks-off/layout.BlockSize, 40))) * layout.BlockSize
+				p := make([]byte, n)
+				for i := range p {
+					p[i] = byte(rng.Uint32())
+				}
+				if _, err := v.WriteAt(p, off); err != nil {
+					t.Fatalf("write: %v", err)
+				}
+				copy(model[off:], p)
+			}
+			for i := 0; i < 100; i++ {
+				write()
+			}
+			check("healthy")
+			// Fail m members of group 0 one by one, writing in between.
+			for f := 0; f < cfg.M; f++ {
+				mm[f*2%v.geo.Width()].SetFailed(true)
+				for i := 0; i < 50; i++ {
+					write()
+				}
+				check("degraded")
+			}
+			if rep, err := v.Scrub(context.Background(), false, RebuildOptions{}); err != nil || rep.Mismatches != 0 {
+				t.Fatalf("scrub: %+v %v", rep, err)
+			}
+			// One more failure loses data: errors, never wrong data.
+			for i := range mm[:v.geo.Width()] {
+				mm[i].SetFailed(true)
+			}
+			buf := make([]byte, v.Size())
+			if _, err := v.ReadAt(buf, 0); !errors.Is(err, ErrVolumeFailed) && !errors.Is(err, ErrTooManyFailures) {
+				t.Fatalf("read with m+1 failures: %v", err)
+			}
+		})
+	}
+}
+
+func TestReplaceRebuild(t *testing.T) {
+	v, mm := newTestVolume(t, Config{Name: "rb", K: 4, M: 2, ChunkSize: 4096}, 2<<20)
+	rng := rand.New(rand.NewPCG(5, 6))
+	model := make([]byte, v.Size())
+	for i := range model {
+		model[i] = byte(rng.Uint32())
+	}
+	if _, err := v.WriteAt(model, 0); err != nil {
+		t.Fatal(err)
+	}
+	mm[1].SetFailed(true)
+	mm[4].SetFailed(true)
+	p := bytes.Repeat([]byte{7}, 3*layout.BlockSize)
+	if _, err := v.WriteAt(p, 5*layout.BlockSize); err != nil {
+		t.Fatal(err)
+	}
+	copy(model[5*layout.BlockSize:], p)
+	for _, slot := range []int{1, 4} {
+		if err := v.Replace(slot, NewMemMember(2<<20), "new"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := v.Rebuild(context.Background(), RebuildOptions{CheckpointRows: 7}); err != nil {
+		t.Fatal(err)
+	}
+	st := v.Status()
+	for _, m := range st.Members {
+		if m.Role != superblock.RoleActive {
+			t.Fatalf("after rebuild: %+v", m)
+		}
+	}
+	// Now lose two other members: the rebuilt ones must carry the data.
+	mm[0].SetFailed(true)
+	mm[2].SetFailed(true)
+	got := make([]byte, v.Size())
+	if _, err := v.ReadAt(got, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, model) {
+		t.Fatal("data differs after rebuild")
+	}
+}
