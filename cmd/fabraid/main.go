@@ -32,6 +32,8 @@ func newRootCmd() *cobra.Command {
 	}
 	root.AddCommand(
 		newVersionCmd(),
+		newDoctorCmd(),
+		newUblkCmd(),
 	)
 	return root
 }
