@@ -1,0 +1,76 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+
+	"github.com/fabraid/fabraid/internal/doctor"
+	"github.com/fabraid/fabraid/kernel/ublk"
+	"github.com/fabraid/fabraid/kernel/uring"
+	"github.com/spf13/cobra"
+)
+
+// exitMissing is doctor's exit code when a required piece is missing.
+const exitMissing = 3
+
+func newDoctorCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "doctor",
+		Short: "Check this node for everything fabraid needs and say how to fix what is missing",
+		Long: `doctor inspects the running kernel and the node's NVMe identity: configfs,
+nvmet and nvmet-tcp, nvme-tcp with native multipath, ublk_drv and its feature
+bits (asked from the kernel), io_uring, /etc/nvme/hostnqn and hostid.
+
+Exit status: 0 when every required piece is present, 3 when one is missing.`,
+		Example: "  fabraid doctor\n  fabraid doctor --json | jq '.checks[] | select(.status != \"ok\")'",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			d := &doctor.Doctor{Root: "/", Probes: liveProbes()}
+			rep := d.Run()
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				enc.SetEscapeHTML(false)
+				if err := enc.Encode(rep); err != nil {
+					return err
+				}
+			} else if err := rep.WriteText(out); err != nil {
+				return err
+			}
+			if !rep.Healthy() {
+				return &exitError{code: exitMissing, err: errors.New("required kernel features or configuration missing")}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	return cmd
+}
+
+// liveProbes asks the running kernel through our ublk and io_uring packages.
+func liveProbes() doctor.Probes {
+	return doctor.Probes{
+		UblkFeatures: func() (uint64, []string, error) {
+			if _, err := os.Stat(ublk.ControlPath); err != nil {
+				return 0, nil, err
+			}
+			ctl, err := ublk.OpenControl()
+			if err != nil {
+				return 0, nil, err
+			}
+			defer ctl.Close()
+			f := ctl.Features()
+			return uint64(f), f.Names(), nil
+		},
+		IOUring: func() error {
+			r, err := uring.New(2, nil)
+			if err != nil {
+				return err
+			}
+			return r.Close()
+		},
+	}
+}

@@ -1,0 +1,245 @@
+// Package doctor inspects a node for everything fabraid needs from its
+// kernel and configuration — configfs, the nvmet target and its TCP
+// transport, the nvme-tcp initiator with native multipath, ublk_drv and its
+// feature bits, io_uring, the NVMe host identity — and says, for each
+// missing piece, exactly how to fix it.
+//
+// Checks read /proc, /sys and /etc under a root directory (normally "/"),
+// and ask the kernel itself through injected probes (ublk GET_FEATURES,
+// an io_uring setup), so they never guess from a version string.
+package doctor
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// Status of one check.
+type Status string
+
+const (
+	OK      Status = "ok"      // present and usable
+	Missing Status = "missing" // required and absent: fabraid cannot run its part
+	Warn    Status = "warn"    // works, but not as recommended
+)
+
+// Check is the outcome of one inspection.
+type Check struct {
+	Name     string `json:"name"`
+	Status   Status `json:"status"`
+	Detail   string `json:"detail"`
+	Fix      string `json:"fix,omitempty"`
+	Required bool   `json:"required"`
+}
+
+// Report is the whole inspection.
+type Report struct {
+	Kernel string  `json:"kernel"`
+	Checks []Check `json:"checks"`
+}
+
+// Healthy reports whether every required check passed.
+func (r *Report) Healthy() bool {
+	for _, c := range r.Checks {
+		if c.Required && c.Status == Missing {
+			return false
+		}
+	}
+	return true
+}
+
+// Probes ask the running kernel directly. A nil probe is skipped.
+type Probes struct {
+	// UblkFeatures returns the GET_FEATURES bits and their names.
+	UblkFeatures func() (uint64, []string, error)
+	// IOUring sets up and tears down a small ring.
+	IOUring func() error
+}
+
+// Doctor runs the checks against the system under Root.
+type Doctor struct {
+	Root   string // "/" on a live system
+	Probes Probes
+}
+
+func (d *Doctor) path(p string) string { return filepath.Join(d.Root, p) }
+
+func (d *Doctor) exists(p string) bool {
+	_, err := os.Stat(d.path(p))
+	return err == nil
+}
+
+func (d *Doctor) read(p string) string {
+	b, _ := os.ReadFile(d.path(p))
+	return strings.TrimSpace(string(b))
+}
+
+// moduleLoaded reports whether a module is loaded or built in (both show
+// up under /sys/module once active).
+func (d *Doctor) moduleLoaded(name string) bool { return d.exists("/sys/module/" + name) }
+
+// Run performs every check.
+func (d *Doctor) Run() *Report {
+	r := &Report{Kernel: d.read("/proc/sys/kernel/osrelease")}
+	r.Checks = append(r.Checks,
+		d.checkConfigfs(),
+		d.checkModule("nvmet", "nvmet", "NVMe-oF target (exports drives and volumes)",
+			"/sys/kernel/config/nvmet", "CONFIG_NVME_TARGET (Linux 4.8+; RHEL 8+)"),
+		d.checkModule("nvmet-tcp", "nvmet_tcp", "NVMe/TCP target transport",
+			"", "CONFIG_NVME_TARGET_TCP (Linux 5.0+; RHEL 8.2+)"),
+		d.checkModule("nvme-tcp", "nvme_tcp", "NVMe/TCP initiator (imports peers' drives)",
+			"/dev/nvme-fabrics", "CONFIG_NVME_TCP (Linux 5.0+; RHEL 8.2+)"),
+		d.checkMultipath(),
+		d.checkUblk(),
+		d.checkIOUring(),
+		d.checkHostNQN(),
+		d.checkHostID(),
+	)
+	return r
+}
+
+func (d *Doctor) checkConfigfs() Check {
+	c := Check{Name: "configfs", Required: true}
+	mounts := d.read("/proc/mounts")
+	switch {
+	case regexp.MustCompile(`(?m)^\S+ /sys/kernel/config configfs `).MatchString(mounts):
+		c.Status, c.Detail = OK, "mounted at /sys/kernel/config"
+	case strings.Contains(d.read("/proc/filesystems"), "configfs"):
+		c.Status, c.Detail = Missing, "configfs is available but not mounted"
+		c.Fix = "mount -t configfs none /sys/kernel/config"
+	default:
+		c.Status, c.Detail = Missing, "configfs is not in this kernel's filesystems"
+		c.Fix = "modprobe configfs && mount -t configfs none /sys/kernel/config (kernel needs CONFIG_CONFIGFS_FS)"
+	}
+	return c
+}
+
+// checkModule checks a module by /sys/module and, when given, a path the
+// module provides.
+func (d *Doctor) checkModule(name, module, role, provides, kernelNeed string) Check {
+	c := Check{Name: name, Required: true}
+	switch {
+	case d.moduleLoaded(module) && (provides == "" || d.exists(provides)):
+		c.Status, c.Detail = OK, role+": loaded"
+	case d.moduleLoaded(module):
+		c.Status, c.Detail = Missing, fmt.Sprintf("%s: module loaded but %s is absent", role, provides)
+		c.Fix = "mount configfs at /sys/kernel/config, then reload: modprobe -r " + module + " && modprobe " + module
+	default:
+		c.Status, c.Detail = Missing, role+": module "+module+" not loaded"
+		c.Fix = "modprobe " + module + " (kernel needs " + kernelNeed + "); fabraid's RPM loads it at boot via modules-load.d"
+	}
+	return c
+}
+
+func (d *Doctor) checkMultipath() Check {
+	c := Check{Name: "nvme-multipath", Required: true}
+	v := d.read("/sys/module/nvme_core/parameters/multipath")
+	switch v {
+	case "Y", "1":
+		c.Status, c.Detail = OK, "native NVMe multipath enabled"
+	case "":
+		c.Status, c.Detail = Missing, "nvme_core not loaded, multipath unknown"
+		c.Fix = "modprobe nvme_core (loaded with nvme-tcp)"
+	default:
+		c.Status, c.Detail = Missing, "native NVMe multipath is off: volume failover needs it"
+		c.Fix = "boot with nvme_core.multipath=Y (RHEL: it defaults to Y from RHEL 9)"
+	}
+	return c
+}
+
+func (d *Doctor) checkUblk() Check {
+	c := Check{Name: "ublk", Required: true}
+	if !d.moduleLoaded("ublk_drv") {
+		c.Status, c.Detail = Missing, "ublk_drv not loaded: volumes cannot be served as block devices"
+		c.Fix = "modprobe ublk_drv (kernel needs CONFIG_BLK_DEV_UBLK: Linux 6.0+ with user recovery from 6.1; RHEL 9.2+; Debian 12's 6.1 kernel lacks it — use the 6.12 backports kernel)"
+		return c
+	}
+	if !d.exists("/dev/ublk-control") {
+		c.Status, c.Detail = Missing, "ublk_drv loaded but /dev/ublk-control is absent"
+		c.Fix = "check udev/devtmpfs: the misc device ublk-control should appear when ublk_drv loads"
+		return c
+	}
+	if d.Probes.UblkFeatures == nil {
+		c.Status, c.Detail = OK, "ublk_drv loaded, /dev/ublk-control present"
+		return c
+	}
+	bits, names, err := d.Probes.UblkFeatures()
+	if err != nil {
+		c.Status, c.Detail = Missing, fmt.Sprintf("GET_FEATURES on /dev/ublk-control failed: %v", err)
+		c.Fix = "run as root; the kernel needs ublk with UBLK_F_CMD_IOCTL_ENCODE or GET_FEATURES (Linux 6.1+)"
+		return c
+	}
+	c.Status, c.Detail = OK, fmt.Sprintf("features 0x%x: %s", bits, strings.Join(names, " "))
+	if !strings.Contains(" "+strings.Join(names, " ")+" ", " USER_RECOVERY ") {
+		c.Status = Missing
+		c.Fix = "the kernel lacks UBLK_F_USER_RECOVERY (Linux 6.1+): engine restarts would fail I/O"
+	}
+	return c
+}
+
+func (d *Doctor) checkIOUring() Check {
+	c := Check{Name: "io_uring", Required: true}
+	switch d.read("/proc/sys/kernel/io_uring_disabled") {
+	case "2":
+		c.Status, c.Detail = Missing, "io_uring is disabled (kernel.io_uring_disabled=2)"
+		c.Fix = "sysctl -w kernel.io_uring_disabled=0 (and in /etc/sysctl.d)"
+		return c
+	case "1":
+		c.Status, c.Detail = Warn, "io_uring restricted to the io_uring_group (kernel.io_uring_disabled=1); fabraid runs as root, which is allowed"
+	}
+	if d.Probes.IOUring != nil {
+		if err := d.Probes.IOUring(); err != nil {
+			c.Status, c.Detail = Missing, fmt.Sprintf("io_uring setup failed: %v", err)
+			c.Fix = "kernel needs CONFIG_IO_URING (Linux 5.1+; on RHEL 9 enable it: sysctl kernel.io_uring_disabled=0)"
+			return c
+		}
+	}
+	if c.Status == "" {
+		c.Status, c.Detail = OK, "io_uring available"
+	}
+	return c
+}
+
+var (
+	hostNQNRE = regexp.MustCompile(`^nqn\.[0-9]{4}-[0-9]{2}\.[a-z0-9.-]+:.{1,200}$`)
+	uuidRE    = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+)
+
+func (d *Doctor) checkHostNQN() Check {
+	c := Check{Name: "hostnqn", Required: true}
+	v := d.read("/etc/nvme/hostnqn")
+	switch {
+	case v == "":
+		c.Status, c.Detail = Missing, "/etc/nvme/hostnqn is missing or empty: exports allow hosts by NQN"
+		c.Fix = `mkdir -p /etc/nvme && echo "nqn.2014-08.org.nvmexpress:uuid:$(cat /proc/sys/kernel/random/uuid)" > /etc/nvme/hostnqn (or: nvme gen-hostnqn > /etc/nvme/hostnqn)`
+	case !hostNQNRE.MatchString(v):
+		c.Status, c.Detail = Missing, fmt.Sprintf("/etc/nvme/hostnqn holds %q, not a valid NQN", v)
+		c.Fix = "nvme gen-hostnqn > /etc/nvme/hostnqn"
+	default:
+		c.Status, c.Detail = OK, v
+	}
+	return c
+}
+
+func (d *Doctor) checkHostID() Check {
+	c := Check{Name: "hostid", Required: true}
+	v := d.read("/etc/nvme/hostid")
+	nqn := d.read("/etc/nvme/hostnqn")
+	switch {
+	case v == "":
+		c.Status, c.Detail = Missing, "/etc/nvme/hostid is missing: connections from this host must use one consistent host ID"
+		c.Fix = "write the UUID of /etc/nvme/hostnqn (its part after 'uuid:') to /etc/nvme/hostid"
+	case !uuidRE.MatchString(v):
+		c.Status, c.Detail = Missing, fmt.Sprintf("/etc/nvme/hostid holds %q, not a UUID", v)
+		c.Fix = "write a UUID (the one in /etc/nvme/hostnqn) to /etc/nvme/hostid"
+	case strings.Contains(nqn, ":uuid:") && !strings.EqualFold(nqn[strings.LastIndex(nqn, ":uuid:")+6:], v):
+		c.Status, c.Detail = Warn, "hostid differs from the UUID in hostnqn (nvme-cli keeps them equal)"
+		c.Fix = "write the UUID of /etc/nvme/hostnqn to /etc/nvme/hostid"
+	default:
+		c.Status, c.Detail = OK, v
+	}
+	return c
+}

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what fabraid's build, tests and demo need on a Debian/Ubuntu host,
+# as root, idempotently: qemu (TCG guests), static busybox (guest userland)
+# and fresh apt lists so the guest kernels (linux-image-6.12.*, 6.1.0-*)
+# can be fetched with apt-get download by the test harness. Go must already
+# be installed (the Go toolchain is the only prerequisite).
+set -euo pipefail
+
+need=()
+command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
+# busybox-static replaces the dynamic busybox package; the guests need the static one.
+if ! dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'install ok installed'; then
+	need+=(busybox-static)
+fi
+
+lists_fresh() {
+	local a b
+	a=$(apt-cache pkgnames linux-image-6.12 2>/dev/null || true)
+	b=$(apt-cache pkgnames linux-image-6.1.0 2>/dev/null || true)
+	[[ $a == *deb12-amd64-unsigned* && $b == *amd64-unsigned* ]]
+}
+
+if [ ${#need[@]} -gt 0 ] || ! lists_fresh; then
+	if [ "$(id -u)" != 0 ]; then
+		echo "setup-host: need root to install: ${need[*]:-fresh apt lists}" >&2
+		exit 1
+	fi
+	echo "setup-host: apt-get update"
+	apt-get update -qq
+fi
+if [ ${#need[@]} -gt 0 ]; then
+	echo "setup-host: installing ${need[*]}"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+command -v go >/dev/null || { echo "setup-host: Go is not on PATH (need Go 1.26: /usr/local/go/bin)" >&2; exit 1; }
+echo "setup-host: ok ($(qemu-system-x86_64 --version | head -1); $(go version))"
