@@ -1,0 +1,274 @@
+package engine
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/fabraid/fabraid/engine/superblock"
+)
+
+// baseSBs returns the superblocks of a healthy 3+2 volume, one per slot.
+func baseSBs(events uint64) []*superblock.Superblock {
+	v := &superblock.Superblock{
+		VolumeUUID: [16]byte{0xaa}, Name: "fz", Codec: superblock.CodecRS,
+		DataOffset: 1 << 20, BitmapOffset: 32768, BitmapBytes: 4096, RegionRows: 4,
+		Events: events, Epoch: 1,
+	}
+	v.Geometry.K, v.Geometry.M, v.Geometry.Groups, v.Geometry.ChunkSize, v.Geometry.Rows = 3, 2, 1, 4096, 64
+	for i := 0; i < 5; i++ {
+		v.Members = append(v.Members, superblock.Member{UUID: [16]byte{0xbb, byte(i)}, Domain: "d", Role: superblock.RoleActive})
+	}
+	out := make([]*superblock.Superblock, 5)
+	for i := range out {
+		c := v.Clone()
+		c.Slot, c.MemberUUID = i, c.Members[i].UUID
+		out[i] = c
+	}
+	return out
+}
+
+func cands(sbs []*superblock.Superblock, size int64) []Candidate {
+	var c []Candidate
+	for i, sb := range sbs {
+		c = append(c, Candidate{Name: "dev" + string(rune('a'+i)), Size: size, SB: sb})
+	}
+	return c
+}
+
+func TestPlanAssembly(t *testing.T) {
+	const size = 2 << 20
+	for _, tc := range []struct {
+		name    string
+		mutate  func([]Candidate) []Candidate
+		wantErr string // substring; "" means success
+		check   func(*testing.T, *AssemblyPlan)
+	}{
+		{name: "healthy", mutate: func(c []Candidate) []Candidate { return c }},
+		{name: "missing two", mutate: func(c []Candidate) []Candidate { return c[:3] },
+			check: func(t *testing.T, p *AssemblyPlan) {
+				if p.SB.Members[3].Role != superblock.RoleFailed || p.SB.Members[4].Role != superblock.RoleFailed {
+					t.Fatalf("missing members not failed: %+v", p.SB.Members)
+				}
+			}},
+		{name: "missing three", mutate: func(c []Candidate) []Candidate { return c[:2] }, wantErr: "group 0 has 2 current members"},
+		{name: "stale member", mutate: func(c []Candidate) []Candidate {
+			for _, x := range c[1:] {
+				x.SB.Events = 9
+			}
+			return c
+		}, check: func(t *testing.T, p *AssemblyPlan) {
+			if !p.Stale[0] || p.SB.Members[0].Role != superblock.RoleRebuilding || !p.SB.Members[0].Resync {
+				t.Fatalf("stale member not resync target: %+v", p.SB.Members[0])
+			}
+		}},
+		{name: "three stale", mutate: func(c []Candidate) []Candidate {
+			for _, x := range c[3:] {
+				x.SB.Events = 9
+			}
+			return c
+		}, wantErr: "devc stale"},
+		{name: "mixed volumes", mutate: func(c []Candidate) []Candidate {
+			c[2].SB.VolumeUUID[0] = 1
+			return c
+		}, wantErr: "mixed volumes"},
+		{name: "duplicate", mutate: func(c []Candidate) []Candidate {
+			return append(c, Candidate{Name: "copy", Size: size, SB: c[1].SB.Clone()})
+		}, wantErr: "both claim slot 1"},
+		{name: "too small", mutate: func(c []Candidate) []Candidate {
+			c[3].Size = 4096
+			return c
+		}, wantErr: "devd: 4096 bytes"},
+		{name: "garbage", mutate: func(c []Candidate) []Candidate {
+			c[0].SB, c[0].Err = nil, superblock.ErrInvalid
+			return c
+		}, wantErr: "deva: invalid superblock"},
+		{name: "conflict same events", mutate: func(c []Candidate) []Candidate {
+			c[2].SB.Members[4].Role = superblock.RoleFailed
+			return c
+		}, wantErr: "disagree"},
+		{name: "geometry differs", mutate: func(c []Candidate) []Candidate {
+			c[2].SB.Events = 3
+			c[2].SB.Geometry.Rows = 32
+			return c
+		}, wantErr: "geometry"},
+		{name: "replaced member ignored", mutate: func(c []Candidate) []Candidate {
+			for _, x := range c[:4] {
+				x.SB.Events = 9
+				x.SB.Members[4].UUID = [16]byte{0xcc}
+				x.SB.Members[4].Role = superblock.RoleRebuilding
+			}
+			return c
+		}, check: func(t *testing.T, p *AssemblyPlan) {
+			if p.Device[4] != -1 || len(p.Warnings) == 0 {
+				t.Fatalf("replaced member used: %+v", p)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := PlanAssembly(tc.mutate(cands(baseSBs(5), size)))
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tc.check != nil {
+					tc.check(t, p)
+				}
+				return
+			}
+			if err == nil || !errors.Is(err, ErrAssembly) || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("err = %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// FuzzPlanAssembly: arbitrary sets of (possibly garbage, conflicting or
+// stale) superblocks never panic, and a plan that is returned never mixes
+// volumes, never fills a slot twice or with the wrong member, never trusts
+// a stale member, and always has k current members per group.
+func FuzzPlanAssembly(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4})
+	f.Add([]byte{0x10, 0x21, 0x32, 0x43, 0x54, 0x65})
+	f.Add([]byte{0xff, 0x80, 0x01})
+	raw, _ := baseSBs(5)[0].Marshal()
+	f.Add(append([]byte{0xfe}, raw...))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) == 0 {
+			return
+		}
+		var cs []Candidate
+		if data[0] == 0xfe && len(data) > superblock.CopySize {
+			// One raw copy decoded from fuzz bytes among good ones.
+			sb, err := superblock.Unmarshal(data[1:])
+			cs = append(cs, Candidate{Name: "raw", Size: 2 << 20, SB: sb, Err: err})
+			data = data[superblock.CopySize+1:]
+		}
+		for i, b := range data {
+			if len(cs) >= 12 {
+				break
+			}
+			sbs := baseSBs(5 + uint64(b>>6))
+			sb := sbs[int(b)%5]
+			switch (b >> 3) & 7 {
+			case 1:
+				sb.VolumeUUID[1] = b
+			case 2:
+				sb.Members[(int(b)+1)%5].Role = superblock.RoleFailed
+			case 3:
+				sb.Members[int(b)%5].Role = superblock.RoleRebuilding
+				sb.Members[int(b)%5].Checkpoint = int64(b % 64)
+			case 4:
+				sb.Geometry.Rows = 32
+			case 5:
+				sb.Epoch = uint64(b)
+			}
+			if sb.Validate() != nil {
+				continue
+			}
+			size := int64(2 << 20)
+			if b&0x7 == 7 {
+				size = 1 << 20
+			}
+			cs = append(cs, Candidate{Name: string(rune('a' + i)), Size: size, SB: sb})
+		}
+		p, err := PlanAssembly(cs)
+		if err != nil {
+			if !errors.Is(err, ErrAssembly) {
+				t.Fatalf("error does not wrap ErrAssembly: %v", err)
+			}
+			return
+		}
+		if err := p.SB.Validate(); err != nil {
+			t.Fatalf("plan superblock invalid: %v", err)
+		}
+		g := p.SB.Geometry
+		used := map[int]bool{}
+		for slot, i := range p.Device {
+			if i < 0 {
+				continue
+			}
+			c := cs[i]
+			if used[i] {
+				t.Fatalf("device %d used twice", i)
+			}
+			used[i] = true
+			if c.SB.VolumeUUID != p.SB.VolumeUUID || c.SB.Slot != slot || c.SB.MemberUUID != p.SB.Members[slot].UUID {
+				t.Fatalf("slot %d filled with a foreign device", slot)
+			}
+			if c.Size < p.SB.MinDeviceSize() {
+				t.Fatalf("slot %d: device too small", slot)
+			}
+			if !p.Stale[slot] && c.SB.Events != p.SB.Events {
+				t.Fatalf("slot %d: stale device trusted", slot)
+			}
+			if p.Stale[slot] && p.SB.Members[slot].Role == superblock.RoleActive {
+				t.Fatalf("slot %d: stale device active", slot)
+			}
+		}
+		for grp := 0; grp < g.Groups; grp++ {
+			n := 0
+			for mem := 0; mem < g.Width(); mem++ {
+				s := g.Slot(grp, mem)
+				if p.Device[s] >= 0 && !p.Stale[s] && p.SB.Members[s].Role == superblock.RoleActive {
+					n++
+				}
+			}
+			if n < g.K {
+				t.Fatalf("group %d assembled with %d current members", grp, n)
+			}
+		}
+	})
+}
+
+// End to end: superblocks written by Create, then damaged on the devices.
+func TestAssembleFromDevices(t *testing.T) {
+	v, mm := newTestVolume(t, Config{Name: "asm", K: 3, M: 2, ChunkSize: 4096}, 1<<20)
+	p := bytes.Repeat([]byte("fabraid!"), int(v.Size()/8))
+	if _, err := v.WriteAt(p, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	reopen := func() []Member {
+		var d []Member
+		for _, m := range mm {
+			m.Reopen()
+			d = append(d, m)
+		}
+		return d
+	}
+	// Tear copy A of member 0 and wipe both copies of member 1: member 0
+	// still assembles from copy B; member 1 is refused by name.
+	mm[0].Corrupt(superblock.CopyAOffset+100, []byte("torn"))
+	if v2, err := Assemble(reopen()[:1:1], []string{"m0"}, Options{Logger: quietLogger()}); err == nil {
+		v2.Abandon()
+		t.Fatal("assembled from one member of five")
+	}
+	mm[1].Corrupt(superblock.CopyAOffset, make([]byte, superblock.CopySize*2))
+	_, err := Assemble(reopen(), []string{"m0", "m1", "m2", "m3", "m4"}, Options{Logger: quietLogger()})
+	if err == nil || !strings.Contains(err.Error(), "m1") {
+		t.Fatalf("assemble with a wiped member: %v", err)
+	}
+	devs := reopen()
+	v, err = Assemble([]Member{devs[0], devs[2], devs[3], devs[4]}, []string{"m0", "m2", "m3", "m4"}, Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, v.Size())
+	if _, err := v.ReadAt(got, 0); err != nil || !bytes.Equal(got, p) {
+		t.Fatalf("read after degraded assembly: %v", err)
+	}
+	if st := v.Status(); st.Members[1].Role != superblock.RoleFailed || st.Epoch < 2 {
+		t.Fatalf("status %+v", st)
+	}
+	// Stale owner epochs are refused.
+	v.Abandon()
+	devs = reopen()
+	_, err = Assemble([]Member{devs[0], devs[2], devs[3], devs[4]}, nil, Options{Logger: quietLogger(), Epoch: 1})
+	if err == nil || !strings.Contains(err.Error(), "stale owner") {
+		t.Fatalf("stale owner epoch: %v", err)
+	}
+}
