@@ -32,6 +32,7 @@ func newRootCmd() *cobra.Command {
 	}
 	root.AddCommand(
 		newVersionCmd(),
+		newBenchCmd(),
 		newDoctorCmd(),
 		newUblkCmd(),
 	)

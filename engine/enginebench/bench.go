@@ -1,0 +1,371 @@
+package enginebench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fabraid/fabraid/engine"
+	"github.com/fabraid/fabraid/engine/layout"
+)
+
+// Config selects what to measure.
+type Config struct {
+	Dir        string        // directory for member files; default /dev/shm
+	K, M       int           // default 4+2
+	ChunkSize  int           // default engine.DefaultChunkSize
+	MemberSize int64         // bytes per member file; default 256 MiB
+	Jobs       int           // parallel requests; default 2*GOMAXPROCS
+	Duration   time.Duration // per timed measurement; default 1.5 s
+	Log        io.Writer     // progress lines; nil for none
+}
+
+// Result holds absolute rates (MiB/s, IOPS) and the ratios the issue asks
+// for. JSON keys are stable.
+type Result struct {
+	K          int   `json:"k"`
+	M          int   `json:"m"`
+	ChunkSize  int   `json:"chunk_size"`
+	MemberSize int64 `json:"member_size"`
+	Jobs       int   `json:"jobs"`
+	CPUs       int   `json:"cpus"`
+
+	RawWriteMiBs         float64 `json:"raw_write_mibs"`         // aggregate, all members, chunk-size writes
+	RawReadMiBs          float64 `json:"raw_read_mibs"`          // aggregate, all members, chunk-size reads
+	SeqWriteMiBs         float64 `json:"seq_write_mibs"`         // engine, full-stripe writes
+	SeqReadMiBs          float64 `json:"seq_read_mibs"`          // engine, stripe-size reads
+	DegradedReadMiBs     float64 `json:"degraded_read_mibs"`     // one member lost
+	DomainLostReadMiBs   float64 `json:"domain_lost_read_mibs"`  // one whole failure domain (m members) lost
+	RawRandReadIOPS      float64 `json:"raw_rand_read_iops"`     // 4 KiB, random member and offset
+	RawRandWriteIOPS     float64 `json:"raw_rand_write_iops"`    // 4 KiB
+	RandReadIOPS         float64 `json:"rand_read_iops"`         // engine 4 KiB
+	RandWriteIOPS        float64 `json:"rand_write_iops"`        // engine 4 KiB
+	ReplacementWriteMiBs float64 `json:"replacement_write_mibs"` // raw, one member, chunk-size writes
+	RebuildMiBs          float64 `json:"rebuild_mibs"`           // replacement member filled per second
+
+	SeqWriteRatio       float64 `json:"seq_write_ratio"`           // SeqWrite / (k/(k+m) * RawWrite)
+	SeqReadRatio        float64 `json:"seq_read_ratio"`            // SeqRead / RawRead
+	DegradedReadRatio   float64 `json:"degraded_read_ratio"`       // DegradedRead / SeqRead
+	DomainLostReadRatio float64 `json:"domain_lost_read_ratio"`    // DomainLostRead / SeqRead
+	RandReadRatio       float64 `json:"rand_read_ratio"`           // RandRead / RawRandRead
+	RandWriteRatio      float64 `json:"rand_write_ratio"`          // RandWrite / RawRandWrite
+	RandWriteRMWBound   float64 `json:"rand_write_rmw_bound_iops"` // 1 / ((1+m)/rawRead + (1+m)/rawWrite)
+	RandWriteRMWRatio   float64 `json:"rand_write_rmw_ratio"`      // RandWrite / RMW bound
+	RebuildRatio        float64 `json:"rebuild_ratio"`             // Rebuild / ReplacementWrite
+	ElapsedSeconds      float64 `json:"elapsed_seconds"`
+}
+
+func (c *Config) defaults() {
+	if c.Dir == "" {
+		c.Dir = "/dev/shm"
+	}
+	if c.K == 0 {
+		c.K = 4
+	}
+	if c.M == 0 {
+		c.M = 2
+	}
+	if c.ChunkSize == 0 {
+		c.ChunkSize = engine.DefaultChunkSize
+	}
+	if c.MemberSize == 0 {
+		c.MemberSize = 256 << 20
+	}
+	if c.Jobs == 0 {
+		c.Jobs = 2 * runtime.GOMAXPROCS(0)
+	}
+	if c.Duration == 0 {
+		c.Duration = 1500 * time.Millisecond
+	}
+}
+
+type bench struct {
+	cfg   Config
+	dir   string
+	paths []string
+	logf  func(string, ...any)
+}
+
+// Run performs every measurement and removes its files.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	cfg.defaults()
+	start := time.Now()
+	dir, err := os.MkdirTemp(cfg.Dir, "fabraid-bench-")
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	b := &bench{cfg: cfg, dir: dir, logf: func(string, ...any) {}}
+	if cfg.Log != nil {
+		b.logf = func(f string, a ...any) { fmt.Fprintf(cfg.Log, f+"\n", a...) }
+	}
+	w := cfg.K + cfg.M
+	members := make([]*os.File, w)
+	for i := range members {
+		p := filepath.Join(dir, fmt.Sprintf("member%d", i))
+		b.paths = append(b.paths, p)
+		f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		defer f.Close()
+		members[i] = f
+	}
+	r := &Result{K: cfg.K, M: cfg.M, ChunkSize: cfg.ChunkSize, MemberSize: cfg.MemberSize, Jobs: cfg.Jobs, CPUs: runtime.GOMAXPROCS(0)}
+	chunk := cfg.ChunkSize
+	// Fill the files once so tmpfs has allocated every page: the first
+	// touch of a page costs more than an overwrite and would flatter
+	// whichever measurement comes second.
+	b.logf("prefill %d x %d MiB in %s", w, cfg.MemberSize>>20, dir)
+	if _, err := b.rawSeq(ctx, members, chunk, true, 0); err != nil {
+		return nil, err
+	}
+	if r.RawWriteMiBs, err = b.rawSeq(ctx, members, chunk, true, cfg.Duration); err != nil {
+		return nil, err
+	}
+	if r.RawReadMiBs, err = b.rawSeq(ctx, members, chunk, false, cfg.Duration); err != nil {
+		return nil, err
+	}
+	if r.RawRandReadIOPS, err = b.rawRand(ctx, members, false); err != nil {
+		return nil, err
+	}
+	if r.RawRandWriteIOPS, err = b.rawRand(ctx, members, true); err != nil {
+		return nil, err
+	}
+	if r.ReplacementWriteMiBs, err = b.rawSeq(ctx, members[:1], chunk, true, cfg.Duration); err != nil {
+		return nil, err
+	}
+	b.logf("raw: write %.0f MiB/s, read %.0f MiB/s, rand read %.0f IOPS, rand write %.0f IOPS, one member write %.0f MiB/s",
+		r.RawWriteMiBs, r.RawReadMiBs, r.RawRandReadIOPS, r.RawRandWriteIOPS, r.ReplacementWriteMiBs)
+
+	// The raw writes wrote zeroes, so the members are zeroed and the
+	// initial parity sync can be skipped.
+	domains := make([]string, w)
+	for i := range domains {
+		domains[i] = fmt.Sprintf("node%d", i/cfg.M)
+	}
+	devs := make([]engine.Member, w)
+	for i, f := range members {
+		devs[i] = engine.NewFileMember(f)
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	v, err := engine.Create(engine.Config{
+		Name: "bench", K: cfg.K, M: cfg.M, ChunkSize: chunk, Domains: domains, AssumeZeroed: true,
+	}, devs, b.paths, engine.Options{Logger: quiet})
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	sb := int(v.Geometry().StripeBytes())
+	if r.SeqWriteMiBs, err = b.engineSeq(ctx, v, sb, true); err != nil {
+		return nil, err
+	}
+	if err := v.Flush(); err != nil {
+		return nil, err
+	}
+	if r.SeqReadMiBs, err = b.engineSeq(ctx, v, sb, false); err != nil {
+		return nil, err
+	}
+	if r.RandReadIOPS, err = b.engineRand(ctx, v, false); err != nil {
+		return nil, err
+	}
+	if r.RandWriteIOPS, err = b.engineRand(ctx, v, true); err != nil {
+		return nil, err
+	}
+	b.logf("engine: seq write %.0f MiB/s, seq read %.0f MiB/s, rand read %.0f IOPS, rand write %.0f IOPS",
+		r.SeqWriteMiBs, r.SeqReadMiBs, r.RandReadIOPS, r.RandWriteIOPS)
+
+	// Degraded: lose member 0, read; then replace and rebuild it.
+	if err := v.FailMember(0); err != nil {
+		return nil, err
+	}
+	if r.DegradedReadMiBs, err = b.engineSeq(ctx, v, sb, false); err != nil {
+		return nil, err
+	}
+	repPath := filepath.Join(dir, "replacement")
+	rep, err := os.OpenFile(repPath, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	repDev := engine.NewFileMember(rep)
+	if _, err := b.rawSeq(ctx, []*os.File{rep}, chunk, true, 0); err != nil { // allocate pages
+		return nil, err
+	}
+	if err := v.Replace(0, repDev, repPath); err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	if err := v.Rebuild(ctx, engine.RebuildOptions{Workers: runtime.GOMAXPROCS(0)}); err != nil {
+		return nil, err
+	}
+	r.RebuildMiBs = float64(v.Geometry().MemberDataBytes()) / (1 << 20) / time.Since(t0).Seconds()
+	b.logf("degraded read %.0f MiB/s, rebuild %.0f MiB/s", r.DegradedReadMiBs, r.RebuildMiBs)
+	// Lose a whole domain (m members).
+	for slot := 0; slot < w; slot++ {
+		if domains[slot] == domains[w-1] {
+			if err := v.FailMember(slot); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if r.DomainLostReadMiBs, err = b.engineSeq(ctx, v, sb, false); err != nil {
+		return nil, err
+	}
+	b.logf("domain lost read %.0f MiB/s", r.DomainLostReadMiBs)
+	v.Abandon()
+
+	ratio := func(a, b float64) float64 {
+		if b == 0 {
+			return 0
+		}
+		return a / b
+	}
+	r.SeqWriteRatio = ratio(r.SeqWriteMiBs, float64(cfg.K)/float64(w)*r.RawWriteMiBs)
+	r.SeqReadRatio = ratio(r.SeqReadMiBs, r.RawReadMiBs)
+	r.DegradedReadRatio = ratio(r.DegradedReadMiBs, r.SeqReadMiBs)
+	r.DomainLostReadRatio = ratio(r.DomainLostReadMiBs, r.SeqReadMiBs)
+	r.RandReadRatio = ratio(r.RandReadIOPS, r.RawRandReadIOPS)
+	r.RandWriteRatio = ratio(r.RandWriteIOPS, r.RawRandWriteIOPS)
+	m1 := float64(1 + cfg.M)
+	r.RandWriteRMWBound = 1 / (m1/r.RawRandReadIOPS + m1/r.RawRandWriteIOPS)
+	r.RandWriteRMWRatio = ratio(r.RandWriteIOPS, r.RandWriteRMWBound)
+	r.RebuildRatio = ratio(r.RebuildMiBs, r.ReplacementWriteMiBs)
+	r.ElapsedSeconds = time.Since(start).Seconds()
+	return r, nil
+}
+
+// parallel runs fn in cfg.Jobs goroutines until d has passed (or, with
+// d == 0, until each returns false) and returns the operations done.
+func (b *bench) parallel(ctx context.Context, d time.Duration, fn func(job int, i int64) (bool, error)) (int64, time.Duration, error) {
+	var ops atomic.Int64
+	var wg sync.WaitGroup
+	errs := make([]error, b.cfg.Jobs)
+	deadline := time.Now().Add(d)
+	start := time.Now()
+	for j := 0; j < b.cfg.Jobs; j++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int64(0); ; i++ {
+				if i%16 == 0 && (ctx.Err() != nil || (d > 0 && time.Now().After(deadline))) {
+					return
+				}
+				more, err := fn(j, i)
+				if err != nil {
+					errs[j] = err
+					return
+				}
+				ops.Add(1)
+				if !more {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	for _, err := range errs {
+		if err != nil {
+			return 0, el, fmt.Errorf("bench: %w", err)
+		}
+	}
+	return ops.Load(), el, ctx.Err()
+}
+
+// rawSeq streams chunk-size I/O over every member file: each job owns an
+// equal slice of every member and cycles through the members. d == 0 does
+// exactly one pass (used to prefill).
+func (b *bench) rawSeq(ctx context.Context, files []*os.File, chunk int, write bool, d time.Duration) (float64, error) {
+	per := b.cfg.MemberSize / int64(b.cfg.Jobs) / int64(chunk) * int64(chunk)
+	steps := per / int64(chunk) * int64(len(files))
+	bufs := make([][]byte, b.cfg.Jobs)
+	for i := range bufs {
+		bufs[i] = make([]byte, chunk)
+	}
+	ops, el, err := b.parallel(ctx, d, func(job int, i int64) (bool, error) {
+		s := i % steps
+		f := files[s%int64(len(files))]
+		off := int64(job)*per + s/int64(len(files))*int64(chunk)
+		var err error
+		if write {
+			_, err = f.WriteAt(bufs[job], off)
+		} else {
+			_, err = f.ReadAt(bufs[job], off)
+		}
+		return d > 0 || i+1 < steps, err
+	})
+	return float64(ops) * float64(chunk) / (1 << 20) / el.Seconds(), err
+}
+
+func (b *bench) rawRand(ctx context.Context, files []*os.File, write bool) (float64, error) {
+	blocks := b.cfg.MemberSize / layout.BlockSize
+	bufs := make([][]byte, b.cfg.Jobs)
+	rngs := make([]*rand.Rand, b.cfg.Jobs)
+	for i := range bufs {
+		bufs[i] = make([]byte, layout.BlockSize)
+		rngs[i] = rand.New(rand.NewPCG(uint64(i), 1))
+	}
+	ops, el, err := b.parallel(ctx, b.cfg.Duration, func(job int, _ int64) (bool, error) {
+		f := files[rngs[job].IntN(len(files))]
+		off := rngs[job].Int64N(blocks) * layout.BlockSize
+		var err error
+		if write {
+			_, err = f.WriteAt(bufs[job], off)
+		} else {
+			_, err = f.ReadAt(bufs[job], off)
+		}
+		return true, err
+	})
+	return float64(ops) / el.Seconds(), err
+}
+
+func (b *bench) engineSeq(ctx context.Context, v *engine.Volume, size int, write bool) (float64, error) {
+	per := v.Size() / int64(b.cfg.Jobs) / int64(size) * int64(size)
+	steps := per / int64(size)
+	bufs := make([][]byte, b.cfg.Jobs)
+	for i := range bufs {
+		bufs[i] = make([]byte, size)
+		for j := range bufs[i] {
+			bufs[i][j] = byte(j * (i + 1))
+		}
+	}
+	ops, el, err := b.parallel(ctx, b.cfg.Duration, func(job int, i int64) (bool, error) {
+		off := int64(job)*per + (i%steps)*int64(size)
+		var err error
+		if write {
+			_, err = v.WriteAt(bufs[job], off)
+		} else {
+			_, err = v.ReadAt(bufs[job], off)
+		}
+		return true, err
+	})
+	return float64(ops) * float64(size) / (1 << 20) / el.Seconds(), err
+}
+
+func (b *bench) engineRand(ctx context.Context, v *engine.Volume, write bool) (float64, error) {
+	blocks := v.Size() / layout.BlockSize
+	bufs := make([][]byte, b.cfg.Jobs)
+	rngs := make([]*rand.Rand, b.cfg.Jobs)
+	for i := range bufs {
+		bufs[i] = make([]byte, layout.BlockSize)
+		rngs[i] = rand.New(rand.NewPCG(uint64(i), 2))
+	}
+	ops, el, err := b.parallel(ctx, b.cfg.Duration, func(job int, _ int64) (bool, error) {
+		off := rngs[job].Int64N(blocks) * layout.BlockSize
+		var err error
+		if write {
+			_, err = v.WriteAt(bufs[job], off)
+		} else {
+			_, err = v.ReadAt(bufs[job], off)
+		}
+		return true, err
+	})
+	return float64(ops) / el.Seconds(), err
+}
