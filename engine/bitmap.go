@@ -145,28 +145,50 @@ func (w *writeIntent) begin(r int64) error {
 // end retires a write announced by begin.
 func (w *writeIntent) end(r int64) { w.inflight[r].Add(-1) }
 
-// clearIdle clears the bits of regions not written since the previous call
-// and with no write in flight. The caller has flushed every member since
-// those writes completed. all clears every idle bit regardless of history
-// (clean shutdown).
-func (w *writeIntent) clearIdle(all bool) error {
+// idleCandidates returns the set regions that saw no write since the
+// previous call and resets the write history: step 1 of a lazy clean.
+func (w *writeIntent) idleCandidates() []int64 {
+	var c []int64
+	for r := int64(0); r < w.n; r++ {
+		if !w.touched[r].Swap(false) && w.isSet(r) {
+			c = append(c, r)
+		}
+	}
+	return c
+}
+
+// allSet returns every set region (for a clean shutdown).
+func (w *writeIntent) allSet() []int64 {
+	var c []int64
+	for r := int64(0); r < w.n; r++ {
+		if w.isSet(r) {
+			c = append(c, r)
+		}
+	}
+	return c
+}
+
+// clear clears the bits of cands that still saw no write and have none in
+// flight: step 2 of a lazy clean, called after every member was flushed
+// (so every write that completed before idleCandidates is durable). A
+// cleared bit is re-checked against writers that raced with the clear and
+// restored for them; only then are the changed blocks written.
+func (w *writeIntent) clear(cands []int64) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	dirtyBlocks := map[int]bool{}
 	var cleared []int64
-	for r := int64(0); r < w.n; r++ {
-		touched := w.touched[r].Swap(false)
-		if !w.isSet(r) || (touched && !all) || w.inflight[r].Load() != 0 {
+	for _, r := range cands {
+		if w.touched[r].Load() || w.inflight[r].Load() != 0 {
 			continue
 		}
 		w.words[r/64].And(^(uint64(1) << uint(r%64)))
 		cleared = append(cleared, r)
 	}
+	dirtyBlocks := map[int]bool{}
 	for _, r := range cleared {
-		if w.inflight[r].Load() != 0 {
+		if w.touched[r].Load() || w.inflight[r].Load() != 0 {
 			// A writer saw the bit set before we cleared it.
 			w.words[r/64].Or(1 << uint(r%64))
-			w.touched[r].Store(true)
 			continue
 		}
 		dirtyBlocks[int(r/(bitmapBlock*8))] = true

@@ -499,11 +499,15 @@ func (v *Volume) Flush() error {
 	if err := v.check(); err != nil {
 		return err
 	}
+	var idle []int64
+	if v.allInSync() {
+		idle = v.bm.idleCandidates()
+	}
 	if err := v.flushMembers(); err != nil {
 		return err
 	}
-	if v.allInSync() {
-		if err := v.bm.clearIdle(false); err != nil {
+	if len(idle) > 0 && v.allInSync() {
+		if err := v.bm.clear(idle); err != nil {
 			return fmt.Errorf("flush: clean bitmap: %w", err)
 		}
 	}
@@ -545,7 +549,8 @@ func (v *Volume) Close() error {
 	if !v.failed.Load() {
 		err = v.flushMembers()
 		if err == nil && v.allInSync() {
-			err = v.bm.clearIdle(true)
+			v.bm.idleCandidates() // forget the write history: nothing is in flight
+			err = v.bm.clear(v.bm.allSet())
 		}
 		if err == nil {
 			v.metaMu.Lock()

@@ -144,3 +144,74 @@ func TestReplaceRebuild(t *testing.T) {
 		t.Fatal("data differs after rebuild")
 	}
 }
+
+// The bitmap is set before writes, cleared lazily after two idle flushes
+// and fully at Close, which marks the volume clean.
+func TestBitmapLifecycle(t *testing.T) {
+	v, mm := newTestVolume(t, Config{Name: "bm", K: 2, M: 1, ChunkSize: 4096, RegionSize: 16 << 10}, 1<<20)
+	if n := v.Status().DirtyRegions; n != 0 {
+		t.Fatalf("fresh volume has %d dirty regions", n)
+	}
+	p := make([]byte, 4096)
+	if _, err := v.WriteAt(p, 0); err != nil {
+		t.Fatal(err)
+	}
+	if n := v.Status().DirtyRegions; n != 1 {
+		t.Fatalf("after one write: %d dirty regions", n)
+	}
+	// Durable before the data: visible in every member's bitmap area.
+	for i, m := range mm {
+		b := make([]byte, 1)
+		if _, err := m.ReadAt(b, defaultBitmapOffset); err != nil || b[0] != 1 {
+			t.Fatalf("member %d bitmap byte %x %v", i, b[0], err)
+		}
+	}
+	if err := v.Flush(); err != nil { // written during this interval: kept
+		t.Fatal(err)
+	}
+	if n := v.Status().DirtyRegions; n != 1 {
+		t.Fatalf("after first flush: %d dirty regions", n)
+	}
+	if err := v.Flush(); err != nil { // idle for a whole interval: cleared
+		t.Fatal(err)
+	}
+	if n := v.Status().DirtyRegions; n != 0 {
+		t.Fatalf("after idle flush: %d dirty regions", n)
+	}
+	// Degraded: bits are not cleared, so a returning member can resync.
+	if _, err := v.WriteAt(p, 0); err != nil {
+		t.Fatal(err)
+	}
+	mm[1].SetFailed(true)
+	if _, err := v.WriteAt(p, 64<<10); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if err := v.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := v.Status().DirtyRegions; n != 2 {
+		t.Fatalf("degraded: %d dirty regions, want 2", n)
+	}
+	mm[1].SetFailed(false)
+	if err := v.ReAdd(mm[1], "back"); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Rebuild(context.Background(), RebuildOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range mm {
+		m.Reopen()
+	}
+	v, err := Assemble([]Member{mm[0], mm[1], mm[2]}, nil, Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := v.Status(); st.DirtyRegions != 0 || st.Degraded {
+		t.Fatalf("after clean close: %+v", st)
+	}
+}
