@@ -1,0 +1,76 @@
+package nvmet
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"syscall"
+)
+
+// ErrNotSupported is wrapped by errors for configfs attributes or objects
+// the running kernel does not have (for example DH-HMAC-CHAP keys without
+// NVME_TARGET_AUTH, addr_tsas before Linux 6.7).
+var ErrNotSupported = errors.New("not supported by this kernel")
+
+// Error is a failed configfs operation. It names the path (relative to
+// the nvmet root) and, for writes, the value written (redacted for
+// secrets). It unwraps to the errno, and Is reports os.ErrNotExist for
+// ENOENT and os.ErrPermission for EPERM/EACCES.
+type Error struct {
+	Op    string // "mkdir", "rmdir", "write", "link", "unlink", "read"
+	Path  string
+	Value string
+	Err   error
+}
+
+func (e *Error) Error() string {
+	s := e.Op + " " + e.Path
+	if e.Op == "write" {
+		s += fmt.Sprintf(" = %q", e.Value)
+	}
+	s += ": " + e.Err.Error()
+	if h := hint(e); h != "" {
+		s += " (" + h + ")"
+	}
+	return s
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+func hint(e *Error) string {
+	var errno syscall.Errno
+	if !errors.As(e.Err, &errno) {
+		return ""
+	}
+	switch {
+	case errno == syscall.EACCES && e.Op == "write":
+		return "port attributes change only while no subsystem is linked"
+	case errno == syscall.EBUSY && e.Op == "write":
+		return "namespace attributes change only while it is disabled"
+	case errno == syscall.EINVAL && e.Op == "write":
+		return "see dmesg for the nvmet message; serial, model and firmware are fixed once a host has connected"
+	case errno == syscall.ENOENT && e.Op == "mkdir":
+		return "is the nvmet module loaded and configfs mounted? try: modprobe nvmet"
+	}
+	return ""
+}
+
+func newError(op, path, value string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) {
+		err = le.Err
+	}
+	var se *os.SyscallError
+	if errors.As(err, &se) {
+		err = se.Err
+	}
+	return &Error{Op: op, Path: path, Value: value, Err: err}
+}

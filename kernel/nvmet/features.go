@@ -1,0 +1,90 @@
+package nvmet
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Features lists optional nvmet capabilities, detected by the presence of
+// configfs attributes (never by kernel version: distributions backport).
+type Features struct {
+	Auth         bool // hosts/*/dhchap_key: DH-HMAC-CHAP (6.0, NVME_TARGET_AUTH)
+	TLS          bool // ports/*/addr_tsas: TLS 1.3 on tcp ports (6.7, NVME_TARGET_TCP_TLS)
+	Firmware     bool // subsystems/*/attr_firmware (6.2)
+	MaxQueueSize bool // ports/*/param_max_queue_size (6.9)
+	Passthru     bool // subsystems/*/passthru (NVME_TARGET_PASSTHRU)
+	// Transports lists the target transport modules currently loaded
+	// (/sys/module/nvmet_tcp, nvme_loop, nvmet_rdma, nvmet_fc). A port of
+	// another transport makes the kernel try request_module when linked.
+	Transports []Transport
+}
+
+func (f Features) String() string {
+	var s []string
+	add := func(ok bool, name string) {
+		if ok {
+			s = append(s, name)
+		}
+	}
+	add(f.Auth, "auth")
+	add(f.TLS, "tls")
+	add(f.Firmware, "firmware")
+	add(f.MaxQueueSize, "max_queue_size")
+	add(f.Passthru, "passthru")
+	for _, t := range f.Transports {
+		s = append(s, "transport:"+string(t))
+	}
+	return strings.Join(s, ",")
+}
+
+// Probe detects Features by creating a throw-away host, subsystem and port
+// under root (names from own: "<prefix>probe" and port own.MaxPort),
+// looking at their attributes and removing them again. An interrupted
+// probe leaves owned objects that the next Apply removes. sysModule is
+// normally "/sys/module".
+func Probe(root, sysModule string, own Ownership) (Features, error) {
+	var f Features
+	nqn := own.SubsystemPrefix + "probe"
+	probes := []struct {
+		dir  string
+		attr string
+		set  *bool
+	}{
+		{filepath.Join("hosts", nqn), "dhchap_key", &f.Auth},
+		{filepath.Join("subsystems", nqn), "attr_firmware", &f.Firmware},
+		{filepath.Join("ports", fmt.Sprint(own.MaxPort)), "addr_tsas", &f.TLS},
+	}
+	for _, p := range probes {
+		dir := filepath.Join(root, p.dir)
+		if _, err := os.Stat(dir); err == nil {
+			return f, fmt.Errorf("probe nvmet features: %s already exists", p.dir)
+		}
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return f, fmt.Errorf("probe nvmet features: %w", newError("mkdir", p.dir, "", err))
+		}
+		_, err := os.Stat(filepath.Join(dir, p.attr))
+		*p.set = err == nil
+		if p.attr == "attr_firmware" {
+			_, err := os.Stat(filepath.Join(dir, "passthru"))
+			f.Passthru = err == nil
+		}
+		if p.attr == "addr_tsas" {
+			_, err := os.Stat(filepath.Join(dir, "param_max_queue_size"))
+			f.MaxQueueSize = err == nil
+		}
+		if err := os.Remove(dir); err != nil {
+			return f, fmt.Errorf("probe nvmet features: %w", newError("rmdir", p.dir, "", err))
+		}
+	}
+	for _, m := range []struct {
+		mod string
+		t   Transport
+	}{{"nvmet_tcp", TCP}, {"nvmet_rdma", RDMA}, {"nvmet_fc", FC}, {"nvme_loop", Loop}} {
+		if _, err := os.Stat(filepath.Join(sysModule, m.mod)); err == nil {
+			f.Transports = append(f.Transports, m.t)
+		}
+	}
+	return f, nil
+}

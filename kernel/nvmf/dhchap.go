@@ -1,0 +1,144 @@
+package nvmf
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// ErrInvalidSecret is wrapped by ParseSecret errors.
+var ErrInvalidSecret = errors.New("invalid DH-HMAC-CHAP secret")
+
+// SecretHash says how the secret is transformed before use (NVMe base
+// spec 8.13.5.8 "Secret representation"): 0 none, 1 SHA-256, 2 SHA-384,
+// 3 SHA-512. The key length must be 32, 48 or 64 bytes; with a hash it
+// must equal the hash length.
+type SecretHash uint8
+
+const (
+	SecretNoTransform SecretHash = 0
+	SecretSHA256      SecretHash = 1
+	SecretSHA384      SecretHash = 2
+	SecretSHA512      SecretHash = 3
+)
+
+// Secret is a DH-HMAC-CHAP secret: key bytes and the transform hash. Its
+// String is the "DHHC-1:<hh>:<base64(key || crc32(key) LE)>:" form that
+// nvme-cli's gen-dhchap-key prints and the kernel's configfs (dhchap_key)
+// and connect option (dhchap_secret) accept.
+type Secret struct {
+	Hash SecretHash
+	Key  []byte
+}
+
+// GenerateSecret returns a fresh random secret of keyLen bytes (32, 48 or
+// 64) with no transform, the form interoperable with every Linux release
+// that has DH-HMAC-CHAP.
+func GenerateSecret(keyLen int) (Secret, error) {
+	if keyLen != 32 && keyLen != 48 && keyLen != 64 {
+		return Secret{}, fmt.Errorf("generate secret: key length %d, want 32, 48 or 64", keyLen)
+	}
+	k := make([]byte, keyLen)
+	if _, err := rand.Read(k); err != nil {
+		return Secret{}, fmt.Errorf("generate secret: %w", err)
+	}
+	return Secret{Hash: SecretNoTransform, Key: k}, nil
+}
+
+func (s Secret) String() string {
+	buf := make([]byte, len(s.Key)+4)
+	copy(buf, s.Key)
+	// The kernel computes ~crc32_le(~0, key) and compares it little-endian
+	// (drivers/nvme/common/auth.c nvme_auth_extract_key): the IEEE CRC-32.
+	binary.LittleEndian.PutUint32(buf[len(s.Key):], crc32.ChecksumIEEE(s.Key))
+	return fmt.Sprintf("DHHC-1:%02d:%s:", s.Hash, base64.StdEncoding.EncodeToString(buf))
+}
+
+// ParseSecret parses and checks a "DHHC-1:hh:<base64>:" secret: known
+// transform, key length, CRC.
+func ParseSecret(s string) (Secret, error) {
+	rest, ok := strings.CutPrefix(s, "DHHC-1:")
+	if !ok {
+		return Secret{}, fmt.Errorf("%w: missing DHHC-1: prefix", ErrInvalidSecret)
+	}
+	hh, b64, ok := strings.Cut(rest, ":")
+	if !ok || len(hh) != 2 || hh[0] != '0' || hh[1] < '0' || hh[1] > '3' {
+		return Secret{}, fmt.Errorf("%w: bad transform field", ErrInvalidSecret)
+	}
+	b64 = strings.TrimSuffix(b64, ":")
+	raw, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		return Secret{}, fmt.Errorf("%w: base64: %v", ErrInvalidSecret, err)
+	}
+	if n := len(raw); n != 36 && n != 52 && n != 68 {
+		return Secret{}, fmt.Errorf("%w: key length %d, want 32, 48 or 64", ErrInvalidSecret, n-4)
+	}
+	key := raw[:len(raw)-4]
+	if binary.LittleEndian.Uint32(raw[len(key):]) != crc32.ChecksumIEEE(key) {
+		return Secret{}, fmt.Errorf("%w: CRC mismatch", ErrInvalidSecret)
+	}
+	h := SecretHash(hh[1] - '0')
+	if want := [...]int{0, 32, 48, 64}[h]; want != 0 && len(key) != want {
+		return Secret{}, fmt.Errorf("%w: transform %d needs a %d-byte key, got %d", ErrInvalidSecret, h, want, len(key))
+	}
+	return Secret{Hash: h, Key: key}, nil
+}
+
+// SaveSecret writes s to path readable by root only (0600, parent
+// directories 0700), replacing the file atomically.
+func SaveSecret(path string, s Secret) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("save secret %s: %w", path, err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".secret-*")
+	if err != nil {
+		return fmt.Errorf("save secret %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return fmt.Errorf("save secret %s: %w", path, err)
+	}
+	if _, err := tmp.WriteString(s.String() + "\n"); err != nil {
+		tmp.Close()
+		return fmt.Errorf("save secret %s: %w", path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("save secret %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("save secret %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("save secret %s: %w", path, err)
+	}
+	return nil
+}
+
+// LoadSecret reads a secret saved by SaveSecret. It refuses a file that
+// group or others can read.
+func LoadSecret(path string) (Secret, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return Secret{}, fmt.Errorf("load secret: %w", err)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return Secret{}, fmt.Errorf("load secret %s: mode %v is readable by others; want 0600", path, fi.Mode().Perm())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Secret{}, fmt.Errorf("load secret: %w", err)
+	}
+	s, err := ParseSecret(strings.TrimSpace(string(b)))
+	if err != nil {
+		return Secret{}, fmt.Errorf("load secret %s: %w", path, err)
+	}
+	return s, nil
+}

@@ -1,0 +1,202 @@
+package nvmf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/fabraid/fabraid/kernel/internal/nvmesys"
+)
+
+// FabricsDevice is the control device of nvme-fabrics.
+const FabricsDevice = "/dev/nvme-fabrics"
+
+// ErrNotSupported is wrapped when the kernel lacks an option fabraid
+// asked for (DH-HMAC-CHAP without NVME_HOST_AUTH, tls without
+// NVME_TCP_TLS), detected from the option list /dev/nvme-fabrics prints.
+var ErrNotSupported = errors.New("not supported by this kernel")
+
+// ErrAlreadyConnected is wrapped when a controller to the same subsystem
+// and address exists and DuplicateConnect was not set (EALREADY).
+var ErrAlreadyConnected = errors.New("already connected")
+
+// Host is the initiator side of this machine: /dev/nvme-fabrics, /dev and
+// sysfs. The zero value is not usable; use NewHost. A Host is safe for
+// concurrent use.
+type Host struct {
+	Fabrics string // /dev/nvme-fabrics
+	Dev     string // /dev
+	Sysfs   Sysfs
+}
+
+// NewHost returns a Host on the real system paths.
+func NewHost() *Host {
+	return &Host{Fabrics: FabricsDevice, Dev: "/dev", Sysfs: Sysfs{Root: DefaultSysfs}}
+}
+
+// SupportedOptions returns the option names the kernel's nvme-fabrics
+// accepts (reading /dev/nvme-fabrics without a controller lists them: the
+// kernel's match table). Use it to feature-detect dhchap_secret and tls.
+func (h *Host) SupportedOptions() (map[string]bool, error) {
+	b, err := os.ReadFile(h.Fabrics)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w (try: modprobe nvme-fabrics)", h.Fabrics, err)
+	}
+	return parseSupportedOptions(string(b)), nil
+}
+
+// Connect creates a controller with o and returns it as sysfs shows it
+// right after creation. The kernel connects synchronously: on success the
+// admin and I/O queues are up (namespaces may appear a moment later; see
+// WaitPaths).
+func (h *Host) Connect(o Options) (Controller, error) {
+	if err := o.Validate(); err != nil {
+		return Controller{}, err
+	}
+	if o.DHCHAPSecret != "" || o.TLS {
+		if sup, err := h.SupportedOptions(); err == nil {
+			if o.DHCHAPSecret != "" && !sup["dhchap_secret"] {
+				return Controller{}, fmt.Errorf("connect %s: dhchap_secret: %w (needs NVME_HOST_AUTH)", o.Redacted(), ErrNotSupported)
+			}
+			if o.TLS && !sup["tls"] {
+				return Controller{}, fmt.Errorf("connect %s: tls: %w (needs NVME_TCP_TLS)", o.Redacted(), ErrNotSupported)
+			}
+		}
+	}
+	f, err := os.OpenFile(h.Fabrics, os.O_RDWR, 0)
+	if err != nil {
+		return Controller{}, fmt.Errorf("connect: %w (try: modprobe nvme-%s)", err, o.Transport)
+	}
+	defer f.Close()
+	if _, err := f.Write([]byte(o.String())); err != nil {
+		return Controller{}, connectError(o, err)
+	}
+	buf := make([]byte, 256)
+	n, err := f.ReadAt(buf, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return Controller{}, fmt.Errorf("connect %s: read reply: %w", o.Redacted(), err)
+	}
+	inst, cntlid, err := parseConnectReply(string(buf[:n]))
+	if err != nil {
+		return Controller{}, fmt.Errorf("connect %s: %w", o.Redacted(), err)
+	}
+	name := "nvme" + strconv.Itoa(inst)
+	c, err := h.Sysfs.Controller(name)
+	if err != nil {
+		// Created, but sysfs not readable: report what we know.
+		return Controller{Name: name, Instance: inst, CntlID: cntlid, SubsystemNQN: o.NQN}, nil
+	}
+	return c, nil
+}
+
+func connectError(o Options, err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	var hint string
+	switch {
+	case errors.Is(err, syscall.EALREADY):
+		err = fmt.Errorf("%w: %w", ErrAlreadyConnected, err)
+	case errors.Is(err, syscall.EINVAL):
+		hint = " (the kernel rejected an option; see dmesg)"
+	case errors.Is(err, syscall.EIO), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EKEYREJECTED):
+		hint = " (target refused: host not allowed, wrong DH-HMAC-CHAP key, or no such subsystem)"
+	case errors.Is(err, syscall.ETIMEDOUT), errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		hint = " (target unreachable)"
+	}
+	return fmt.Errorf("connect %s: %w%s", o.Redacted(), err, hint)
+}
+
+// Disconnect deletes a controller ("nvme3") by writing to its
+// delete_controller attribute. A controller that no longer exists is not
+// an error. The kernel removes it asynchronously only for the last steps;
+// the name may linger in sysfs for a moment.
+func (h *Host) Disconnect(name string) error {
+	if !ctrlRe.MatchString(name) {
+		return fmt.Errorf("disconnect %q: not an nvme controller name", name)
+	}
+	p := filepath.Join(h.Sysfs.Root, "class", "nvme", name, "delete_controller")
+	err := os.WriteFile(p, []byte("1"), 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("disconnect %s: %w", name, err)
+	}
+	return nil
+}
+
+// WaitPaths waits until controller name shows at least n namespace paths
+// (or ctx ends) and returns it.
+func (h *Host) WaitPaths(ctx context.Context, name string, n int) (Controller, error) {
+	for {
+		c, err := h.Sysfs.Controller(name)
+		if err == nil && len(c.Paths) >= n {
+			return c, nil
+		}
+		select {
+		case <-ctx.Done():
+			return c, fmt.Errorf("controller %s: waiting for %d namespace(s): %w", name, n, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Discover connects a discovery controller with o (Discovery and the
+// discovery NQN are forced; DuplicateConnect is implied by the kernel),
+// reads the discovery log page (0x70) and disconnects. The log is read
+// until two reads agree on GENCTR, as the spec asks.
+func (h *Host) Discover(o Options) (DiscoveryLog, error) {
+	o.NQN, o.Discovery = DiscoveryNQN, true
+	o.Timeouts = nil
+	c, err := h.Connect(o)
+	if err != nil {
+		return DiscoveryLog{}, fmt.Errorf("discover: %w", err)
+	}
+	defer h.Disconnect(c.Name)
+	return h.ReadDiscoveryLog(c.Name)
+}
+
+// ReadDiscoveryLog reads the discovery log page from a connected discovery
+// controller ("nvme3").
+func (h *Host) ReadDiscoveryLog(name string) (DiscoveryLog, error) {
+	dev := filepath.Join(h.Dev, name)
+	f, err := os.OpenFile(dev, os.O_RDWR, 0)
+	if err != nil {
+		return DiscoveryLog{}, fmt.Errorf("discovery log: %w", err)
+	}
+	defer f.Close()
+	fd := int(f.Fd())
+	for try := 0; try < 5; try++ {
+		hdr := make([]byte, DiscoveryHeaderSize)
+		if err := nvmesys.GetLogPage(fd, nvmesys.LogDiscovery, 0, hdr); err != nil {
+			return DiscoveryLog{}, fmt.Errorf("discovery log %s: %w", dev, err)
+		}
+		gen, n, _, _ := discoveryHeader(hdr)
+		if n > maxDiscoveryRecords {
+			return DiscoveryLog{}, fmt.Errorf("discovery log %s: %d records, at most %d accepted", dev, n, maxDiscoveryRecords)
+		}
+		full := make([]byte, DiscoveryHeaderSize+int(n)*DiscoveryEntrySize)
+		if err := nvmesys.GetLogPage(fd, nvmesys.LogDiscovery, 0, full); err != nil {
+			return DiscoveryLog{}, fmt.Errorf("discovery log %s: %w", dev, err)
+		}
+		l, err := ParseDiscoveryLog(full)
+		if errors.Is(err, ErrTruncated) {
+			continue // grew between the two reads
+		}
+		if err != nil {
+			return DiscoveryLog{}, fmt.Errorf("discovery log %s: %w", dev, err)
+		}
+		if l.GenCtr == gen {
+			return l, nil
+		}
+	}
+	return DiscoveryLog{}, fmt.Errorf("discovery log %s: changed on every read (GENCTR unstable)", dev)
+}
