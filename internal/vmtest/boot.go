@@ -23,12 +23,14 @@ type BootConfig struct {
 	Guests  []GuestConfig
 	Timeout time.Duration
 	// Binary is the static host binary started in every guest as
-	// /vmtest/payload with Args; Env adds environment variables.
+	// /vmtest/payload with Args, a Go test binary whose guest side reports
+	// its status through Run. Env adds environment variables.
 	Binary string
 	Args   []string
 	Env    map[string]string
-	// Raw: the verdict is the payload's exit status alone (no status file).
-	Raw bool
+	// Command, instead of Binary, is a guest command line (its files come
+	// from GuestConfig.Files or busybox); its exit status is the verdict.
+	Command []string
 	// Log receives every console line, prefixed with the guest name.
 	Log func(guest, line string)
 	// Shared is the host directory shared with all guests; a temporary one
@@ -92,12 +94,17 @@ func Boot(ctx context.Context, cfg BootConfig) ([]GuestOutcome, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	bin, err := os.ReadFile(cfg.Binary)
-	if err != nil {
-		return nil, fmt.Errorf("vmtest: payload: %w", err)
+	if (cfg.Binary == "") == (len(cfg.Command) == 0) {
+		return nil, errors.New("vmtest: set exactly one of BootConfig.Binary and BootConfig.Command")
 	}
-	if err := requireStatic(bin, cfg.Binary); err != nil {
-		return nil, err
+	if cfg.Binary != "" {
+		bin, err := os.ReadFile(cfg.Binary)
+		if err != nil {
+			return nil, fmt.Errorf("vmtest: payload: %w", err)
+		}
+		if err := requireStatic(bin, cfg.Binary); err != nil {
+			return nil, err
+		}
 	}
 	cache, err := CacheDir()
 	if err != nil {
@@ -224,18 +231,23 @@ func prepareGuests(cfg BootConfig, work, shared string) ([]*qemuGuest, error) {
 		if len(cfg.Guests) > 1 {
 			conf["VMTEST_IP"] = guestAddr(i)
 		}
-		if cfg.Raw {
+		if len(cfg.Command) > 0 {
 			conf["VMTEST_RAW"] = "1"
 		}
 		for k, v := range cfg.Env {
 			conf[k] = v
 		}
-		files := map[string]string{"/vmtest/payload": cfg.Binary}
+		files := map[string]string{}
 		for gp, hp := range gc.Files {
 			files[gp] = hp
 		}
+		args := cfg.Command
+		if cfg.Binary != "" {
+			files["/vmtest/payload"] = cfg.Binary
+			args = append([]string{"/vmtest/payload"}, cfg.Args...)
+		}
 		g.initrd = filepath.Join(work, gc.Name+"-initrd.cpio")
-		img := guestImage{conf: conf, modules: mods, files: files, args: append([]string{"/vmtest/payload"}, cfg.Args...)}
+		img := guestImage{conf: conf, modules: mods, files: files, args: args}
 		if err := writeInitramfs(g.initrd, img); err != nil {
 			return nil, err
 		}
@@ -257,18 +269,28 @@ func createSparse(path string, size int64) error {
 }
 
 // skipReason finds the message the guest's test printed when it skipped:
-// the indented lines after "--- SKIP:".
+// the indented log lines next to "--- SKIP:" (go test -v prints them
+// before the SKIP line when streaming, after it otherwise).
 func skipReason(console []string) string {
 	var reason []string
+	indented := func(l string) bool { return strings.HasPrefix(l, "    ") && !strings.Contains(l, "--- ") }
 	for i, l := range console {
-		if strings.Contains(l, "--- SKIP:") {
-			reason = reason[:0]
-			for _, r := range console[i+1:] {
-				if !strings.HasPrefix(r, "    ") {
-					break
-				}
-				reason = append(reason, strings.TrimSpace(r))
+		if !strings.Contains(l, "--- SKIP:") {
+			continue
+		}
+		reason = reason[:0]
+		start := i
+		for start > 0 && indented(console[start-1]) {
+			start--
+		}
+		for _, r := range console[start:i] {
+			reason = append(reason, strings.TrimSpace(r))
+		}
+		for _, r := range console[i+1:] {
+			if !indented(r) {
+				break
 			}
+			reason = append(reason, strings.TrimSpace(r))
 		}
 	}
 	if len(reason) == 0 {

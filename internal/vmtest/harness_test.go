@@ -2,6 +2,7 @@ package vmtest
 
 import (
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -45,4 +46,9 @@ func TestIntegrationBootOneGuest(t *testing.T) {
 			t.Errorf("9p share not writable: %v", err)
 		}
 	})
+}
+
+func busybox(args ...string) (string, error) {
+	out, err := exec.Command("/bin/busybox", args...).CombinedOutput()
+	return string(out), err
 }

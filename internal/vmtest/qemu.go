@@ -169,7 +169,9 @@ func (g *qemuGuest) readConsole(r io.Reader, res *guestResult) {
 		if g.log != nil {
 			g.log(line)
 		}
-		if rest, ok := strings.CutPrefix(line, markerPrefix+" "+g.nonce+" "); ok {
+		// The marker may follow terminal escapes the firmware left on the line.
+		if i := strings.Index(line, markerPrefix+" "+g.nonce+" "); i >= 0 {
+			rest := line[i+len(markerPrefix)+len(g.nonce)+2:]
 			v, reason, _ := strings.Cut(rest, " ")
 			res.verdict, res.reason = v, strings.TrimSpace(reason)
 		}
