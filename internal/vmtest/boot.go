@@ -299,6 +299,22 @@ func skipReason(console []string) string {
 	return strings.Join(reason, "; ")
 }
 
+// slotDir is where the slot locks live: machine-wide (/run/lock) so that
+// test runs from several checkouts share the CPUs too, else the cache.
+// FABRAID_VMTEST_SLOTDIR overrides.
+func slotDir(cache string) string {
+	if d := os.Getenv("FABRAID_VMTEST_SLOTDIR"); d != "" {
+		return d
+	}
+	if st, err := os.Stat("/run/lock"); err == nil && st.IsDir() {
+		d := "/run/lock/fabraid-vmtest-slots"
+		if os.MkdirAll(d, 0o777) == nil {
+			return d
+		}
+	}
+	return filepath.Join(cache, "slots")
+}
+
 // acquireSlots takes n of the host's guest slots (one per CPU, or
 // FABRAID_VMTEST_SLOTS), in index order so that processes never deadlock.
 func acquireSlots(cache string, n int) (func(), error) {
@@ -307,7 +323,7 @@ func acquireSlots(cache string, n int) (func(), error) {
 		total = s
 	}
 	n = min(max(n, 1), total)
-	dir := filepath.Join(cache, "slots")
+	dir := slotDir(cache)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
