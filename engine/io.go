@@ -14,6 +14,8 @@ type stripeOp struct {
 	ios    []IO
 	slots  []int
 	shards [][]byte
+	reqs   []layout.StripeReq
+	segs   []layout.Seg
 }
 
 func (op *stripeOp) buf(n int) []byte {
@@ -61,7 +63,24 @@ func (v *Volume) slotAt(r layout.StripeReq, pos int) int {
 }
 
 func (v *Volume) newOp() *stripeOp {
+	if op, ok := v.ops.Get().(*stripeOp); ok {
+		return op
+	}
 	return &stripeOp{v: v, shards: make([][]byte, v.geo.Width())}
+}
+
+// putOp returns op to the pool; its buffers must have been released.
+func (v *Volume) putOp(op *stripeOp) {
+	op.release()
+	clear(op.ios[:cap(op.ios)])
+	op.reqs = op.reqs[:0]
+	op.segs = op.segs[:0]
+	v.ops.Put(op)
+}
+
+func (op *stripeOp) split(off int64, n int) []layout.StripeReq {
+	op.reqs, op.segs = op.v.geo.SplitAppend(op.reqs[:0], op.segs[:0], off, n)
+	return op.reqs
 }
 
 // ReadAt reads len(p) bytes at off. Both must be multiples of BlockSize.
@@ -76,8 +95,9 @@ func (v *Volume) ReadAt(p []byte, off int64) (int, error) {
 	}
 	v.inflight.Add(1)
 	defer v.inflight.Add(-1)
-	reqs := v.geo.Split(off, len(p))
 	op := v.newOp()
+	defer v.putOp(op)
+	reqs := op.split(off, len(p))
 	// Fast path: every touched chunk readable, one batch of direct reads
 	// into p, no locks, no copies.
 	healthy := true
@@ -206,7 +226,8 @@ func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
 	v.inflight.Add(1)
 	defer v.inflight.Add(-1)
 	op := v.newOp()
-	for _, r := range v.geo.Split(off, len(p)) {
+	defer v.putOp(op)
+	for _, r := range op.split(off, len(p)) {
 		if err := v.writeStripe(op, p, r); err != nil {
 			return 0, fmt.Errorf("write at %d: %w", off, err)
 		}

@@ -164,7 +164,7 @@ func (v *Volume) resyncRow(grp int, row int64) (bool, error) {
 	lk.Lock()
 	defer lk.Unlock()
 	op := v.newOp()
-	defer op.release()
+	defer v.putOp(op)
 	for attempt := 0; attempt <= g.Width(); attempt++ {
 		unreadable, unwritable := v.masks(grp, row)
 		if unreadable&g.DataMask() != 0 {
@@ -321,7 +321,7 @@ func (v *Volume) rebuildRow(grp int, row int64, targets []int) error {
 	lk.Lock()
 	defer lk.Unlock()
 	op := v.newOp()
-	defer op.release()
+	defer v.putOp(op)
 	for attempt := 0; attempt <= g.Width(); attempt++ {
 		if v.failed.Load() {
 			return ErrVolumeFailed
@@ -542,7 +542,7 @@ func (v *Volume) scrubRow(grp int, row int64, repair bool) (verified, bad, fixed
 		defer lk.RUnlock()
 	}
 	op := v.newOp()
-	defer op.release()
+	defer v.putOp(op)
 	unreadable, _ := v.masks(grp, row)
 	if unreadable != 0 {
 		return false, false, false, nil

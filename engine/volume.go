@@ -89,6 +89,7 @@ type Volume struct {
 	dataOff int64
 	locks   [lockShards]sync.RWMutex
 	bufs    sync.Pool
+	ops     sync.Pool // *stripeOp
 	bm      *writeIntent
 
 	inflight atomic.Int64 // foreground requests, for rebuild throttling

@@ -169,31 +169,8 @@ func (g Geometry) CheckRange(off int64, n int) error {
 // ascending stripe order. The range must have been checked by CheckRange;
 // Split itself only needs off >= 0 and n >= 0.
 func (g Geometry) Split(off int64, n int) []StripeReq {
-	if n <= 0 {
-		return nil
-	}
-	sb := g.StripeBytes()
-	cs := int64(g.ChunkSize)
-	first := off / sb
-	last := (off + int64(n) - 1) / sb
-	out := make([]StripeReq, 0, last-first+1)
-	var bufOff int64
-	for s := first; s <= last; s++ {
-		grp, row := g.Locate(s)
-		r := StripeReq{Stripe: s, Group: grp, Row: row, Lo: g.ChunkSize, Hi: 0}
-		start := max(off, s*sb) - s*sb
-		end := min(off+int64(n), (s+1)*sb) - s*sb
-		for c := start / cs; c*cs < end; c++ {
-			a := max(start, c*cs) - c*cs
-			b := min(end, (c+1)*cs) - c*cs
-			r.Segs = append(r.Segs, Seg{Pos: int(c), Off: int(a), Len: int(b - a), BufOff: bufOff})
-			bufOff += b - a
-			r.Lo = min(r.Lo, int(a))
-			r.Hi = max(r.Hi, int(b))
-		}
-		out = append(out, r)
-	}
-	return out
+	reqs, _ := g.SplitAppend(nil, nil, off, n)
+	return reqs
 }
 
 // ErrDomain is wrapped by CheckDomains errors.
@@ -218,4 +195,36 @@ func CheckDomains(g Geometry, domains []string) error {
 		}
 	}
 	return nil
+}
+
+// SplitAppend is Split without allocation in the steady state: it appends
+// the stripe requests to reqs and their segments to segs (each request's
+// Segs aliases segs) and returns both for reuse.
+func (g Geometry) SplitAppend(reqs []StripeReq, segs []Seg, off int64, n int) ([]StripeReq, []Seg) {
+	if n <= 0 {
+		return reqs, segs
+	}
+	sb := g.StripeBytes()
+	cs := int64(g.ChunkSize)
+	first := off / sb
+	last := (off + int64(n) - 1) / sb
+	var bufOff int64
+	for s := first; s <= last; s++ {
+		grp, row := g.Locate(s)
+		r := StripeReq{Stripe: s, Group: grp, Row: row, Lo: g.ChunkSize, Hi: 0}
+		start := max(off, s*sb) - s*sb
+		end := min(off+int64(n), (s+1)*sb) - s*sb
+		i0 := len(segs)
+		for c := start / cs; c*cs < end; c++ {
+			a := max(start, c*cs) - c*cs
+			b := min(end, (c+1)*cs) - c*cs
+			segs = append(segs, Seg{Pos: int(c), Off: int(a), Len: int(b - a), BufOff: bufOff})
+			bufOff += b - a
+			r.Lo = min(r.Lo, int(a))
+			r.Hi = max(r.Hi, int(b))
+		}
+		r.Segs = segs[i0:len(segs):len(segs)]
+		reqs = append(reqs, r)
+	}
+	return reqs, segs
 }
