@@ -85,7 +85,8 @@ sizes and parallelism and prints the ratios (see docs/performance.md).`,
 	f.StringVar(&chunk, "chunk", "64k", "chunk size")
 	f.StringVar(&size, "member-size", "256m", "bytes per member file")
 	f.IntVar(&cfg.Jobs, "jobs", 0, "parallel requests (default 2 x GOMAXPROCS)")
-	f.DurationVar(&cfg.Duration, "duration", 1500*time.Millisecond, "time per measurement")
+	f.DurationVar(&cfg.Duration, "duration", 500*time.Millisecond, "time per measurement round")
+	f.IntVar(&cfg.Rounds, "rounds", 3, "alternating raw/engine rounds per measurement (best kept)")
 	return cmd
 }
 

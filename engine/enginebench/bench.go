@@ -24,7 +24,8 @@ type Config struct {
 	ChunkSize  int           // default engine.DefaultChunkSize
 	MemberSize int64         // bytes per member file; default 256 MiB
 	Jobs       int           // parallel requests; default 2*GOMAXPROCS
-	Duration   time.Duration // per timed measurement; default 1.5 s
+	Duration   time.Duration // per timed measurement; default 0.5 s
+	Rounds     int           // alternating rounds per pair, best kept; default 3
 	Log        io.Writer     // progress lines; nil for none
 }
 
@@ -37,6 +38,7 @@ type Result struct {
 	MemberSize int64 `json:"member_size"`
 	Jobs       int   `json:"jobs"`
 	CPUs       int   `json:"cpus"`
+	Rounds     int   `json:"rounds"`
 
 	RawWriteMiBs         float64 `json:"raw_write_mibs"`         // aggregate, all members, chunk-size writes
 	RawReadMiBs          float64 `json:"raw_read_mibs"`          // aggregate, all members, chunk-size reads
@@ -83,7 +85,10 @@ func (c *Config) defaults() {
 		c.Jobs = 2 * runtime.GOMAXPROCS(0)
 	}
 	if c.Duration == 0 {
-		c.Duration = 1500 * time.Millisecond
+		c.Duration = 500 * time.Millisecond
+	}
+	if c.Rounds == 0 {
+		c.Rounds = 3
 	}
 }
 
@@ -119,35 +124,16 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		defer f.Close()
 		members[i] = f
 	}
-	r := &Result{K: cfg.K, M: cfg.M, ChunkSize: cfg.ChunkSize, MemberSize: cfg.MemberSize, Jobs: cfg.Jobs, CPUs: runtime.GOMAXPROCS(0)}
+	r := &Result{K: cfg.K, M: cfg.M, ChunkSize: cfg.ChunkSize, MemberSize: cfg.MemberSize, Jobs: cfg.Jobs, CPUs: runtime.GOMAXPROCS(0), Rounds: cfg.Rounds}
 	chunk := cfg.ChunkSize
 	// Fill the files once so tmpfs has allocated every page: the first
 	// touch of a page costs more than an overwrite and would flatter
-	// whichever measurement comes second.
+	// whichever measurement comes second. Zeroes are consistent parity,
+	// so the volume can skip its initial sync.
 	b.logf("prefill %d x %d MiB in %s", w, cfg.MemberSize>>20, dir)
-	if _, err := b.rawSeq(ctx, members, chunk, true, 0); err != nil {
+	if _, err := b.rawSeq(ctx, members, 0, chunk, true, 0); err != nil {
 		return nil, err
 	}
-	if r.RawWriteMiBs, err = b.rawSeq(ctx, members, chunk, true, cfg.Duration); err != nil {
-		return nil, err
-	}
-	if r.RawReadMiBs, err = b.rawSeq(ctx, members, chunk, false, cfg.Duration); err != nil {
-		return nil, err
-	}
-	if r.RawRandReadIOPS, err = b.rawRand(ctx, members, false); err != nil {
-		return nil, err
-	}
-	if r.RawRandWriteIOPS, err = b.rawRand(ctx, members, true); err != nil {
-		return nil, err
-	}
-	if r.ReplacementWriteMiBs, err = b.rawSeq(ctx, members[:1], chunk, true, cfg.Duration); err != nil {
-		return nil, err
-	}
-	b.logf("raw: write %.0f MiB/s, read %.0f MiB/s, rand read %.0f IOPS, rand write %.0f IOPS, one member write %.0f MiB/s",
-		r.RawWriteMiBs, r.RawReadMiBs, r.RawRandReadIOPS, r.RawRandWriteIOPS, r.ReplacementWriteMiBs)
-
-	// The raw writes wrote zeroes, so the members are zeroed and the
-	// initial parity sync can be skipped.
 	domains := make([]string, w)
 	for i := range domains {
 		domains[i] = fmt.Sprintf("node%d", i/cfg.M)
@@ -163,63 +149,137 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
+	defer v.Abandon()
+	// Raw I/O goes to the members' data areas only, so the volume's
+	// metadata survives; the data it overwrites is not checked.
+	base := int64(engine.DefaultDataOffset)
 	sb := int(v.Geometry().StripeBytes())
-	if r.SeqWriteMiBs, err = b.engineSeq(ctx, v, sb, true); err != nil {
+	d := cfg.Duration
+
+	// Every pair is measured in alternating rounds (raw, engine, raw,
+	// engine, ...) and the best round of each is kept, so that other load
+	// on the machine hits both sides alike.
+	best := func(dst *float64, x float64, err error) error {
+		*dst = max(*dst, x)
+		return err
+	}
+	for round := 0; round < cfg.Rounds; round++ {
+		steps := []func() error{
+			func() error {
+				x, err := b.rawSeq(ctx, members, base, chunk, true, d)
+				return best(&r.RawWriteMiBs, x, err)
+			},
+			func() error { x, err := b.engineSeq(ctx, v, sb, true); return best(&r.SeqWriteMiBs, x, err) },
+			func() error {
+				x, err := b.rawSeq(ctx, members, base, chunk, false, d)
+				return best(&r.RawReadMiBs, x, err)
+			},
+			func() error { x, err := b.engineSeq(ctx, v, sb, false); return best(&r.SeqReadMiBs, x, err) },
+			func() error { x, err := b.rawRand(ctx, members, base, false); return best(&r.RawRandReadIOPS, x, err) },
+			func() error { x, err := b.engineRand(ctx, v, false); return best(&r.RandReadIOPS, x, err) },
+			func() error { x, err := b.rawRand(ctx, members, base, true); return best(&r.RawRandWriteIOPS, x, err) },
+			func() error { x, err := b.engineRand(ctx, v, true); return best(&r.RandWriteIOPS, x, err) },
+		}
+		for _, step := range steps {
+			if err := step(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	b.logf("raw: write %.0f MiB/s, read %.0f MiB/s, rand read %.0f IOPS, rand write %.0f IOPS",
+		r.RawWriteMiBs, r.RawReadMiBs, r.RawRandReadIOPS, r.RawRandWriteIOPS)
+	b.logf("engine: seq write %.0f MiB/s, seq read %.0f MiB/s, rand read %.0f IOPS, rand write %.0f IOPS",
+		r.SeqWriteMiBs, r.SeqReadMiBs, r.RandReadIOPS, r.RandWriteIOPS)
+
+	// Degraded reads, alternating with healthy ones: fail, read, re-add
+	// (nothing was written meanwhile, so the resync is empty).
+	if err := v.Flush(); err != nil {
 		return nil, err
 	}
 	if err := v.Flush(); err != nil {
 		return nil, err
 	}
-	if r.SeqReadMiBs, err = b.engineSeq(ctx, v, sb, false); err != nil {
-		return nil, err
+	var healthy float64
+	lastDomain := []int{}
+	for slot := 0; slot < w; slot++ {
+		if domains[slot] == domains[w-1] {
+			lastDomain = append(lastDomain, slot)
+		}
 	}
-	if r.RandReadIOPS, err = b.engineRand(ctx, v, false); err != nil {
-		return nil, err
+	for round := 0; round < cfg.Rounds; round++ {
+		for _, lost := range [][]int{{0}, lastDomain} {
+			x, err := b.engineSeq(ctx, v, sb, false)
+			if err := best(&healthy, x, err); err != nil {
+				return nil, err
+			}
+			for _, slot := range lost {
+				if err := v.FailMember(slot); err != nil {
+					return nil, err
+				}
+			}
+			x, err = b.engineSeq(ctx, v, sb, false)
+			dst := &r.DegradedReadMiBs
+			if len(lost) > 1 {
+				dst = &r.DomainLostReadMiBs
+			}
+			if err := best(dst, x, err); err != nil {
+				return nil, err
+			}
+			for _, slot := range lost {
+				// A fresh handle: ReAdd closes the failed member's.
+				m, err := engine.OpenFileMember(b.paths[slot])
+				if err != nil {
+					return nil, err
+				}
+				if err := v.ReAdd(m, b.paths[slot]); err != nil {
+					return nil, err
+				}
+			}
+			if err := v.Rebuild(ctx, engine.RebuildOptions{}); err != nil {
+				return nil, err
+			}
+		}
 	}
-	if r.RandWriteIOPS, err = b.engineRand(ctx, v, true); err != nil {
-		return nil, err
-	}
-	b.logf("engine: seq write %.0f MiB/s, seq read %.0f MiB/s, rand read %.0f IOPS, rand write %.0f IOPS",
-		r.SeqWriteMiBs, r.SeqReadMiBs, r.RandReadIOPS, r.RandWriteIOPS)
+	r.SeqReadMiBs = max(r.SeqReadMiBs, healthy)
+	b.logf("degraded read: one member lost %.0f MiB/s, one domain lost %.0f MiB/s (healthy %.0f)",
+		r.DegradedReadMiBs, r.DomainLostReadMiBs, healthy)
 
-	// Degraded: lose member 0, read; then replace and rebuild it.
-	if err := v.FailMember(0); err != nil {
-		return nil, err
-	}
-	if r.DegradedReadMiBs, err = b.engineSeq(ctx, v, sb, false); err != nil {
-		return nil, err
-	}
+	// Rebuild of a whole member onto a replacement file, against raw
+	// writes to that file with the same parallelism as the rebuild.
 	repPath := filepath.Join(dir, "replacement")
 	rep, err := os.OpenFile(repPath, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, err
 	}
-	repDev := engine.NewFileMember(rep)
-	if _, err := b.rawSeq(ctx, []*os.File{rep}, chunk, true, 0); err != nil { // allocate pages
+	defer rep.Close()
+	if _, err := b.rawSeqJobs(ctx, []*os.File{rep}, 0, chunk, true, 0, cfg.Jobs); err != nil { // allocate pages
 		return nil, err
 	}
-	if err := v.Replace(0, repDev, repPath); err != nil {
-		return nil, err
-	}
-	t0 := time.Now()
-	if err := v.Rebuild(ctx, engine.RebuildOptions{Workers: runtime.GOMAXPROCS(0)}); err != nil {
-		return nil, err
-	}
-	r.RebuildMiBs = float64(v.Geometry().MemberDataBytes()) / (1 << 20) / time.Since(t0).Seconds()
-	b.logf("degraded read %.0f MiB/s, rebuild %.0f MiB/s", r.DegradedReadMiBs, r.RebuildMiBs)
-	// Lose a whole domain (m members).
-	for slot := 0; slot < w; slot++ {
-		if domains[slot] == domains[w-1] {
-			if err := v.FailMember(slot); err != nil {
-				return nil, err
-			}
+	workers := runtime.GOMAXPROCS(0)
+	for round := 0; round < max(1, cfg.Rounds-1); round++ {
+		x, err := b.rawSeqJobs(ctx, []*os.File{rep}, base, chunk, true, d, workers)
+		if err := best(&r.ReplacementWriteMiBs, x, err); err != nil {
+			return nil, err
 		}
+		if err := v.FailMember(0); err != nil {
+			return nil, err
+		}
+		// A fresh handle each round: Replace closes the old member.
+		f, err := os.OpenFile(repPath, os.O_RDWR, 0)
+		if err != nil {
+			return nil, err
+		}
+		if err := v.Replace(0, engine.NewFileMember(f), repPath); err != nil {
+			return nil, err
+		}
+		t0 := time.Now()
+		if err := v.Rebuild(ctx, engine.RebuildOptions{Workers: workers}); err != nil {
+			return nil, err
+		}
+		x = float64(v.Geometry().MemberDataBytes()) / (1 << 20) / time.Since(t0).Seconds()
+		r.RebuildMiBs = max(r.RebuildMiBs, x)
 	}
-	if r.DomainLostReadMiBs, err = b.engineSeq(ctx, v, sb, false); err != nil {
-		return nil, err
-	}
-	b.logf("domain lost read %.0f MiB/s", r.DomainLostReadMiBs)
-	v.Abandon()
+	b.logf("rebuild %.0f MiB/s, replacement raw write %.0f MiB/s", r.RebuildMiBs, r.ReplacementWriteMiBs)
 
 	ratio := func(a, b float64) float64 {
 		if b == 0 {
@@ -244,12 +304,16 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 // parallel runs fn in cfg.Jobs goroutines until d has passed (or, with
 // d == 0, until each returns false) and returns the operations done.
 func (b *bench) parallel(ctx context.Context, d time.Duration, fn func(job int, i int64) (bool, error)) (int64, time.Duration, error) {
+	return b.parallelJobs(ctx, d, b.cfg.Jobs, fn)
+}
+
+func (b *bench) parallelJobs(ctx context.Context, d time.Duration, jobs int, fn func(job int, i int64) (bool, error)) (int64, time.Duration, error) {
 	var ops atomic.Int64
 	var wg sync.WaitGroup
-	errs := make([]error, b.cfg.Jobs)
+	errs := make([]error, jobs)
 	deadline := time.Now().Add(d)
 	start := time.Now()
-	for j := 0; j < b.cfg.Jobs; j++ {
+	for j := 0; j < jobs; j++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -282,17 +346,21 @@ func (b *bench) parallel(ctx context.Context, d time.Duration, fn func(job int, 
 // rawSeq streams chunk-size I/O over every member file: each job owns an
 // equal slice of every member and cycles through the members. d == 0 does
 // exactly one pass (used to prefill).
-func (b *bench) rawSeq(ctx context.Context, files []*os.File, chunk int, write bool, d time.Duration) (float64, error) {
-	per := b.cfg.MemberSize / int64(b.cfg.Jobs) / int64(chunk) * int64(chunk)
+func (b *bench) rawSeq(ctx context.Context, files []*os.File, base int64, chunk int, write bool, d time.Duration) (float64, error) {
+	return b.rawSeqJobs(ctx, files, base, chunk, write, d, b.cfg.Jobs)
+}
+
+func (b *bench) rawSeqJobs(ctx context.Context, files []*os.File, base int64, chunk int, write bool, d time.Duration, jobs int) (float64, error) {
+	per := (b.cfg.MemberSize - base) / int64(jobs) / int64(chunk) * int64(chunk)
 	steps := per / int64(chunk) * int64(len(files))
-	bufs := make([][]byte, b.cfg.Jobs)
+	bufs := make([][]byte, jobs)
 	for i := range bufs {
 		bufs[i] = make([]byte, chunk)
 	}
-	ops, el, err := b.parallel(ctx, d, func(job int, i int64) (bool, error) {
+	ops, el, err := b.parallelJobs(ctx, d, jobs, func(job int, i int64) (bool, error) {
 		s := i % steps
 		f := files[s%int64(len(files))]
-		off := int64(job)*per + s/int64(len(files))*int64(chunk)
+		off := base + int64(job)*per + s/int64(len(files))*int64(chunk)
 		var err error
 		if write {
 			_, err = f.WriteAt(bufs[job], off)
@@ -304,8 +372,8 @@ func (b *bench) rawSeq(ctx context.Context, files []*os.File, chunk int, write b
 	return float64(ops) * float64(chunk) / (1 << 20) / el.Seconds(), err
 }
 
-func (b *bench) rawRand(ctx context.Context, files []*os.File, write bool) (float64, error) {
-	blocks := b.cfg.MemberSize / layout.BlockSize
+func (b *bench) rawRand(ctx context.Context, files []*os.File, base int64, write bool) (float64, error) {
+	blocks := (b.cfg.MemberSize - base) / layout.BlockSize
 	bufs := make([][]byte, b.cfg.Jobs)
 	rngs := make([]*rand.Rand, b.cfg.Jobs)
 	for i := range bufs {
@@ -314,7 +382,7 @@ func (b *bench) rawRand(ctx context.Context, files []*os.File, write bool) (floa
 	}
 	ops, el, err := b.parallel(ctx, b.cfg.Duration, func(job int, _ int64) (bool, error) {
 		f := files[rngs[job].IntN(len(files))]
-		off := rngs[job].Int64N(blocks) * layout.BlockSize
+		off := base + rngs[job].Int64N(blocks)*layout.BlockSize
 		var err error
 		if write {
 			_, err = f.WriteAt(bufs[job], off)
