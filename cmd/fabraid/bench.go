@@ -84,7 +84,7 @@ sizes and parallelism and prints the ratios (see docs/performance.md).`,
 	f.IntVar(&cfg.M, "m", 2, "parity chunks per stripe")
 	f.StringVar(&chunk, "chunk", "64k", "chunk size")
 	f.StringVar(&size, "member-size", "256m", "bytes per member file")
-	f.IntVar(&cfg.Jobs, "jobs", 0, "parallel requests (default 2 x GOMAXPROCS)")
+	f.IntVar(&cfg.Jobs, "jobs", 0, "parallel requests (default GOMAXPROCS)")
 	f.DurationVar(&cfg.Duration, "duration", 500*time.Millisecond, "time per measurement round")
 	f.IntVar(&cfg.Rounds, "rounds", 3, "alternating raw/engine rounds per measurement (best kept)")
 	return cmd

@@ -23,7 +23,7 @@ type Config struct {
 	K, M       int           // default 4+2
 	ChunkSize  int           // default engine.DefaultChunkSize
 	MemberSize int64         // bytes per member file; default 256 MiB
-	Jobs       int           // parallel requests; default 2*GOMAXPROCS
+	Jobs       int           // parallel requests; default GOMAXPROCS
 	Duration   time.Duration // per timed measurement; default 0.5 s
 	Rounds     int           // alternating rounds per pair, best kept; default 3
 	Log        io.Writer     // progress lines; nil for none
@@ -82,7 +82,7 @@ func (c *Config) defaults() {
 		c.MemberSize = 256 << 20
 	}
 	if c.Jobs == 0 {
-		c.Jobs = 2 * runtime.GOMAXPROCS(0)
+		c.Jobs = runtime.GOMAXPROCS(0)
 	}
 	if c.Duration == 0 {
 		c.Duration = 500 * time.Millisecond
