@@ -35,7 +35,7 @@ func (op *stripeOp) release() {
 }
 
 func (op *stripeOp) add(slot int, write bool, buf []byte, memberOff int64) {
-	op.ios = append(op.ios, IO{Dev: op.v.devs[slot], Write: write, Buf: buf, Off: op.v.dataOff + memberOff})
+	op.ios = append(op.ios, IO{Dev: op.v.dev(slot), Write: write, Buf: buf, Off: op.v.dataOff + memberOff})
 	op.slots = append(op.slots, slot)
 }
 
@@ -50,7 +50,7 @@ func (op *stripeOp) run() bool {
 	for i := range op.ios {
 		if op.ios[i].Err != nil {
 			ok = false
-			op.v.failMember(op.slots[i], op.ios[i].Err)
+			op.v.failMemberDev(op.slots[i], op.ios[i].Dev, op.ios[i].Err)
 		}
 	}
 	op.ios = op.ios[:0]

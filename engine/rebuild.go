@@ -210,9 +210,18 @@ func (v *Volume) Rebuild(ctx context.Context, o RebuildOptions) error {
 	th := &throttle{v: v, o: o, start: time.Now()}
 	var targets []int
 	for slot := range v.slots {
-		if v.slotRole(slot) == superblock.RoleRebuilding && v.devs[slot] != nil {
+		if v.slotRole(slot) == superblock.RoleRebuilding && v.dev(slot) != nil {
 			targets = append(targets, slot)
 		}
+	}
+	// A target that fails and is replaced while this rebuild runs is a
+	// different member: it must not inherit this rebuild's checkpoints.
+	devAt := map[int]Member{}
+	for _, slot := range targets {
+		devAt[slot] = v.dev(slot)
+	}
+	current := func(slot int) bool {
+		return v.slotRole(slot) == superblock.RoleRebuilding && v.dev(slot) == devAt[slot]
 	}
 	prog := &Progress{Kind: "rebuild", Slots: targets, Total: int64(g.Groups) * g.Rows}
 	v.progress.Store(prog)
@@ -250,11 +259,11 @@ func (v *Volume) Rebuild(ctx context.Context, o RebuildOptions) error {
 				if err := th.wait(ctx, int64(g.ChunkSize*len(tg))); err != nil {
 					return err
 				}
-				return v.rebuildRow(grp, row, tg)
+				return v.rebuildRow(grp, row, tg, current)
 			},
 			func(end int64) error {
 				for _, slot := range tg {
-					if v.slots[slot].checkpoint.Load() < end {
+					if current(slot) && v.slots[slot].checkpoint.Load() < end {
 						v.slots[slot].checkpoint.Store(end)
 					}
 				}
@@ -263,13 +272,13 @@ func (v *Volume) Rebuild(ctx context.Context, o RebuildOptions) error {
 				v.progress.Store(&p)
 				if end-lastPersist >= o.CheckpointRows || end == g.Rows {
 					lastPersist = end
-					return v.persistCheckpoints(tg, end == g.Rows)
+					return v.persistCheckpoints(tg, current, end == g.Rows)
 				}
 				return nil
 			})
 		if err != nil {
 			v.metaMu.Lock()
-			_ = v.persistCheckpointsLocked(tg, false)
+			_ = v.persistCheckpointsLocked(tg, current, false)
 			v.metaMu.Unlock()
 			return fmt.Errorf("rebuild group %d: %w", grp, err)
 		}
@@ -277,22 +286,22 @@ func (v *Volume) Rebuild(ctx context.Context, o RebuildOptions) error {
 	return nil
 }
 
-func (v *Volume) persistCheckpoints(slots []int, done bool) error {
+func (v *Volume) persistCheckpoints(slots []int, current func(int) bool, done bool) error {
 	v.metaMu.Lock()
 	defer v.metaMu.Unlock()
-	return v.persistCheckpointsLocked(slots, done)
+	return v.persistCheckpointsLocked(slots, current, done)
 }
 
-func (v *Volume) persistCheckpointsLocked(slots []int, done bool) error {
+func (v *Volume) persistCheckpointsLocked(slots []int, current func(int) bool, done bool) error {
 	changed := false
 	for _, slot := range slots {
-		if v.slotRole(slot) != superblock.RoleRebuilding {
+		if !current(slot) {
 			continue
 		}
 		m := &v.meta.Members[slot]
 		if done {
 			// Flush the rebuilt data before the member claims to be in sync.
-			if err := v.devs[slot].Flush(); err != nil {
+			if err := v.dev(slot).Flush(); err != nil {
 				v.markFailedLocked(slot, fmt.Errorf("rebuild flush: %w", err))
 				changed = true
 				continue
@@ -315,7 +324,7 @@ func (v *Volume) persistCheckpointsLocked(slots []int, done bool) error {
 
 // rebuildRow recomputes the chunks of targets in row of grp from K other
 // readable chunks and writes them.
-func (v *Volume) rebuildRow(grp int, row int64, targets []int) error {
+func (v *Volume) rebuildRow(grp int, row int64, targets []int, current func(int) bool) error {
 	g := v.geo
 	lk := v.lockFor(g.StripeOf(grp, row))
 	lk.Lock()
@@ -329,7 +338,7 @@ func (v *Volume) rebuildRow(grp int, row int64, targets []int) error {
 		unreadable, _ := v.masks(grp, row)
 		var targetMask uint64
 		for _, slot := range targets {
-			if v.slotRole(slot) == superblock.RoleRebuilding {
+			if current(slot) {
 				targetMask |= 1 << uint(g.PosOf(row, slot%g.Width()))
 			}
 		}
@@ -438,10 +447,12 @@ func (v *Volume) installLocked(slot int, dev Member, name string, resync bitset)
 			return err
 		}
 	}
-	if old := v.devs[slot]; old != nil && old != dev {
+	if old := v.dev(slot); old != nil && old != dev {
+		// Requests still in flight on the old member fail; their errors
+		// are ignored because the slot no longer holds it.
 		_ = old.Close()
 	}
-	v.devs[slot] = dev
+	v.slots[slot].dev.Store(&memberRef{dev})
 	v.names[slot] = name
 	s := &v.slots[slot]
 	s.checkpoint.Store(0)

@@ -81,8 +81,7 @@ type Volume struct {
 	enc   reedsolomon.Encoder
 	exec  Executor
 	log   *slog.Logger
-	names []string
-	devs  []Member // by slot; nil when missing
+	names []string // by slot; guarded by metaMu
 	slots []slotState
 	base  *superblock.Superblock // immutable fields
 
@@ -104,9 +103,20 @@ type Volume struct {
 }
 
 type slotState struct {
+	dev        atomic.Pointer[memberRef] // nil when missing
 	role       atomic.Uint32
 	checkpoint atomic.Int64
 	resync     atomic.Pointer[bitset] // regions to resync for a returning member
+}
+
+type memberRef struct{ Member }
+
+// dev returns the member in slot, or nil.
+func (v *Volume) dev(slot int) Member {
+	if r := v.slots[slot].dev.Load(); r != nil {
+		return r.Member
+	}
+	return nil
 }
 
 func (v *Volume) slotRole(slot int) superblock.Role {
@@ -289,12 +299,15 @@ func newVolume(sb *superblock.Superblock, devs []Member, names []string, opts Op
 	}
 	v := &Volume{
 		geo: g, enc: enc, exec: exec, log: log.With("volume", sb.Name),
-		names: names, devs: devs, slots: make([]slotState, g.Members()),
+		names: names, slots: make([]slotState, g.Members()),
 		base: sb.Clone(), meta: sb.Clone(), dataOff: sb.DataOffset,
 	}
 	chunk := g.ChunkSize
 	v.bufs.New = func() any { b := make([]byte, chunk); return &b }
 	for i, m := range sb.Members {
+		if devs[i] != nil {
+			v.slots[i].dev.Store(&memberRef{devs[i]})
+		}
 		v.slots[i].role.Store(uint32(m.Role))
 		v.slots[i].checkpoint.Store(m.Checkpoint)
 	}
@@ -328,7 +341,7 @@ func (v *Volume) lockFor(stripe int64) *sync.RWMutex {
 // writable reports whether slot receives writes (active or rebuilding).
 func (v *Volume) writable(slot int) bool {
 	r := v.slotRole(slot)
-	return v.devs[slot] != nil && (r == superblock.RoleActive || r == superblock.RoleRebuilding)
+	return v.dev(slot) != nil && (r == superblock.RoleActive || r == superblock.RoleRebuilding)
 }
 
 // readable reports whether slot holds valid data at row.
@@ -368,14 +381,15 @@ func (v *Volume) masks(group int, row int64) (unreadable, unwritable uint64) {
 // everywhere, flush. A member that fails is marked failed and the write is
 // repeated without it. Callers hold metaMu.
 func (v *Volume) writeMetaLocked() error {
-	for attempt := 0; attempt <= len(v.devs); attempt++ {
+	for attempt := 0; attempt <= len(v.slots); attempt++ {
 		v.meta.Events++
 		var failedSlot = -1
 		var failErr error
 		for _, off := range []int64{superblock.CopyAOffset, superblock.CopyBOffset} {
 			var ios []IO
 			var slots []int
-			for slot, d := range v.devs {
+			for slot := range v.slots {
+				d := v.dev(slot)
 				if d == nil || !v.writable(slot) {
 					continue
 				}
@@ -438,12 +452,16 @@ func (v *Volume) markFailedLocked(slot int, cause error) {
 	}
 }
 
-// failMember marks slot failed after an I/O error, updates the survivors'
-// superblocks and bumps the event counter.
-func (v *Volume) failMember(slot int, cause error) {
+// failMember marks slot failed, updates the survivors' superblocks and
+// bumps the event counter.
+func (v *Volume) failMember(slot int, cause error) { v.failMemberDev(slot, nil, cause) }
+
+// failMemberDev is failMember after an I/O error on dev: it does nothing
+// when slot no longer holds dev (the member was replaced meanwhile).
+func (v *Volume) failMemberDev(slot int, dev Member, cause error) {
 	v.metaMu.Lock()
 	defer v.metaMu.Unlock()
-	if v.slotRole(slot) == superblock.RoleFailed {
+	if v.slotRole(slot) == superblock.RoleFailed || (dev != nil && v.dev(slot) != dev) {
 		return
 	}
 	v.markFailedLocked(slot, cause)
@@ -458,8 +476,8 @@ func (v *Volume) failMember(slot int, cause error) {
 func (v *Volume) persistBitmap(blk int, data []byte) error {
 	var ios []IO
 	var slots []int
-	for slot, d := range v.devs {
-		if d != nil && v.writable(slot) {
+	for slot := range v.slots {
+		if d := v.dev(slot); d != nil && v.writable(slot) {
 			ios = append(ios, IO{Dev: d, Write: true, Buf: data, Off: v.base.BitmapOffset + int64(blk)*bitmapBlock})
 			slots = append(slots, slot)
 		}
@@ -472,7 +490,7 @@ func (v *Volume) persistBitmap(blk int, data []byte) error {
 	}
 	for i := range ios {
 		if ios[i].Err != nil {
-			v.failMember(slots[i], fmt.Errorf("bitmap write: %w", ios[i].Err))
+			v.failMemberDev(slots[i], ios[i].Dev, fmt.Errorf("bitmap write: %w", ios[i].Err))
 		}
 	}
 	if v.failed.Load() {
@@ -516,12 +534,13 @@ func (v *Volume) Flush() error {
 }
 
 func (v *Volume) flushMembers() error {
-	for slot, d := range v.devs {
+	for slot := range v.slots {
+		d := v.dev(slot)
 		if d == nil || !v.writable(slot) {
 			continue
 		}
 		if err := d.Flush(); err != nil {
-			v.failMember(slot, fmt.Errorf("flush: %w", err))
+			v.failMemberDev(slot, d, fmt.Errorf("flush: %w", err))
 		}
 	}
 	if v.failed.Load() {
@@ -560,8 +579,8 @@ func (v *Volume) Close() error {
 			v.metaMu.Unlock()
 		}
 	}
-	for _, d := range v.devs {
-		if d != nil {
+	for slot := range v.slots {
+		if d := v.dev(slot); d != nil {
 			if cerr := d.Close(); cerr != nil && err == nil {
 				err = cerr
 			}
