@@ -35,6 +35,7 @@ func newRootCmd() *cobra.Command {
 		newBenchCmd(),
 		newDoctorCmd(),
 		newUblkCmd(),
+		newNvmeCmd(),
 	)
 	return root
 }
