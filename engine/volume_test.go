@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 
 	"github.com/fabraid/fabraid/engine/layout"
@@ -214,4 +215,144 @@ func TestBitmapLifecycle(t *testing.T) {
 	if st := v.Status(); st.DirtyRegions != 0 || st.Degraded {
 		t.Fatalf("after clean close: %+v", st)
 	}
+}
+
+// A rebuild interrupted by a stop resumes from its persisted checkpoint
+// after reassembly, and the result is correct.
+func TestRebuildResumesAfterRestart(t *testing.T) {
+	v, mm := newTestVolume(t, Config{Name: "resume", K: 3, M: 1, ChunkSize: 4096}, 2<<20)
+	model := make([]byte, v.Size())
+	rng := rand.New(rand.NewPCG(7, 8))
+	for i := range model {
+		model[i] = byte(rng.Uint32())
+	}
+	if _, err := v.WriteAt(model, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	mm[2].SetFailed(true)
+	repl := &countingMember{MemMember: NewMemMember(2 << 20)}
+	if err := v.FailMember(2); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Replace(2, repl, "repl"); err != nil {
+		t.Fatal(err)
+	}
+	rows := v.Geometry().Rows
+	ctx, cancel := context.WithCancel(context.Background())
+	// Stop the rebuild deterministically half way: the replacement
+	// cancels it from its own write path.
+	repl.onWrite = func(n int64) {
+		if n == rows/2 {
+			cancel()
+		}
+	}
+	err := v.Rebuild(ctx, RebuildOptions{CheckpointRows: 16, Workers: 1})
+	cancel()
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("rebuild: %v", err)
+	}
+	cp := v.Status().Members[2].Checkpoint
+	if cp == 0 || cp >= rows {
+		t.Fatalf("checkpoint %d of %d rows", cp, rows)
+	}
+	// Restart: flush, stop uncleanly, reassemble with the replacement.
+	if err := v.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	v.Abandon()
+	devs := []Member{mm[0], mm[1], repl, mm[3]}
+	v, err = Assemble(devs, nil, Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := v.Status()
+	if st.Members[2].Role != superblock.RoleRebuilding || st.Members[2].Checkpoint == 0 {
+		t.Fatalf("after restart: %+v", st.Members[2])
+	}
+	if err := v.Rebuild(context.Background(), RebuildOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mm[0].SetFailed(true) // the rebuilt member must now carry its share
+	got := make([]byte, v.Size())
+	if _, err := v.ReadAt(got, 0); err != nil || !bytes.Equal(got, model) {
+		t.Fatalf("after resumed rebuild: err %v, equal %v", err, bytes.Equal(got, model))
+	}
+}
+
+// Scrub finds silent parity corruption and repairs it.
+func TestScrubRepair(t *testing.T) {
+	v, mm := newTestVolume(t, Config{Name: "scrub", K: 4, M: 2, ChunkSize: 4096}, 1<<20)
+	p := bytes.Repeat([]byte{0x5a}, int(v.Size()))
+	if _, err := v.WriteAt(p, 0); err != nil {
+		t.Fatal(err)
+	}
+	g := v.Geometry()
+	// Corrupt the first parity chunk of row 3.
+	mem := g.MemberOf(3, g.K)
+	mm[mem].Corrupt(v.dataOff+g.MemberOffset(3)+100, []byte("rot"))
+	ctx := context.Background()
+	rep, err := v.Scrub(ctx, false, RebuildOptions{})
+	if err != nil || rep.Mismatches != 1 || rep.Examples[0] != g.StripeOf(0, 3) || rep.Repaired != 0 {
+		t.Fatalf("scrub: %+v %v", rep, err)
+	}
+	if rep, err = v.Scrub(ctx, true, RebuildOptions{}); err != nil || rep.Repaired != 1 {
+		t.Fatalf("repair: %+v %v", rep, err)
+	}
+	if rep, err = v.Scrub(ctx, false, RebuildOptions{}); err != nil || rep.Mismatches != 0 {
+		t.Fatalf("after repair: %+v %v", rep, err)
+	}
+}
+
+func TestCreateDomainRule(t *testing.T) {
+	_, devs := memMembers(4, 1<<20)
+	cfg := Config{Name: "dom", K: 2, M: 2, ChunkSize: 4096, DataOffset: 256 << 10, RegionSize: 256 << 10,
+		Domains: []string{"a", "a", "a", "b"}}
+	if _, err := Create(cfg, devs, nil, Options{Logger: quietLogger()}); !errors.Is(err, layout.ErrDomain) {
+		t.Fatalf("create with 3 of 4 members in one domain: %v", err)
+	}
+	cfg.AllowDomainViolation = true
+	v, err := Create(cfg, devs, nil, Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.meta.Flags&superblock.FlagDomainOverride == 0 {
+		t.Fatal("override not recorded")
+	}
+}
+
+// A fresh volume on members with garbage gets consistent parity from the
+// initial sync.
+func TestCreateInitialSync(t *testing.T) {
+	g := layout.Geometry{K: 3, M: 2, Groups: 1}
+	mm, devs := memMembers(g.Members(), 1<<20)
+	for i, m := range mm {
+		m.Corrupt(256<<10, bytes.Repeat([]byte{byte(i + 1)}, 512<<10))
+	}
+	v, err := Create(Config{Name: "sync", K: 3, M: 2, ChunkSize: 4096, DataOffset: 256 << 10, RegionSize: 64 << 10},
+		devs, nil, Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := v.Scrub(context.Background(), false, RebuildOptions{})
+	if err != nil || rep.Mismatches != 0 || rep.Stripes != v.Geometry().Rows {
+		t.Fatalf("scrub after initial sync: %+v %v", rep, err)
+	}
+}
+
+// countingMember calls onWrite with the number of data writes so far.
+type countingMember struct {
+	*MemMember
+	writes  atomic.Int64
+	onWrite func(n int64)
+}
+
+func (c *countingMember) WriteAt(p []byte, off int64) (int, error) {
+	n, err := c.MemMember.WriteAt(p, off)
+	if off >= 256<<10 && c.onWrite != nil {
+		c.onWrite(c.writes.Add(1))
+	}
+	return n, err
 }
