@@ -93,8 +93,10 @@ func (v *Volume) ReadAt(p []byte, off int64) (int, error) {
 	if err := v.geo.CheckRange(off, len(p)); err != nil {
 		return 0, fmt.Errorf("read: %w", err)
 	}
-	v.inflight.Add(1)
-	defer v.inflight.Add(-1)
+	if v.background.Load() {
+		v.inflight.Add(1)
+		defer v.inflight.Add(-1)
+	}
 	op := v.newOp()
 	defer v.putOp(op)
 	reqs := op.split(off, len(p))
@@ -223,8 +225,10 @@ func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
 	if err := v.geo.CheckRange(off, len(p)); err != nil {
 		return 0, fmt.Errorf("write: %w", err)
 	}
-	v.inflight.Add(1)
-	defer v.inflight.Add(-1)
+	if v.background.Load() {
+		v.inflight.Add(1)
+		defer v.inflight.Add(-1)
+	}
 	op := v.newOp()
 	defer v.putOp(op)
 	for _, r := range op.split(off, len(p)) {

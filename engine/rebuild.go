@@ -206,6 +206,8 @@ func (v *Volume) Rebuild(ctx context.Context, o RebuildOptions) error {
 	v.rebuildMu.Lock()
 	defer v.rebuildMu.Unlock()
 	defer v.progress.Store(nil)
+	v.background.Store(true)
+	defer v.background.Store(false)
 	g := v.geo
 	th := &throttle{v: v, o: o, start: time.Now()}
 	var targets []int
@@ -495,6 +497,8 @@ func (v *Volume) Scrub(ctx context.Context, repair bool, o RebuildOptions) (Scru
 	v.rebuildMu.Lock()
 	defer v.rebuildMu.Unlock()
 	defer v.progress.Store(nil)
+	v.background.Store(true)
+	defer v.background.Store(false)
 	g := v.geo
 	th := &throttle{v: v, o: o, start: time.Now()}
 	var rep ScrubReport

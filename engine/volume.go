@@ -91,9 +91,13 @@ type Volume struct {
 	ops     sync.Pool // *stripeOp
 	bm      *writeIntent
 
-	inflight atomic.Int64 // foreground requests, for rebuild throttling
-	failed   atomic.Bool
-	closed   atomic.Bool
+	// inflight counts foreground requests while background (a rebuild
+	// or scrub) runs, so that it can yield; without background work the
+	// shared counter is left alone to keep its cache line quiet.
+	inflight   atomic.Int64
+	background atomic.Bool
+	failed     atomic.Bool
+	closed     atomic.Bool
 
 	metaMu sync.Mutex // guards meta and metadata writes; never taken under bm.mu by I/O
 	meta   *superblock.Superblock
