@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -137,6 +138,13 @@ a new server or "fabraid ublk delete N" removes it.`,
 				cfg.MaxIOBytes = int(n)
 			}
 			cfg.NoRecovery = noRecovery
+			// Each queue thread lives in io_uring_enter. When no P is idle, the
+			// runtime hands a P in a syscall to another thread after ~20µs and
+			// the queue thread must win one back after every wakeup, which costs
+			// several context switches per request. An idle P avoids that.
+			if want := cfg.Queues + 2; runtime.GOMAXPROCS(0) < want {
+				runtime.GOMAXPROCS(want)
+			}
 			// Catch signals before the device exists, so none is lost.
 			sig := make(chan os.Signal, 1)
 			signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)

@@ -43,6 +43,11 @@ type Control struct {
 	ring     *uring.Ring
 	features Features
 	encoded  bool // send ioctl-encoded command numbers
+	// buf carries command payloads. The kernel reads and writes them from
+	// an io-wq worker after io_uring_enter returned, so they must not live
+	// on a goroutine stack (which moves when it grows): this is heap memory,
+	// which Go does not move.
+	buf *[512]byte
 }
 
 // OpenControl opens the ublk control device and asks the kernel for its
@@ -64,11 +69,9 @@ func OpenControl() (*Control, error) {
 		}
 		return nil, fmt.Errorf("ublk control ring: %w", err)
 	}
-	c := &Control{f: f, ring: ring, encoded: true}
+	c := &Control{f: f, ring: ring, encoded: true, buf: new([512]byte)}
 	var feat uint64
-	err = c.cmd(ublksys.UBLK_CMD_GET_FEATURES, opGetFeatures, &ublksys.CtrlCmd{
-		DevID: ^uint32(0), QueueID: ^uint16(0), Len: ublksys.UBLK_FEATURES_LEN, Addr: uint64(uintptr(unsafe.Pointer(&feat))),
-	})
+	err = c.cmdBuf(ublksys.UBLK_CMD_GET_FEATURES, opGetFeatures, ^uint32(0), unsafe.Pointer(&feat), ublksys.UBLK_FEATURES_LEN)
 	switch {
 	case err == nil:
 		c.features = Features(feat)
@@ -104,10 +107,31 @@ func (c *Control) Close() error {
 // lack the command).
 func (c *Control) Features() Features { return c.features }
 
-// cmd sends one control command and waits for its completion.
+// cmdBuf sends a control command for device id whose payload is the n
+// bytes at p: they are copied to the kernel-visible buffer and back.
+func (c *Control) cmdBuf(nr uint32, op string, id uint32, p unsafe.Pointer, n int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n > len(c.buf) {
+		return fmt.Errorf("ublk %s: payload of %d bytes too large", op, n)
+	}
+	data := unsafe.Slice((*byte)(p), n)
+	copy(c.buf[:], data)
+	err := c.cmdLocked(nr, op, &ublksys.CtrlCmd{
+		DevID: id, QueueID: ^uint16(0), Len: uint16(n), Addr: uint64(uintptr(unsafe.Pointer(&c.buf[0]))),
+	})
+	copy(data, c.buf[:n])
+	return err
+}
+
+// cmd sends one control command without payload and waits for it.
 func (c *Control) cmd(nr uint32, op string, hdr *ublksys.CtrlCmd) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.cmdLocked(nr, op, hdr)
+}
+
+func (c *Control) cmdLocked(nr uint32, op string, hdr *ublksys.CtrlCmd) error {
 	if c.ring == nil {
 		return fmt.Errorf("ublk %s: control closed", op)
 	}
@@ -185,9 +209,7 @@ func (c *Control) Info(id int) (*DevInfo, error) {
 
 func (c *Control) rawInfo(id int) (*ublksys.DevInfo, error) {
 	var info ublksys.DevInfo
-	err := c.cmd(ublksys.UBLK_CMD_GET_DEV_INFO, opGetDevInfo, &ublksys.CtrlCmd{
-		DevID: uint32(id), QueueID: ^uint16(0), Len: uint16(unsafe.Sizeof(info)), Addr: uint64(uintptr(unsafe.Pointer(&info))),
-	})
+	err := c.cmdBuf(ublksys.UBLK_CMD_GET_DEV_INFO, opGetDevInfo, uint32(id), unsafe.Pointer(&info), int(unsafe.Sizeof(info)))
 	if err != nil {
 		if errors.Is(err, unix.ENODEV) {
 			return nil, fmt.Errorf("%w: %w", err, os.ErrNotExist)
@@ -198,9 +220,7 @@ func (c *Control) rawInfo(id int) (*ublksys.DevInfo, error) {
 }
 
 func (c *Control) addDev(info *ublksys.DevInfo) error {
-	err := c.cmd(ublksys.UBLK_CMD_ADD_DEV, opAddDev, &ublksys.CtrlCmd{
-		DevID: info.DevID, QueueID: ^uint16(0), Len: uint16(unsafe.Sizeof(*info)), Addr: uint64(uintptr(unsafe.Pointer(info))),
-	})
+	err := c.cmdBuf(ublksys.UBLK_CMD_ADD_DEV, opAddDev, info.DevID, unsafe.Pointer(info), int(unsafe.Sizeof(*info)))
 	if errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("%w (ublk id %d is in use)", err, info.DevID)
 	}
@@ -208,16 +228,12 @@ func (c *Control) addDev(info *ublksys.DevInfo) error {
 }
 
 func (c *Control) setParams(id int, p *ublksys.Params) error {
-	return c.cmd(ublksys.UBLK_CMD_SET_PARAMS, opSetParams, &ublksys.CtrlCmd{
-		DevID: uint32(id), QueueID: ^uint16(0), Len: uint16(unsafe.Sizeof(*p)), Addr: uint64(uintptr(unsafe.Pointer(p))),
-	})
+	return c.cmdBuf(ublksys.UBLK_CMD_SET_PARAMS, opSetParams, uint32(id), unsafe.Pointer(p), int(unsafe.Sizeof(*p)))
 }
 
 func (c *Control) getParams(id int) (*ublksys.Params, error) {
 	p := &ublksys.Params{Len: uint32(unsafe.Sizeof(ublksys.Params{}))}
-	err := c.cmd(ublksys.UBLK_CMD_GET_PARAMS, opGetParams, &ublksys.CtrlCmd{
-		DevID: uint32(id), QueueID: ^uint16(0), Len: uint16(unsafe.Sizeof(*p)), Addr: uint64(uintptr(unsafe.Pointer(p))),
-	})
+	err := c.cmdBuf(ublksys.UBLK_CMD_GET_PARAMS, opGetParams, uint32(id), unsafe.Pointer(p), int(unsafe.Sizeof(*p)))
 	return p, err
 }
 

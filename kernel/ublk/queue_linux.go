@@ -77,7 +77,12 @@ func (q *queue) buf(tag int) []byte {
 func (q *queue) run(ready chan<- error) {
 	defer q.d.wg.Done()
 	runtime.LockOSThread()
-	ring, err := uring.New(uint32(q.depth), &uring.Config{CQEntries: uint32(2 * q.depth)})
+	// Completion work for ublk commands runs in this thread; DEFER_TASKRUN
+	// runs it when the thread waits anyway instead of interrupting it.
+	ring, err := uring.New(uint32(q.depth), &uring.Config{CQEntries: uint32(2 * q.depth), DeferTaskrun: true})
+	if errors.Is(err, uring.ErrNotSupported) {
+		ring, err = uring.New(uint32(q.depth), &uring.Config{CQEntries: uint32(2 * q.depth)})
+	}
 	if err != nil {
 		ready <- fmt.Errorf("queue %d: %w", q.id, err)
 		return

@@ -26,9 +26,10 @@ func (s *SQE) PrepNop(userData uint64) {
 	s.UserData = userData
 }
 
-// PrepRead prepares a read of len(buf) bytes at off into buf. buf must stay
-// alive and unmoved until the completion arrives (use memory from mmap or
-// keep a reference).
+// PrepRead prepares a read of len(buf) bytes at off into buf. The kernel may
+// fill buf after io_uring_enter returned, so buf must stay alive and must
+// not be on a goroutine stack (stacks move when they grow): use mmap'd or
+// heap memory that the caller keeps referenced until the completion.
 func (s *SQE) PrepRead(fd int, buf []byte, off int64, userData uint64) {
 	s.prepRW(OpRead, fd, buf, off, userData)
 }

@@ -31,6 +31,14 @@ type Config struct {
 	// CQEntries sizes the completion queue (IORING_SETUP_CQSIZE); 0 means
 	// the kernel default of twice the submission queue.
 	CQEntries uint32
+	// DeferTaskrun runs completion task work only when the ring's thread
+	// waits for completions (IORING_SETUP_SINGLE_ISSUER|DEFER_TASKRUN,
+	// Linux 6.1), instead of interrupting it. Only one thread may then submit
+	// to the ring.
+	DeferTaskrun bool
+	// CoopTaskrun avoids interrupting the ring's thread to run completion
+	// work (IORING_SETUP_COOP_TASKRUN, Linux 5.19).
+	CoopTaskrun bool
 }
 
 // CQE is one completion.
@@ -81,6 +89,12 @@ func New(entries uint32, cfg *Config) (*Ring, error) {
 	if cfg.SQE128 {
 		p.Flags |= ublksys.IORING_SETUP_SQE128
 	}
+	if cfg.DeferTaskrun {
+		p.Flags |= ublksys.IORING_SETUP_SINGLE_ISSUER | ublksys.IORING_SETUP_DEFER_TASKRUN
+	}
+	if cfg.CoopTaskrun {
+		p.Flags |= ublksys.IORING_SETUP_COOP_TASKRUN
+	}
 	if cfg.CQEntries != 0 {
 		p.Flags |= ublksys.IORING_SETUP_CQSIZE
 		p.CqEntries = cfg.CQEntries
@@ -112,6 +126,10 @@ func setupError(err error, cfg *Config) error {
 		return fmt.Errorf("io_uring_setup: %w", err)
 	case errors.Is(err, unix.EINVAL) && cfg.SQE128:
 		return fmt.Errorf("io_uring_setup with 128-byte SQEs: %w (requires Linux >= 5.19): %w", ErrNotSupported, err)
+	case errors.Is(err, unix.EINVAL) && cfg.DeferTaskrun:
+		return fmt.Errorf("io_uring_setup with DEFER_TASKRUN: %w (requires Linux >= 6.1): %w", ErrNotSupported, err)
+	case errors.Is(err, unix.EINVAL) && cfg.CoopTaskrun:
+		return fmt.Errorf("io_uring_setup with COOP_TASKRUN: %w (requires Linux >= 5.19): %w", ErrNotSupported, err)
 	}
 	return fmt.Errorf("io_uring_setup: %w", err)
 }

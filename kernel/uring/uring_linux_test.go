@@ -28,7 +28,7 @@ func newRing(t *testing.T, entries uint32, cfg *Config) *Ring {
 }
 
 func TestNop(t *testing.T) {
-	for _, cfg := range []*Config{nil, {SQE128: true}, {CQEntries: 64}} {
+	for _, cfg := range []*Config{nil, {SQE128: true}, {CQEntries: 64}, {DeferTaskrun: true}, {CoopTaskrun: true}} {
 		r := newRing(t, 8, cfg)
 		if r.Entries() != 8 {
 			t.Fatalf("entries %d", r.Entries())
