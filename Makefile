@@ -37,6 +37,14 @@ race:
 vmtest: setup
 	$(GOFLAGS_STATIC) FABRAID_VMTEST=1 $(GO) test -count=1 -timeout $(VMTEST_TIMEOUT) -run 'TestIntegration' ./...
 
+# In-guest benchmarks (TestBench*VM): one JSON line per benchmark, each with
+# a "ratio" field; method and results in docs/performance.md.
+vmbench: setup
+	@out=$$($(GOFLAGS_STATIC) FABRAID_VMTEST=1 FABRAID_VMBENCH=1 $(GO) test -count=1 -timeout $(VMTEST_TIMEOUT) \
+		-run '^TestBench.*VM$$' -v ./... 2>&1); rc=$$?; \
+	printf '%s\n' "$$out" | sed -n 's/.*VMBENCH //p'; \
+	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out" | tail -50; fi; exit $$rc
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
