@@ -60,18 +60,35 @@ func PlanAssembly(cands []Candidate) (*AssemblyPlan, error) {
 	}
 	var auth *superblock.Superblock
 	authIdx := -1
+	var warnings []string
+	var usable []Candidate
+	var index []int // usable -> cands
 	for i, c := range cands {
 		if c.SB == nil {
 			reason := c.Err
 			if reason == nil {
 				reason = errors.New("no superblock")
 			}
-			return nil, refuse("device %s: %v", c.Name, reason)
+			if errors.Is(reason, superblock.ErrInvalid) || c.Err == nil {
+				// Garbage where a member should be: never guess.
+				return nil, refuse("device %s: %v", c.Name, reason)
+			}
+			// The device could not be read at all: treat it as missing.
+			warnings = append(warnings, fmt.Sprintf("device %s: unreadable, treated as missing: %v", c.Name, reason))
+			continue
 		}
+		usable = append(usable, c)
+		index = append(index, i)
+	}
+	if len(usable) == 0 {
+		return nil, refuse("no readable devices (%d offered)", len(cands))
+	}
+	for i, c := range usable {
 		if auth == nil || c.SB.Events > auth.Events {
 			auth, authIdx = c.SB, i
 		}
 	}
+	cands = usable
 	for _, c := range cands {
 		if c.SB.VolumeUUID != auth.VolumeUUID {
 			return nil, refuse("device %s belongs to volume %x, device %s to volume %x (mixed volumes)",
@@ -87,7 +104,7 @@ func PlanAssembly(cands []Candidate) (*AssemblyPlan, error) {
 		}
 	}
 	g := auth.Geometry
-	plan := &AssemblyPlan{SB: auth.Clone(), Device: make([]int, g.Members()), Stale: make([]bool, g.Members())}
+	plan := &AssemblyPlan{SB: auth.Clone(), Device: make([]int, g.Members()), Stale: make([]bool, g.Members()), Warnings: warnings}
 	for i := range plan.Device {
 		plan.Device[i] = -1
 	}
@@ -140,6 +157,12 @@ func PlanAssembly(cands []Candidate) (*AssemblyPlan, error) {
 		if current < g.K {
 			return nil, refuse("group %d has %d current members, needs k=%d (missing or stale: %s)",
 				grp, current, g.K, describeMissing(plan, cands, grp))
+		}
+	}
+	// Report indexes into the caller's slice.
+	for slot, i := range plan.Device {
+		if i >= 0 {
+			plan.Device[slot] = index[i]
 		}
 	}
 	return plan, nil

@@ -134,12 +134,17 @@ func FuzzPlanAssembly(f *testing.F) {
 	f.Add([]byte{0xff, 0x80, 0x01})
 	raw, _ := baseSBs(5)[0].Marshal()
 	f.Add(append([]byte{0xfe}, raw...))
+	f.Add([]byte{0xfd, 0, 1, 2, 3})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) == 0 {
 			return
 		}
 		var cs []Candidate
-		if data[0] == 0xfe && len(data) > superblock.CopySize {
+		if data[0] == 0xfd {
+			cs = append(cs, Candidate{Name: "unreadable", Err: errors.New("i/o error")})
+			data = data[1:]
+		}
+		if len(data) > 0 && data[0] == 0xfe && len(data) > superblock.CopySize {
 			// One raw copy decoded from fuzz bytes among good ones.
 			sb, err := superblock.Unmarshal(data[1:])
 			cs = append(cs, Candidate{Name: "raw", Size: 2 << 20, SB: sb, Err: err})
@@ -270,5 +275,20 @@ func TestAssembleFromDevices(t *testing.T) {
 	_, err = Assemble([]Member{devs[0], devs[2], devs[3], devs[4]}, nil, Options{Logger: quietLogger(), Epoch: 1})
 	if err == nil || !strings.Contains(err.Error(), "stale owner") {
 		t.Fatalf("stale owner epoch: %v", err)
+	}
+}
+
+func TestPlanAssemblyUnreadableDevice(t *testing.T) {
+	c := cands(baseSBs(5), 2<<20)
+	c[1].SB, c[1].Err = nil, errors.New("read: input/output error")
+	p, err := PlanAssembly(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Device[1] != -1 || p.SB.Members[1].Role != superblock.RoleFailed || p.Device[4] != 4 {
+		t.Fatalf("plan %+v", p)
+	}
+	if len(p.Warnings) == 0 || !strings.Contains(p.Warnings[0], "devb") {
+		t.Fatalf("warnings %q", p.Warnings)
 	}
 }
