@@ -67,6 +67,7 @@ sizes and parallelism and prints the ratios (see docs/performance.md).`,
 				{"rand_write_ratio", res.RandWriteRatio, 0},
 				{"rand_write_rmw_ratio", res.RandWriteRMWRatio, 0},
 				{"rebuild_ratio", res.RebuildRatio, 0.80},
+				{"rebuild_bound_ratio", res.RebuildBoundRatio, 0},
 			} {
 				mark := ""
 				if l.target > 0 {

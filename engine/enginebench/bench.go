@@ -62,7 +62,13 @@ type Result struct {
 	RandWriteRMWBound   float64 `json:"rand_write_rmw_bound_iops"` // 1 / ((1+m)/rawRead + (1+m)/rawWrite)
 	RandWriteRMWRatio   float64 `json:"rand_write_rmw_ratio"`      // RandWrite / RMW bound
 	RebuildRatio        float64 `json:"rebuild_ratio"`             // Rebuild / ReplacementWrite
-	ElapsedSeconds      float64 `json:"elapsed_seconds"`
+	// RebuildBound is what a rebuild can reach when members share the
+	// CPUs (tmpfs): every rebuilt byte costs k bytes read and one
+	// written, 1 / (k/RawRead + 1/ReplacementWrite). On drives the reads
+	// spread over k devices and the bound is the replacement's write rate.
+	RebuildBoundMiBs  float64 `json:"rebuild_bound_mibs"`
+	RebuildBoundRatio float64 `json:"rebuild_bound_ratio"` // Rebuild / RebuildBound
+	ElapsedSeconds    float64 `json:"elapsed_seconds"`
 }
 
 func (c *Config) defaults() {
@@ -297,6 +303,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	r.RandWriteRMWBound = 1 / (m1/r.RawRandReadIOPS + m1/r.RawRandWriteIOPS)
 	r.RandWriteRMWRatio = ratio(r.RandWriteIOPS, r.RandWriteRMWBound)
 	r.RebuildRatio = ratio(r.RebuildMiBs, r.ReplacementWriteMiBs)
+	r.RebuildBoundMiBs = 1 / (float64(cfg.K)/r.RawReadMiBs + 1/r.ReplacementWriteMiBs)
+	r.RebuildBoundRatio = ratio(r.RebuildMiBs, r.RebuildBoundMiBs)
 	r.ElapsedSeconds = time.Since(start).Seconds()
 	return r, nil
 }
