@@ -57,7 +57,7 @@ func OpenControl() (*Control, error) {
 	f, err := os.OpenFile(ControlPath, os.O_RDWR, 0)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("open %s: %w (requires the ublk_drv module: modprobe ublk_drv; CONFIG_BLK_DEV_UBLK, Linux >= 6.0)", ControlPath, ErrNotSupported)
+			return nil, fmt.Errorf("open %s: %w (%s)", ControlPath, ErrNotSupported, missingModuleHint())
 		}
 		return nil, fmt.Errorf("open %s: %w", ControlPath, err)
 	}
@@ -85,6 +85,24 @@ func OpenControl() (*Control, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// missingModuleHint says whether ublk_drv just is not loaded or the running
+// kernel does not have it at all.
+func missingModuleHint() string {
+	var u unix.Utsname
+	if unix.Uname(&u) == nil {
+		rel := unix.ByteSliceToString(u.Release[:])
+		dir := "/lib/modules/" + rel
+		if _, err := os.Stat(dir + "/kernel/drivers"); err == nil {
+			found, _ := filepath.Glob(dir + "/kernel/drivers/block/ublk_drv.ko*")
+			builtin, _ := os.ReadFile(dir + "/modules.builtin")
+			if len(found) == 0 && !strings.Contains(string(builtin), "ublk_drv") {
+				return "kernel " + rel + " has no ublk_drv module: requires a kernel built with CONFIG_BLK_DEV_UBLK, Linux >= 6.0"
+			}
+		}
+	}
+	return "requires the ublk_drv module: modprobe ublk_drv; a kernel with CONFIG_BLK_DEV_UBLK, Linux >= 6.0"
 }
 
 // Close releases the control device.
