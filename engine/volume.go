@@ -578,7 +578,10 @@ func (v *Volume) Close() error {
 		}
 		if err == nil {
 			v.metaMu.Lock()
-			v.meta.Clean = v.allInSync() && !v.bm.snapshot().any()
+			// Every write completed and was flushed: parity is consistent
+			// everywhere. Bits left set (while degraded) only serve the
+			// resync of members that return.
+			v.meta.Clean = true
 			err = v.writeMetaLocked()
 			v.metaMu.Unlock()
 		}
