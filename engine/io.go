@@ -254,7 +254,12 @@ func (v *Volume) WriteAtFUA(p []byte, off int64) (int, error) {
 
 // WriteZeroes writes n zero bytes at off.
 func (v *Volume) WriteZeroes(off int64, n int64) error {
-	zero := make([]byte, min(n, v.geo.StripeBytes()*4))
+	if err := v.geo.CheckRange(off, 0); err != nil || n < 0 || n%layout.BlockSize != 0 {
+		return fmt.Errorf("write zeroes [%d, +%d): unaligned or out of range", off, n)
+	}
+	// The engine never writes into a request buffer, so one zero buffer
+	// serves every caller.
+	zero := v.zeroes()
 	for n > 0 {
 		c := min(n, int64(len(zero)))
 		if _, err := v.WriteAt(zero[:c], off); err != nil {
@@ -264,6 +269,14 @@ func (v *Volume) WriteZeroes(off int64, n int64) error {
 		n -= c
 	}
 	return nil
+}
+
+func (v *Volume) zeroes() []byte {
+	v.zeroOnce.Do(func() {
+		sb := v.geo.StripeBytes()
+		v.zero = make([]byte, max(sb, (1<<20)/sb*sb))
+	})
+	return v.zero
 }
 
 // Discard tells the volume that [off, off+n) is no longer needed. Discard

@@ -89,7 +89,10 @@ type Volume struct {
 	locks   [lockShards]sync.RWMutex
 	bufs    sync.Pool
 	ops     sync.Pool // *stripeOp
-	bm      *writeIntent
+
+	zeroOnce sync.Once
+	zero     []byte // shared read-only zeroes for WriteZeroes
+	bm       *writeIntent
 
 	// inflight counts foreground requests while background (a rebuild
 	// or scrub) runs, so that it can yield; without background work the

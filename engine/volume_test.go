@@ -356,3 +356,28 @@ func (c *countingMember) WriteAt(p []byte, off int64) (int, error) {
 	}
 	return n, err
 }
+
+func TestWriteZeroesAndDiscard(t *testing.T) {
+	v, _ := newTestVolume(t, Config{Name: "zero", K: 3, M: 1, ChunkSize: 4096}, 1<<20)
+	p := bytes.Repeat([]byte{0xff}, int(v.Size()))
+	if _, err := v.WriteAt(p, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.WriteZeroes(4096, v.Size()-8192); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Discard(0, 4096); err != nil {
+		t.Fatal(err)
+	}
+	clear(p[4096 : len(p)-4096])
+	got := make([]byte, v.Size())
+	if _, err := v.ReadAt(got, 0); err != nil || !bytes.Equal(got, p) {
+		t.Fatalf("after write zeroes: %v", err)
+	}
+	if err := v.WriteZeroes(1, 4096); err == nil {
+		t.Fatal("unaligned write zeroes accepted")
+	}
+	if rep, err := v.Scrub(context.Background(), false, RebuildOptions{}); err != nil || rep.Mismatches != 0 {
+		t.Fatalf("scrub: %+v %v", rep, err)
+	}
+}
