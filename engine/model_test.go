@@ -40,6 +40,7 @@ type modelEnv struct {
 	t     *testing.T
 	rng   *rand.Rand
 	cfg   Config
+	opts  Options
 	size  int64 // member size
 	v     *Volume
 	mm    []*MemMember // by slot
@@ -286,7 +287,7 @@ func (e *modelEnv) crash() {
 		names = append(names, fmt.Sprintf("slot%d", slot))
 	}
 	e.rng.Shuffle(len(devs), func(i, j int) { devs[i], devs[j] = devs[j], devs[i]; names[i], names[j] = names[j], names[i] })
-	v, err := Assemble(devs, names, Options{Logger: quietLogger()})
+	v, err := Assemble(devs, names, e.opts)
 	if err != nil {
 		e.fatalf("reassemble: %v", err)
 	}
@@ -443,11 +444,15 @@ func TestModel(t *testing.T) {
 		t.Run(fmt.Sprintf("%d+%dx%d/chunk%d", k, m, cfg.Groups, cfg.ChunkSize), func(t *testing.T) {
 			g := layout.Geometry{K: k, M: m, Groups: cfg.Groups}
 			mm, devs := memMembers(g.Members(), size)
-			v, err := Create(cfg, devs, nil, Options{Logger: quietLogger()})
+			opts := Options{Logger: quietLogger()}
+			if rng.IntN(2) == 0 {
+				opts.Executor = ParallelExecutor{}
+			}
+			v, err := Create(cfg, devs, nil, opts)
 			if err != nil {
 				t.Fatal(err)
 			}
-			e := &modelEnv{t: t, rng: rng, cfg: cfg, size: size, v: v, mm: mm,
+			e := &modelEnv{t: t, rng: rng, cfg: cfg, opts: opts, size: size, v: v, mm: mm,
 				model: make([]byte, v.Size()), pending: map[int64][][]byte{}}
 			for s := 0; s < steps; s++ {
 				e.phase(ops)
