@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/fabraid/fabraid/engine"
 	"github.com/fabraid/fabraid/kernel/ublk"
 	"github.com/spf13/cobra"
 )
@@ -88,9 +89,22 @@ func openUblkBackend(spec string) (ublk.Backend, func(), error) {
 		}
 		return f, func() { f.Close() }, nil
 	case "volume":
-		return nil, nil, errors.New("--backend volume: the parity engine is not wired to ublk yet")
+		// Assemble the engine volume from its member devices or files.
+		paths := strings.Split(arg, ",")
+		if arg == "" {
+			return nil, nil, fmt.Errorf("--backend %s: want volume:MEMBER,MEMBER,...", spec)
+		}
+		vol, err := engine.Open(paths, engine.Options{})
+		if err != nil {
+			return nil, nil, err
+		}
+		return vol, func() {
+			if err := vol.Close(); err != nil {
+				fmt.Fprintln(os.Stderr, "fabraid:", err)
+			}
+		}, nil
 	}
-	return nil, nil, fmt.Errorf("--backend %q: want mem:SIZE, null:SIZE or file:PATH[:SIZE]", spec)
+	return nil, nil, fmt.Errorf("--backend %q: want mem:SIZE, null:SIZE, file:PATH[:SIZE] or volume:MEMBER,...", spec)
 }
 
 type ublkDeviceJSON struct {
@@ -114,7 +128,7 @@ func newUblkServeCmd() *cobra.Command {
 		asJSON     bool
 	)
 	cmd := &cobra.Command{
-		Use:   "serve --backend mem:SIZE|null:SIZE|file:PATH[:SIZE]",
+		Use:   "serve --backend mem:SIZE|null:SIZE|file:PATH[:SIZE]|volume:MEMBER,...",
 		Short: "Create a ublk device and serve it until SIGINT or SIGTERM",
 		Long: `Create /dev/ublkbN backed by the given backend and serve it in this process.
 
@@ -138,6 +152,18 @@ a new server or "fabraid ublk delete N" removes it.`,
 				cfg.MaxIOBytes = int(n)
 			}
 			cfg.NoRecovery = noRecovery
+			if vol, ok := b.(*engine.Volume); ok {
+				// The block layer learns the chunk and the full stripe as the
+				// minimum and optimal I/O sizes.
+				g := vol.Geometry()
+				cfg.LogicalBlockSize = max(cfg.LogicalBlockSize, vol.BlockSize())
+				if !cmd.Flags().Changed("io-min") {
+					cfg.IOMin = g.ChunkSize
+				}
+				if !cmd.Flags().Changed("io-opt") {
+					cfg.IOOpt = int(g.StripeBytes())
+				}
+			}
 			// Each queue thread lives in io_uring_enter. When no P is idle, the
 			// runtime hands a P in a syscall to another thread after ~20µs and
 			// the queue thread must win one back after every wakeup, which costs
@@ -184,12 +210,14 @@ a new server or "fabraid ublk delete N" removes it.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&backend, "backend", "", "mem:SIZE, null:SIZE or file:PATH[:SIZE]")
+	f.StringVar(&backend, "backend", "", "mem:SIZE, null:SIZE, file:PATH[:SIZE] or volume:MEMBER,MEMBER,... (an engine volume assembled from its members)")
 	f.IntVar(&cfg.ID, "id", ublk.AnyID, "device id N for /dev/ublkbN (-1: the kernel picks)")
 	f.IntVar(&cfg.Queues, "queues", 1, "hardware queues (one thread and io_uring each)")
 	f.IntVar(&cfg.Depth, "depth", 128, "requests in flight per queue")
 	f.StringVar(&maxIO, "max-io", "512K", "largest request")
 	f.IntVar(&cfg.LogicalBlockSize, "block-size", 4096, "logical block size")
+	f.IntVar(&cfg.IOMin, "io-min", 0, "minimum I/O size hint in bytes (default: the volume's chunk, else the block size)")
+	f.IntVar(&cfg.IOOpt, "io-opt", 0, "optimal I/O size hint in bytes, rounded down to a power of two (default: the volume's full stripe)")
 	f.BoolVar(&cfg.UserCopy, "user-copy", false, "move data with pread/pwrite on /dev/ublkcN (UBLK_F_USER_COPY)")
 	f.BoolVar(&noRecovery, "no-recovery", false, "create the device without user recovery")
 	f.IntVar(&recoverID, "recover", -1, "re-attach to existing device N whose server died, instead of creating one")

@@ -29,7 +29,7 @@ const fabraidPkg = "github.com/fabraid/fabraid/cmd/fabraid"
 
 func TestIntegrationUblk(t *testing.T) {
 	vmtest.Run(t, vmtest.Options{
-		Timeout: 4 * time.Minute,
+		Timeout: 8 * time.Minute,
 		Guests: []vmtest.GuestConfig{{
 			Name: "a", Kernel: vmtest.Kernel612, Modules: []string{"ublk_drv"}, CPUs: 2,
 			Files: map[string]string{"/usr/bin/fabraid": vmtest.BuildBinary(t, fabraidPkg)},
@@ -49,7 +49,9 @@ func TestIntegrationUblk(t *testing.T) {
 		})
 		t.Run("FlushFUADiscard", func(t *testing.T) { testFlushFUADiscard(t, ctl) })
 		t.Run("BusyID", func(t *testing.T) { testBusyID(t, ctl) })
+		t.Run("EngineVolumeMemberFails", func(t *testing.T) { testEngineVolume(t, ctl) })
 		t.Run("RecoveryAfterKill", testRecovery)
+		t.Run("EngineVolumeRecoveryAfterKill", testEngineVolumeRecovery)
 		t.Run("KillWithoutRecovery", testKillNoRecovery)
 		t.Run("SigtermTeardown", testSigterm)
 		if ids, _ := List(); len(ids) != 0 {
@@ -282,7 +284,12 @@ func testRecovery(t *testing.T) {
 	const size = 16 << 20
 	img := "/tmp/ublk-recovery.img"
 	os.Remove(img)
-	backend := fmt.Sprintf("file:%s:%d", img, size)
+	recoverRounds(t, fmt.Sprintf("file:%s:%d", img, size), size, 3)
+}
+
+// recoverRounds serves backend with `fabraid ublk serve`, runs the verifier
+// over size bytes and kills and recovers the server rounds times.
+func recoverRounds(t *testing.T, backend string, size int64, rounds int) {
 	srv := startServer(t, "--backend", backend, "--queues", "2", "--depth", "16")
 	id := srv.info.ID
 	defer func() {
@@ -295,7 +302,7 @@ func testRecovery(t *testing.T) {
 	stop := make(chan struct{})
 	done := make(chan error, 1)
 	go func() { done <- v.run(0, stop) }()
-	for round := range 3 {
+	for round := range rounds {
 		time.Sleep(400 * time.Millisecond)
 		before := v.ops.Load()
 		srv.kill(t)
