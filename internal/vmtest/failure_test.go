@@ -172,6 +172,12 @@ func TestIntegrationGuestOutcomes(t *testing.T) {
 // broadcast ARP and learns unicast), and Signal/Wait orders them.
 func TestIntegrationThreeGuestNetwork(t *testing.T) {
 	Run(t, Options{Guests: []GuestConfig{{Name: "a"}, {Name: "b"}, {Name: "c"}}}, func(t *testing.T, g *Env) {
+		// Guests boot at different speeds: /init configured eth0 before
+		// this runs, so "up" means reachable.
+		g.Signal(t, "up")
+		for _, peer := range g.Guests() {
+			g.Wait(t, peer, "up")
+		}
 		for _, peer := range g.Guests() {
 			if peer == g.Name {
 				continue

@@ -143,20 +143,41 @@ func (e *Env) Signal(t testing.TB, event string) {
 }
 
 // Wait blocks until guest signalled event. It fails the test when that
-// guest ended without signalling it, or after the test's deadline.
+// guest ended without signalling it. It lists the shared directory instead
+// of stat'ing the event file: a 9p client may keep a negative dentry for a
+// file another guest created meanwhile, a listing always asks the host.
 func (e *Env) Wait(t testing.TB, guest, event string) {
 	t.Helper()
-	p := filepath.Join(e.Shared, fmt.Sprintf("%s.event.%s", guest, event))
-	st := filepath.Join(e.Shared, guest+".status")
+	eventName := fmt.Sprintf("%s.event.%s", guest, event)
+	statusName := guest + ".status"
 	for {
-		if _, err := os.Stat(p); err == nil {
+		names, err := listDir(e.Shared)
+		if err != nil {
+			t.Fatalf("vmtest: wait for %s: %v", eventName, err)
+		}
+		if names[eventName] {
 			return
 		}
-		if b, err := os.ReadFile(st); err == nil {
+		if names[statusName] {
+			// The guest ended; a signal it gave just before is in this
+			// listing already, so this is final.
+			b, _ := os.ReadFile(filepath.Join(e.Shared, statusName))
 			t.Fatalf("vmtest: guest %s ended (%s) without signalling %q", guest, strings.TrimSpace(string(b)), event)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+func listDir(dir string) (map[string]bool, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	names := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		names[e.Name()] = true
+	}
+	return names, nil
 }
 
 // BuildBinary builds a static binary of a package of this module (for
