@@ -133,12 +133,36 @@ func (h *Host) Disconnect(name string) error {
 	return nil
 }
 
+// SetTimeouts changes the reconnect_delay, ctrl_loss_tmo and
+// fast_io_fail_tmo of a live controller through sysfs (keep_alive_tmo is
+// fixed at connect time). reconnect_delay is written first because the
+// kernel derives the number of reconnect attempts from it.
+func (h *Host) SetTimeouts(name string, t Timeouts) error {
+	if !ctrlRe.MatchString(name) {
+		return fmt.Errorf("set timeouts of %q: not an nvme controller name", name)
+	}
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	dir := filepath.Join(h.Sysfs.Root, "class", "nvme", name)
+	for _, a := range []struct {
+		attr string
+		v    int
+	}{{"reconnect_delay", t.ReconnectDelay}, {"ctrl_loss_tmo", t.CtrlLoss}, {"fast_io_fail_tmo", t.FastIOFail}} {
+		if err := os.WriteFile(filepath.Join(dir, a.attr), []byte(strconv.Itoa(a.v)), 0); err != nil {
+			return fmt.Errorf("set %s of %s to %d: %w", a.attr, name, a.v, err)
+		}
+	}
+	return nil
+}
+
 // WaitPaths waits until controller name shows at least n namespace paths
-// (or ctx ends) and returns it.
+// whose head block devices exist in /dev (sysfs shows a namespace a moment
+// before devtmpfs has its node), or ctx ends, and returns the controller.
 func (h *Host) WaitPaths(ctx context.Context, name string, n int) (Controller, error) {
 	for {
 		c, err := h.Sysfs.Controller(name)
-		if err == nil && len(c.Paths) >= n {
+		if err == nil && len(c.Paths) >= n && h.headsExist(c) {
 			return c, nil
 		}
 		select {
@@ -147,6 +171,15 @@ func (h *Host) WaitPaths(ctx context.Context, name string, n int) (Controller, e
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+func (h *Host) headsExist(c Controller) bool {
+	for _, p := range c.Paths {
+		if _, err := os.Stat(filepath.Join(h.Dev, p.Head)); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // Discover connects a discovery controller with o (Discovery and the

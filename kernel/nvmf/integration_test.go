@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,7 +68,9 @@ func fabricSpec(g *vmtest.Env, auth bool, ana1, ana2 nvmet.ANAState, withP2 bool
 			Subsystems: []string{s2}, ANAStates: map[uint32]nvmet.ANAState{1: ana2}})
 	}
 	if auth {
-		s.Hosts = append(s.Hosts, nvmet.Host{NQN: hostC.NQN, DHCHAPKey: hostKey.String(), DHCHAPCtrlKey: ctrlKey.String()})
+		// A real DH exchange (ffdhe2048) with SHA-384, bidirectional.
+		s.Hosts = append(s.Hosts, nvmet.Host{NQN: hostC.NQN, DHCHAPKey: hostKey.String(), DHCHAPCtrlKey: ctrlKey.String(),
+			DHCHAPHash: "hmac(sha384)", DHCHAPDHGroup: "ffdhe2048"})
 		s.Subsystems = append(s.Subsystems, nvmet.Subsystem{NQN: s3, AllowedHosts: []string{hostC.NQN},
 			Namespaces: []nvmet.Namespace{{NSID: 1, DevicePath: g.Disks[2]}}})
 		s.Ports[0].Subsystems = append(s.Ports[0].Subsystems, s3)
@@ -141,6 +144,19 @@ func fabricTarget(t *testing.T, g *vmtest.Env) {
 	// and I/O must continue on the other path.
 	apply(fabricSpec(g, auth, nvmet.Optimized, "", false))
 	g.Signal(t, "port-removed")
+
+	// Owner failover: the owner of S2 disappears (S2 unlinked from its
+	// last port), then a new owner exports the same NQN/NSID/UUID on
+	// another address and port.
+	g.Wait(t, "b", "failover-io")
+	spec := fabricSpec(g, auth, nvmet.Optimized, "", false)
+	spec.Ports[0].Subsystems = slices.DeleteFunc(spec.Ports[0].Subsystems, func(n string) bool { return n == s2 })
+	apply(spec)
+	g.Signal(t, "owner-gone")
+	g.Wait(t, "b", "stalled")
+	spec.Ports = append(spec.Ports, nvmet.Port{ID: 18003, Transport: nvmet.TCP, Address: secondAddr(g), ServiceID: "4421", Subsystems: []string{s2}})
+	apply(spec)
+	g.Signal(t, "new-owner")
 
 	g.Wait(t, "b", "member-io")
 	if err := netif.SetLinkUp("eth0", false); err != nil {
@@ -345,6 +361,50 @@ func fabricInitiator(t *testing.T, g *vmtest.Env) {
 		t.Fatal(err)
 	}
 
+	// Owner failover with the volume-path profile: I/O queues while S2 has
+	// no path, then completes on the new owner's path; no error, no loss.
+	v = startVerifier(head, 8, 8<<20)
+	time.Sleep(300 * time.Millisecond)
+	g.Signal(t, "failover-io")
+	g.Wait(t, "a", "owner-gone")
+	n0 := v.progress()
+	time.Sleep(2 * time.Second)
+	n1 := v.progress()
+	t.Logf("verifier while no owner: %d -> %d blocks", n0, n1)
+	if n1-n0 > 1 {
+		t.Errorf("I/O kept completing with no path left (%d -> %d)", n0, n1)
+	}
+	g.Signal(t, "stalled")
+	g.Wait(t, "a", "new-owner")
+	failStart := time.Now()
+	o3 := opt(hostB, s2, addr2, nvmf.ProfileVolumePath)
+	o3.ServiceID = "4421"
+	p3, err := h.Connect(o3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p3, err = h.WaitPaths(ctx, p3.Name, 1); err != nil {
+		t.Fatal(err)
+	}
+	if p3.Paths[0].Head != p1.Paths[0].Head {
+		t.Fatalf("new owner's path joined head %s, want %s", p3.Paths[0].Head, p1.Paths[0].Head)
+	}
+	nvmetest.Eventually(t, 20*time.Second, "I/O resumes on the new owner", func() error {
+		if v.progress() <= n1+4 {
+			return fmt.Errorf("verifier at %d blocks", v.progress())
+		}
+		return nil
+	})
+	t.Logf("failover: I/O resumed %.1f s after the new path was connected", time.Since(failStart).Seconds())
+	n, verr = v.stop()
+	if verr != nil {
+		t.Fatalf("I/O error across the owner failover: %v", verr)
+	}
+	if err := v.checkAll(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("verifier: %d blocks written and verified across the owner failover", n)
+
 	// Member loss: A cuts its link under I/O.
 	var cutAt time.Time
 	errc := make(chan error, 1)
@@ -412,6 +472,7 @@ func pathWrites(t *testing.T, c nvmf.Controller) int64 {
 // verifier writes 64 KiB blocks round-robin over size bytes and reads each
 // back, until stopped.
 type verifier struct {
+	mu     sync.Mutex
 	dev    string
 	seed   uint64
 	size   int64
@@ -441,11 +502,19 @@ func startVerifier(dev string, seed uint64, size int64) *verifier {
 				v.err = err
 				return
 			}
+			v.mu.Lock()
 			v.blocks[off] = true
 			v.n++
+			v.mu.Unlock()
 		}
 	}()
 	return v
+}
+
+func (v *verifier) progress() int64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.n
 }
 
 func (v *verifier) stop() (int64, error) {
