@@ -143,6 +143,27 @@ func targetGuest(t *testing.T, g *vmtest.Env) {
 		c.Timeouts != prof || c.HostNQN != id.NQN {
 		t.Errorf("controller as sysfs shows it: %+v", c)
 	}
+	// Importer reconcile on a real controller: timeouts changed in sysfs
+	// are seen, planned back and converged.
+	vp, _ := nvmf.Profile(nvmf.ProfileVolumePath)
+	if err := host.SetTimeouts(c.Name, vp); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := host.Sysfs.Controllers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := nvmf.PlanConnections([]nvmf.Options{opts}, cs, tg.Own.SubsystemPrefix)
+	if len(cp.Connect) != 0 || len(cp.Disconnect) != 0 || len(cp.Retime) != 1 || cp.Retime[0].Name != c.Name {
+		t.Fatalf("connection plan after retiming to volume-path: %+v", cp)
+	}
+	if err := host.SetTimeouts(cp.Retime[0].Name, cp.Retime[0].Timeouts); err != nil {
+		t.Fatal(err)
+	}
+	cs, _ = host.Sysfs.Controllers()
+	if cp := nvmf.PlanConnections([]nvmf.Options{opts}, cs, tg.Own.SubsystemPrefix); !cp.Empty() {
+		t.Fatalf("connection plan not empty after converging: %+v", cp)
+	}
 	head := "/dev/" + c.Paths[0].Head
 	if b, _ := os.ReadFile("/sys/block/" + c.Paths[0].Head + "/uuid"); strings.TrimSpace(string(b)) != nsUUID {
 		t.Errorf("head uuid %q, want %s", b, nsUUID)
@@ -212,6 +233,9 @@ func targetGuest(t *testing.T, g *vmtest.Env) {
 		}
 		if cc.Paths[0].ANAState != "non-optimized" || cc.Paths[1].ANAState != "optimized" || cc.Paths[1].ANAGroup != 2 {
 			return fmt.Errorf("paths %+v", cc.Paths)
+		}
+		if _, err := os.Stat("/dev/" + cc.Paths[1].Head); err != nil {
+			return err
 		}
 		c = cc
 		return nil
