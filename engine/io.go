@@ -72,7 +72,6 @@ func (v *Volume) newOp() *stripeOp {
 // putOp returns op to the pool; its buffers must have been released.
 func (v *Volume) putOp(op *stripeOp) {
 	op.release()
-	clear(op.ios[:cap(op.ios)])
 	op.reqs = op.reqs[:0]
 	op.segs = op.segs[:0]
 	v.ops.Put(op)
@@ -104,8 +103,7 @@ func (v *Volume) ReadAt(p []byte, off int64) (int, error) {
 	// into p, no locks, no copies.
 	healthy := true
 	for _, r := range reqs {
-		unreadable, _ := v.masks(r.Group, r.Row)
-		if r.Touched()&unreadable != 0 {
+		if r.Touched()&v.unreadableMask(r.Group, r.Row) != 0 {
 			healthy = false
 			break
 		}

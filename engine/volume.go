@@ -368,6 +368,24 @@ func (v *Volume) readable(slot int, row int64) bool {
 	return false
 }
 
+// unreadableMask returns the stripe positions of (group,row) that cannot
+// be read (the read fast path needs nothing else).
+func (v *Volume) unreadableMask(group int, row int64) (unreadable uint64) {
+	w := v.geo.Width()
+	first := int(row % int64(w))
+	base := group * w
+	for pos := 0; pos < w; pos++ {
+		mem := first + pos
+		if mem >= w {
+			mem -= w
+		}
+		if !v.readable(base+mem, row) {
+			unreadable |= 1 << uint(pos)
+		}
+	}
+	return unreadable
+}
+
 // masks returns the stripe positions of (group,row) that cannot be read and
 // those that cannot be written.
 func (v *Volume) masks(group int, row int64) (unreadable, unwritable uint64) {
