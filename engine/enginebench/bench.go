@@ -213,7 +213,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 	for round := 0; round < cfg.Rounds; round++ {
-		for _, lost := range [][]int{{0}, lastDomain} {
+		for kind, lost := range [][]int{{0}, lastDomain} {
 			x, err := b.engineSeq(ctx, v, sb, false)
 			if err := best(&healthy, x, err); err != nil {
 				return nil, err
@@ -225,7 +225,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			}
 			x, err = b.engineSeq(ctx, v, sb, false)
 			dst := &r.DegradedReadMiBs
-			if len(lost) > 1 {
+			if kind == 1 {
 				dst = &r.DomainLostReadMiBs
 			}
 			if err := best(dst, x, err); err != nil {
