@@ -106,7 +106,13 @@ func benchSeq(b *testing.B, write, degraded bool) {
 	})
 }
 
-func BenchmarkStripeWrite(b *testing.B)        { benchSeq(b, true, false) }
+func BenchmarkStripeWrite(b *testing.B) { benchSeq(b, true, false) }
+
+// BenchmarkStripeWrite4x runs four writers per CPU (oversubscribed).
+func BenchmarkStripeWrite4x(b *testing.B) {
+	b.SetParallelism(4)
+	benchSeq(b, true, false)
+}
 func BenchmarkStripeRead(b *testing.B)         { benchSeq(b, false, false) }
 func BenchmarkStripeReadDegraded(b *testing.B) { benchSeq(b, false, true) }
 
