@@ -49,7 +49,8 @@ func immutableEqual(a, b *superblock.Superblock) bool {
 }
 
 // PlanAssembly decides whether cands form a startable volume. The newest
-// consistent view (highest event counter) wins; older members are stale.
+// consistent view wins — highest owner epoch, then highest event counter —
+// and members with an older view are stale.
 // It refuses, naming the device and the reason, when a device has no valid
 // superblock, belongs to another volume, duplicates a slot, is too small,
 // disagrees with another device at the same event counter, or when a group
@@ -84,7 +85,7 @@ func PlanAssembly(cands []Candidate) (*AssemblyPlan, error) {
 		return nil, refuse("no readable devices (%d offered)", len(cands))
 	}
 	for i, c := range usable {
-		if auth == nil || c.SB.Events > auth.Events {
+		if auth == nil || newer(c.SB, auth) {
 			auth, authIdx = c.SB, i
 		}
 	}
@@ -97,10 +98,9 @@ func PlanAssembly(cands []Candidate) (*AssemblyPlan, error) {
 		if !immutableEqual(c.SB, auth) {
 			return nil, refuse("device %s: geometry or layout differs from device %s", c.Name, cands[authIdx].Name)
 		}
-		if c.SB.Events == auth.Events && !reflect.DeepEqual(c.SB.Members, auth.Members) ||
-			c.SB.Events == auth.Events && (c.SB.Epoch != auth.Epoch || c.SB.Clean != auth.Clean) {
-			return nil, refuse("devices %s and %s disagree at the same event counter %d",
-				c.Name, cands[authIdx].Name, auth.Events)
+		if sameVersion(c.SB, auth) && (!reflect.DeepEqual(c.SB.Members, auth.Members) || c.SB.Clean != auth.Clean) {
+			return nil, refuse("devices %s and %s disagree at the same epoch %d and event counter %d",
+				c.Name, cands[authIdx].Name, auth.Epoch, auth.Events)
 		}
 	}
 	g := auth.Geometry
@@ -137,7 +137,7 @@ func PlanAssembly(cands []Candidate) (*AssemblyPlan, error) {
 				plan.Warnings = append(plan.Warnings, fmt.Sprintf("slot %d: member %x missing; marked failed", slot, m.UUID))
 			}
 			m.Role, m.Resync, m.Checkpoint = superblock.RoleFailed, false, 0
-		case cands[i].SB.Events < auth.Events || m.Role == superblock.RoleFailed:
+		case !sameVersion(cands[i].SB, auth) || m.Role == superblock.RoleFailed:
 			plan.Stale[slot] = true
 			if m.Role != superblock.RoleRebuilding {
 				// A returning member: only regions dirty in the bitmap
@@ -168,6 +168,20 @@ func PlanAssembly(cands []Candidate) (*AssemblyPlan, error) {
 	return plan, nil
 }
 
+// newer orders metadata versions: the owner epoch first (a new owner's
+// view wins over anything a fenced, older owner may still have written),
+// then the event counter.
+func newer(a, b *superblock.Superblock) bool {
+	if a.Epoch != b.Epoch {
+		return a.Epoch > b.Epoch
+	}
+	return a.Events > b.Events
+}
+
+func sameVersion(a, b *superblock.Superblock) bool {
+	return a.Epoch == b.Epoch && a.Events == b.Events
+}
+
 func describeMissing(plan *AssemblyPlan, cands []Candidate, grp int) string {
 	g := plan.SB.Geometry
 	s := ""
@@ -179,7 +193,8 @@ func describeMissing(plan *AssemblyPlan, cands []Candidate, grp int) string {
 		case i < 0:
 			d = fmt.Sprintf("slot %d missing", slot)
 		case plan.Stale[slot]:
-			d = fmt.Sprintf("slot %d %s stale (events %d < %d)", slot, cands[i].Name, cands[i].SB.Events, plan.SB.Events)
+			d = fmt.Sprintf("slot %d %s stale (epoch %d events %d, volume at epoch %d events %d)", slot, cands[i].Name,
+				cands[i].SB.Epoch, cands[i].SB.Events, plan.SB.Epoch, plan.SB.Events)
 		case plan.SB.Members[slot].Role != superblock.RoleActive:
 			d = fmt.Sprintf("slot %d %s %s", slot, cands[i].Name, plan.SB.Members[slot].Role)
 		default:

@@ -205,7 +205,7 @@ func FuzzPlanAssembly(f *testing.F) {
 			if c.Size < p.SB.MinDeviceSize() {
 				t.Fatalf("slot %d: device too small", slot)
 			}
-			if !p.Stale[slot] && c.SB.Events != p.SB.Events {
+			if !p.Stale[slot] && (c.SB.Events != p.SB.Events || c.SB.Epoch != p.SB.Epoch) {
 				t.Fatalf("slot %d: stale device trusted", slot)
 			}
 			if p.Stale[slot] && p.SB.Members[slot].Role == superblock.RoleActive {
@@ -290,5 +290,39 @@ func TestPlanAssemblyUnreadableDevice(t *testing.T) {
 	}
 	if len(p.Warnings) == 0 || !strings.Contains(p.Warnings[0], "devb") {
 		t.Fatalf("warnings %q", p.Warnings)
+	}
+}
+
+// A newer owner epoch wins over a higher event counter written by an older
+// (fenced) owner, and the old owner notices at its next metadata write.
+func TestOwnerEpochFencing(t *testing.T) {
+	c := cands(baseSBs(5), 2<<20)
+	for _, x := range c[:3] {
+		x.SB.Epoch, x.SB.Events = 2, 6 // new owner, fewer events
+	}
+	for _, x := range c[3:] {
+		x.SB.Events = 40 // old owner kept writing
+	}
+	p, err := PlanAssembly(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.SB.Epoch != 2 || !p.Stale[3] || !p.Stale[4] || p.Stale[0] {
+		t.Fatalf("plan: epoch %d stale %v", p.SB.Epoch, p.Stale)
+	}
+
+	v1, mm := newTestVolume(t, Config{Name: "fence", K: 2, M: 1, ChunkSize: 4096}, 1<<20)
+	v2, err := Assemble([]Member{mm[0], mm[1], mm[2]}, nil, Options{Logger: quietLogger(), Epoch: v1.Status().Epoch + 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v1.FailMember(2); !errors.Is(err, ErrFenced) && err != nil {
+		t.Fatalf("old owner fail member: %v", err)
+	}
+	if _, err := v1.ReadAt(make([]byte, 4096), 0); !errors.Is(err, ErrFenced) {
+		t.Fatalf("old owner read after fencing: %v", err)
+	}
+	if _, err := v2.WriteAt(make([]byte, 4096), 0); err != nil {
+		t.Fatalf("new owner write: %v", err)
 	}
 }

@@ -34,6 +34,9 @@ var (
 	// ErrVolumeFailed: more than m members of a group failed; the volume
 	// returns this error for every request rather than wrong data.
 	ErrVolumeFailed = errors.New("volume failed: more than m members of a group lost")
+	// ErrFenced: another owner assembled the volume with a newer epoch;
+	// this Volume stopped writing metadata and serving requests.
+	ErrFenced = errors.New("volume fenced: a newer owner epoch is on the members")
 	// ErrClosed is returned after Close.
 	ErrClosed = errors.New("volume closed")
 	// ErrTooManyFailures is returned for a stripe that cannot be served.
@@ -100,6 +103,7 @@ type Volume struct {
 	inflight   atomic.Int64
 	background atomic.Bool
 	failed     atomic.Bool
+	fenced     atomic.Bool
 	closed     atomic.Bool
 
 	metaMu sync.Mutex // guards meta and metadata writes; never taken under bm.mu by I/O
@@ -406,6 +410,9 @@ func (v *Volume) masks(group int, row int64) (unreadable, unwritable uint64) {
 // everywhere, flush. A member that fails is marked failed and the write is
 // repeated without it. Callers hold metaMu.
 func (v *Volume) writeMetaLocked() error {
+	if err := v.checkFencedLocked(); err != nil {
+		return err
+	}
 	for attempt := 0; attempt <= len(v.slots); attempt++ {
 		v.meta.Events++
 		var failedSlot = -1
@@ -446,6 +453,33 @@ func (v *Volume) writeMetaLocked() error {
 		v.markFailedLocked(failedSlot, fmt.Errorf("superblock write: %w", failErr))
 	}
 	return fmt.Errorf("superblock write: %w", ErrVolumeFailed)
+}
+
+// checkFencedLocked reads the superblocks on the members before they are
+// rewritten: if a newer owner epoch is there, another owner has taken the
+// volume over, and this one must not write anything again (the storage
+// fence should already have cut it off; this is the backstop).
+func (v *Volume) checkFencedLocked() error {
+	if v.fenced.Load() {
+		return ErrFenced
+	}
+	for slot := range v.slots {
+		d := v.dev(slot)
+		if d == nil || !v.writable(slot) {
+			continue
+		}
+		sb, err := superblock.ReadCopies(d)
+		if err != nil {
+			continue // an unreadable member fails on the write that follows
+		}
+		if sb.VolumeUUID == v.base.VolumeUUID && sb.Epoch > v.meta.Epoch {
+			v.fenced.Store(true)
+			v.log.Error("fenced: a newer owner has the volume", "our_epoch", v.meta.Epoch,
+				"disk_epoch", sb.Epoch, "device", v.names[slot])
+			return ErrFenced
+		}
+	}
+	return nil
 }
 
 // markFailedLocked records slot as failed in memory; callers hold metaMu
@@ -577,6 +611,9 @@ func (v *Volume) flushMembers() error {
 func (v *Volume) check() error {
 	if v.closed.Load() {
 		return ErrClosed
+	}
+	if v.fenced.Load() {
+		return ErrFenced
 	}
 	if v.failed.Load() {
 		return ErrVolumeFailed
