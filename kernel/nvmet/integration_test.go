@@ -4,6 +4,7 @@ package nvmet_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -87,6 +88,18 @@ func targetGuest(t *testing.T, g *vmtest.Env) {
 	}
 	if loop {
 		spec.Ports = append(spec.Ports, nvmet.Port{ID: 18002, Transport: nvmet.Loop, Subsystems: []string{testNQN}})
+	}
+
+	// DH-HMAC-CHAP on a kernel without it fails clearly, not with a bare
+	// errno, and the next Apply recovers.
+	if !feat.Auth {
+		authSpec := spec
+		authSpec.Hosts = []nvmet.Host{{NQN: id.NQN, DHCHAPKey: nvmf.Secret{Key: make([]byte, 32)}.String()}}
+		_, err := tg.Apply(authSpec)
+		if !errors.Is(err, nvmet.ErrNotSupported) {
+			t.Fatalf("apply with a DH-HMAC-CHAP key without kernel support: %v, want ErrNotSupported", err)
+		}
+		t.Logf("as expected: %v", err)
 	}
 
 	// A crash half-way: execute half the plan, then Apply finishes it.

@@ -363,6 +363,9 @@ func portAddrDiffers(d, a Port, f Features) bool {
 	if string(d.Transport) != string(a.Transport) {
 		return true
 	}
+	if d.Transport == Loop {
+		return false // loop ignores the address; a left-over one is harmless
+	}
 	if fam := d.family(); fam != "" && fam != a.Family {
 		return true
 	}
