@@ -99,6 +99,12 @@ func TestWriteReadHealthyAndDegraded(t *testing.T) {
 			if _, err := v.ReadAt(buf, 0); !errors.Is(err, ErrVolumeFailed) && !errors.Is(err, ErrTooManyFailures) {
 				t.Fatalf("read with m+1 failures: %v", err)
 			}
+			if _, err := v.WriteAt(buf[:4096], 0); !errors.Is(err, ErrVolumeFailed) && !errors.Is(err, ErrTooManyFailures) {
+				t.Fatalf("write with m+1 failures: %v", err)
+			}
+			if !v.Status().Failed {
+				t.Fatal("volume not failed after m+1 member failures")
+			}
 		})
 	}
 }
