@@ -1,0 +1,199 @@
+package config
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// DefaultPath is where fabraidd and fabraid look for the configuration.
+const DefaultPath = "/etc/fabraid/fabraid.conf"
+
+// Config is the node configuration.
+type Config struct {
+	// NodeName names this node (failure domain of its drives). Default: the
+	// host name.
+	NodeName string
+	// StorageInterfaces and StorageCIDRs select the storage network; they are
+	// recorded for the cluster layer (one node needs neither).
+	StorageInterfaces []string
+	StorageCIDRs      []netip.Prefix
+	// StateDir holds claims and volume records. Default /var/lib/fabraid.
+	StateDir string
+	// APISocket is the daemon's root-only unix socket. Default
+	// /run/fabraid/api.sock.
+	APISocket string
+	// MetricsAddress is host:port for Prometheus metrics; empty disables
+	// them. Default 127.0.0.1:9436.
+	MetricsAddress string
+	// ExportAddress and ExportPort are where volumes are exported over
+	// nvme-tcp (the node connects to itself there). Default 127.0.0.1:4420.
+	ExportAddress string
+	ExportPort    int
+}
+
+// Default returns the configuration used for keys a file does not set.
+func Default() Config {
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "localhost"
+	}
+	return Config{
+		NodeName:       host,
+		StateDir:       "/var/lib/fabraid",
+		APISocket:      "/run/fabraid/api.sock",
+		MetricsAddress: "127.0.0.1:9436",
+		ExportAddress:  "127.0.0.1",
+		ExportPort:     4420,
+	}
+}
+
+// Error is a configuration error at one line of one file.
+type Error struct {
+	File string
+	Line int    // 0: not tied to a line
+	Key  string // "" when the line has no key
+	Err  error
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d", e.Line)
+	}
+	if e.Key != "" {
+		fmt.Fprintf(&b, ": %s", e.Key)
+	}
+	fmt.Fprintf(&b, ": %v", e.Err)
+	return b.String()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+var nodeNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+
+// Parse reads a configuration from r; name is used in error messages.
+func Parse(r io.Reader, name string) (Config, error) {
+	c := Default()
+	seen := map[string]int{}
+	sc := bufio.NewScanner(r)
+	line := 0
+	for sc.Scan() {
+		line++
+		text := strings.TrimSpace(sc.Text())
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		key, val, ok := strings.Cut(text, "=")
+		if !ok {
+			return Config{}, &Error{File: name, Line: line, Err: fmt.Errorf("want key = value, got %q", text)}
+		}
+		key, val = strings.TrimSpace(key), strings.TrimSpace(val)
+		if prev, dup := seen[key]; dup {
+			return Config{}, &Error{File: name, Line: line, Key: key, Err: fmt.Errorf("repeated (first set on line %d)", prev)}
+		}
+		seen[key] = line
+		if err := c.set(key, val); err != nil {
+			return Config{}, &Error{File: name, Line: line, Key: key, Err: err}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return Config{}, &Error{File: name, Err: err}
+	}
+	return c, nil
+}
+
+func list(v string) []string {
+	var out []string
+	for _, f := range strings.Split(v, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func (c *Config) set(key, val string) error {
+	switch key {
+	case "node_name":
+		if !nodeNameRE.MatchString(val) {
+			return fmt.Errorf("%q: want 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit", val)
+		}
+		c.NodeName = val
+	case "storage_interfaces":
+		c.StorageInterfaces = nil
+		for _, ifc := range list(val) {
+			if len(ifc) > 15 || strings.ContainsAny(ifc, "/ \t") {
+				return fmt.Errorf("%q is not an interface name", ifc)
+			}
+			c.StorageInterfaces = append(c.StorageInterfaces, ifc)
+		}
+	case "storage_cidrs":
+		c.StorageCIDRs = nil
+		for _, s := range list(val) {
+			p, err := netip.ParsePrefix(s)
+			if err != nil {
+				return fmt.Errorf("%q is not a CIDR (want e.g. 10.10.0.0/16)", s)
+			}
+			c.StorageCIDRs = append(c.StorageCIDRs, p.Masked())
+		}
+	case "state_dir", "api_socket":
+		if !filepath.IsAbs(val) {
+			return fmt.Errorf("%q: want an absolute path", val)
+		}
+		if key == "state_dir" {
+			c.StateDir = filepath.Clean(val)
+		} else {
+			c.APISocket = filepath.Clean(val)
+		}
+	case "metrics_address":
+		if val != "" {
+			if _, port, err := net.SplitHostPort(val); err != nil || port == "" {
+				return fmt.Errorf("%q: want host:port (empty disables metrics)", val)
+			}
+		}
+		c.MetricsAddress = val
+	case "export_address":
+		if _, err := netip.ParseAddr(val); err != nil {
+			return fmt.Errorf("%q is not an IP address", val)
+		}
+		c.ExportAddress = val
+	case "export_port":
+		n, err := strconv.Atoi(val)
+		if err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("%q: want a TCP port 1..65535", val)
+		}
+		c.ExportPort = n
+	default:
+		return errors.New("unknown key (known: node_name, storage_interfaces, storage_cidrs, state_dir, api_socket, metrics_address, export_address, export_port)")
+	}
+	return nil
+}
+
+// Load reads the configuration file at path.
+func Load(path string) (Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	return Parse(f, path)
+}
+
+// LoadOrDefault is Load, except that a missing file at path gives Default.
+func LoadOrDefault(path string) (Config, error) {
+	c, err := Load(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return Default(), nil
+	}
+	return c, err
+}

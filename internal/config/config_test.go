@@ -1,0 +1,92 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestParseFull(t *testing.T) {
+	in := `# comment
+node_name = node1
+storage_interfaces = eth1, eth2
+storage_cidrs = 10.10.1.7/16,fd00::/64
+
+state_dir = /var/lib/fab/
+api_socket = /run/fab/api.sock
+metrics_address = :9500
+export_address = 10.10.0.1
+export_port = 4421
+`
+	c, err := Parse(strings.NewReader(in), "t.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.NodeName != "node1" || len(c.StorageInterfaces) != 2 || c.StorageInterfaces[1] != "eth2" ||
+		len(c.StorageCIDRs) != 2 || c.StorageCIDRs[0].String() != "10.10.0.0/16" ||
+		c.StateDir != "/var/lib/fab" || c.APISocket != "/run/fab/api.sock" || c.MetricsAddress != ":9500" ||
+		c.ExportAddress != "10.10.0.1" || c.ExportPort != 4421 {
+		t.Fatalf("got %+v", c)
+	}
+}
+
+func TestParseDefaults(t *testing.T) {
+	c, err := Parse(strings.NewReader(""), "t.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := Default()
+	if c.StateDir != d.StateDir || c.APISocket != d.APISocket || c.ExportPort != 4420 || c.NodeName == "" {
+		t.Fatalf("got %+v", c)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"node_name", "t.conf:1: want key = value"},
+		{"\nbogus = 1", "t.conf:2: bogus: unknown key"},
+		{"node_name = a\nnode_name = b", "t.conf:2: node_name: repeated (first set on line 1)"},
+		{"node_name = -bad", "t.conf:1: node_name: \"-bad\""},
+		{"storage_cidrs = 10.0.0.0", "t.conf:1: storage_cidrs: \"10.0.0.0\" is not a CIDR"},
+		{"state_dir = relative", "t.conf:1: state_dir: \"relative\": want an absolute path"},
+		{"api_socket = sock", "t.conf:1: api_socket:"},
+		{"metrics_address = 9436", "t.conf:1: metrics_address:"},
+		{"export_address = localhost", "t.conf:1: export_address:"},
+		{"export_port = 70000", "t.conf:1: export_port: \"70000\": want a TCP port"},
+		{"storage_interfaces = eth/0", "t.conf:1: storage_interfaces:"},
+	} {
+		_, err := Parse(strings.NewReader(tc.in), "t.conf")
+		var ce *Error
+		if err == nil || !errors.As(err, &ce) || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("Parse(%q) = %v, want prefix %q", tc.in, err, tc.want)
+		}
+	}
+}
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "fabraid.conf")
+	if _, err := Load(p); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("Load missing: %v", err)
+	}
+	if c, err := LoadOrDefault(p); err != nil || c.StateDir != Default().StateDir {
+		t.Fatalf("LoadOrDefault missing: %+v %v", c, err)
+	}
+	os.WriteFile(p, []byte("export_port = x\n"), 0o644)
+	if _, err := LoadOrDefault(p); err == nil || !strings.Contains(err.Error(), p+":1: export_port") {
+		t.Fatalf("LoadOrDefault bad: %v", err)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add("node_name = a\nexport_port = 1\n")
+	f.Add("# x\nstorage_cidrs = 1.2.3.4/8, ::/0")
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := Parse(strings.NewReader(s), "f")
+		if err == nil && (c.StateDir == "" || c.ExportPort < 1) {
+			t.Fatalf("accepted %q into %+v", s, c)
+		}
+	})
+}

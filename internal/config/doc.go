@@ -1,0 +1,25 @@
+// Package config reads the fabraid node configuration file,
+// /etc/fabraid/fabraid.conf.
+//
+// # Format
+//
+// One "key = value" per line; blank lines and lines starting with '#' are
+// ignored; values are taken verbatim after trimming spaces (no quoting).
+// Lists are comma-separated. Unknown keys, repeated keys and invalid values
+// are errors that name the file, the line and the key.
+//
+//	# /etc/fabraid/fabraid.conf
+//	node_name          = node1
+//	storage_interfaces = eth1, eth2
+//	storage_cidrs      = 10.10.0.0/16
+//	state_dir          = /var/lib/fabraid
+//	api_socket         = /run/fabraid/api.sock
+//	metrics_address    = 127.0.0.1:9436
+//	export_address     = 127.0.0.1
+//	export_port        = 4420
+//
+// Every key is optional; Default lists the defaults. A missing file is not an
+// error for Load when the caller asks for defaults (LoadOrDefault).
+//
+// The package holds no global state and does no I/O beyond reading the file.
+package config
