@@ -53,8 +53,8 @@ sizes and parallelism and prints the ratios (see docs/performance.md).`,
 				return enc.Encode(res)
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "engine %d+%d, chunk %d KiB, %d jobs, %d CPUs, %.1f s\n",
-				res.K, res.M, res.ChunkSize>>10, res.Jobs, res.CPUs, res.ElapsedSeconds)
+			fmt.Fprintf(out, "engine %d x (%d+%d), chunk %d KiB, %d jobs, %d CPUs, %.1f s\n",
+				res.Groups, res.K, res.M, res.ChunkSize>>10, res.Jobs, res.CPUs, res.ElapsedSeconds)
 			for _, l := range []struct {
 				name        string
 				got, target float64
@@ -83,6 +83,7 @@ sizes and parallelism and prints the ratios (see docs/performance.md).`,
 	f.StringVar(&cfg.Dir, "dir", "/dev/shm", "directory for the member files (use tmpfs)")
 	f.IntVar(&cfg.K, "k", 4, "data chunks per stripe")
 	f.IntVar(&cfg.M, "m", 2, "parity chunks per stripe")
+	f.IntVar(&cfg.Groups, "groups", 1, "groups of k+m members (RAID-x0)")
 	f.StringVar(&chunk, "chunk", "64k", "chunk size")
 	f.StringVar(&size, "member-size", "256m", "bytes per member file")
 	f.IntVar(&cfg.Jobs, "jobs", 0, "parallel requests (default GOMAXPROCS)")

@@ -21,6 +21,7 @@ import (
 type Config struct {
 	Dir        string        // directory for member files; default /dev/shm
 	K, M       int           // default 4+2
+	Groups     int           // groups of k+m members (RAID-x0); default 1
 	ChunkSize  int           // default engine.DefaultChunkSize
 	MemberSize int64         // bytes per member file; default 256 MiB
 	Jobs       int           // parallel requests; default GOMAXPROCS
@@ -34,6 +35,7 @@ type Config struct {
 type Result struct {
 	K          int   `json:"k"`
 	M          int   `json:"m"`
+	Groups     int   `json:"groups"`
 	ChunkSize  int   `json:"chunk_size"`
 	MemberSize int64 `json:"member_size"`
 	Jobs       int   `json:"jobs"`
@@ -81,6 +83,9 @@ func (c *Config) defaults() {
 	if c.M == 0 {
 		c.M = 2
 	}
+	if c.Groups == 0 {
+		c.Groups = 1
+	}
 	if c.ChunkSize == 0 {
 		c.ChunkSize = engine.DefaultChunkSize
 	}
@@ -119,7 +124,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		b.logf = func(f string, a ...any) { fmt.Fprintf(cfg.Log, f+"\n", a...) }
 	}
 	w := cfg.K + cfg.M
-	members := make([]*os.File, w)
+	n := cfg.Groups * w
+	members := make([]*os.File, n)
 	for i := range members {
 		p := filepath.Join(dir, fmt.Sprintf("member%d", i))
 		b.paths = append(b.paths, p)
@@ -130,7 +136,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		defer f.Close()
 		members[i] = f
 	}
-	r := &Result{K: cfg.K, M: cfg.M, ChunkSize: cfg.ChunkSize, MemberSize: cfg.MemberSize, Jobs: cfg.Jobs, CPUs: runtime.GOMAXPROCS(0), Rounds: cfg.Rounds}
+	r := &Result{K: cfg.K, M: cfg.M, Groups: cfg.Groups, ChunkSize: cfg.ChunkSize, MemberSize: cfg.MemberSize, Jobs: cfg.Jobs, CPUs: runtime.GOMAXPROCS(0), Rounds: cfg.Rounds}
 	chunk := cfg.ChunkSize
 	// Fill the files once so tmpfs has allocated every page: the first
 	// touch of a page costs more than an overwrite and would flatter
@@ -140,17 +146,19 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if _, err := b.rawSeq(ctx, members, 0, chunk, true, 0); err != nil {
 		return nil, err
 	}
-	domains := make([]string, w)
+	// Node j holds members j*m..j*m+m-1 of every group: losing a node
+	// loses m members per group, the most the layout allows.
+	domains := make([]string, n)
 	for i := range domains {
-		domains[i] = fmt.Sprintf("node%d", i/cfg.M)
+		domains[i] = fmt.Sprintf("node%d", i%w/cfg.M)
 	}
-	devs := make([]engine.Member, w)
+	devs := make([]engine.Member, n)
 	for i, f := range members {
 		devs[i] = engine.NewFileMember(f)
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	v, err := engine.Create(engine.Config{
-		Name: "bench", K: cfg.K, M: cfg.M, ChunkSize: chunk, Domains: domains, AssumeZeroed: true,
+		Name: "bench", K: cfg.K, M: cfg.M, Groups: cfg.Groups, ChunkSize: chunk, Domains: domains, AssumeZeroed: true,
 	}, devs, b.paths, engine.Options{Logger: quiet})
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
@@ -207,8 +215,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	var healthy float64
 	lastDomain := []int{}
-	for slot := 0; slot < w; slot++ {
-		if domains[slot] == domains[w-1] {
+	for slot := 0; slot < n; slot++ {
+		if domains[slot] == domains[n-1] {
 			lastDomain = append(lastDomain, slot)
 		}
 	}
