@@ -270,7 +270,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	workers := runtime.GOMAXPROCS(0)
-	for round := 0; round < max(1, cfg.Rounds-1); round++ {
+	for round := 0; round < cfg.Rounds; round++ {
 		x, err := b.rawSeqJobs(ctx, []*os.File{rep}, base, chunk, true, d, workers)
 		if err := best(&r.ReplacementWriteMiBs, x, err); err != nil {
 			return nil, err
