@@ -57,6 +57,11 @@ func (t *throttle) wait(ctx context.Context, n int64) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	select {
+	case <-t.v.done:
+		return ErrClosed
+	default:
+	}
 	if t.o.YieldDelay > 0 && t.v.inflight.Load() > 0 {
 		time.Sleep(t.o.YieldDelay)
 	}
@@ -72,6 +77,8 @@ func (t *throttle) wait(ctx context.Context, n int64) error {
 		case <-time.After(d):
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-t.v.done:
+			return ErrClosed
 		}
 	}
 	return nil

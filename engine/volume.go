@@ -109,7 +109,8 @@ type Volume struct {
 	metaMu sync.Mutex // guards meta and metadata writes; never taken under bm.mu by I/O
 	meta   *superblock.Superblock
 
-	rebuildMu sync.Mutex // one rebuild/scrub at a time
+	rebuildMu sync.Mutex    // one rebuild/scrub at a time
+	done      chan struct{} // closed by Close: background work stops
 	progress  atomic.Pointer[Progress]
 }
 
@@ -312,6 +313,7 @@ func newVolume(sb *superblock.Superblock, devs []Member, names []string, opts Op
 		geo: g, enc: enc, exec: exec, log: log.With("volume", sb.Name),
 		names: names, slots: make([]slotState, g.Members()),
 		base: sb.Clone(), meta: sb.Clone(), dataOff: sb.DataOffset,
+		done: make(chan struct{}),
 	}
 	chunk := g.ChunkSize
 	v.bufs.New = func() any { b := make([]byte, chunk); return &b }
@@ -627,6 +629,10 @@ func (v *Volume) Close() error {
 	if v.closed.Swap(true) {
 		return ErrClosed
 	}
+	// Stop a running rebuild or scrub (it checkpoints) and wait for it.
+	close(v.done)
+	v.rebuildMu.Lock()
+	v.rebuildMu.Unlock() //nolint:staticcheck // waiting for the holder is the point
 	var err error
 	if !v.failed.Load() {
 		err = v.flushMembers()

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
 	"sync/atomic"
 	"testing"
 
@@ -385,5 +386,32 @@ func TestWriteZeroesAndDiscard(t *testing.T) {
 	}
 	if rep, err := v.Scrub(context.Background(), false, RebuildOptions{}); err != nil || rep.Mismatches != 0 {
 		t.Fatalf("scrub: %+v %v", rep, err)
+	}
+}
+
+// Close stops a running rebuild, which checkpoints, instead of leaving it
+// to run on closed members.
+func TestCloseStopsRebuild(t *testing.T) {
+	v, mm := newTestVolume(t, Config{Name: "stop", K: 2, M: 1, ChunkSize: 4096}, 4<<20)
+	if err := v.FailMember(1); err != nil {
+		t.Fatal(err)
+	}
+	mm[1].SetFailed(true)
+	if err := v.Replace(1, NewMemMember(4<<20), "new"); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		// Slow enough (1 MiB/s) that Close comes first.
+		errc <- v.Rebuild(context.Background(), RebuildOptions{Rate: 1 << 20})
+	}()
+	for v.Status().Progress == nil {
+		runtime.Gosched()
+	}
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; !errors.Is(err, ErrClosed) {
+		t.Fatalf("rebuild after close: %v", err)
 	}
 }
