@@ -57,6 +57,10 @@ func Assemble(devs []Member, names []string, opts Options) (*Volume, error) {
 	}
 	sb := plan.SB
 	g := sb.Geometry
+	if opts.Epoch != 0 && opts.Epoch < sb.Epoch {
+		closeAll(devs)
+		return nil, fmt.Errorf("%w: owner epoch %d older than on-disk epoch %d (stale owner)", ErrAssembly, opts.Epoch, sb.Epoch)
+	}
 	bySlot := make([]Member, g.Members())
 	slotNames := make([]string, g.Members())
 	used := make([]bool, len(devs))
@@ -102,6 +106,16 @@ func Assemble(devs []Member, names []string, opts Options) (*Volume, error) {
 		if m.Role == superblock.RoleRebuilding && m.Resync {
 			rs := dirty.clone()
 			v.slots[slot].resync.Store(&rs)
+		}
+	}
+	if !sb.Clean && dirty.any() && opts.RefuseUnsafeStart {
+		for slot := range bySlot {
+			if r := v.slotRole(slot); r != superblock.RoleActive && r != superblock.RoleSpare {
+				closeAll(bySlot)
+				return nil, fmt.Errorf("%w: unclean stop while degraded (slot %d %s, %d dirty regions): "+
+					"stripes written at the crash may be torn and cannot be repaired (write hole); start without RefuseUnsafeStart to accept",
+					ErrAssembly, slot, r, dirty.count())
+			}
 		}
 	}
 	// Every writable member gets the merged bitmap (stale ones had an old

@@ -157,6 +157,7 @@ func (v *Volume) resyncParity(ctx context.Context, dirty bitset) error {
 			return err
 		}
 	}
+	v.writeHole.Add(skipped)
 	if skipped > 0 {
 		v.log.Warn("unclean stop while degraded: parity of some stripes could not be recomputed (write hole)",
 			"stripes", skipped)

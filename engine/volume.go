@@ -73,6 +73,12 @@ type Options struct {
 	// the newest on disk"; a value lower than the disk's is refused (a
 	// stale owner).
 	Epoch uint64
+	// RefuseUnsafeStart makes assembly refuse a volume that stopped
+	// uncleanly while degraded with writes possibly in flight (the write
+	// hole, docs/engine.md), as md does without --force. By default such
+	// a volume starts and Status().WriteHoleStripes counts the stripes
+	// whose parity could not be recomputed.
+	RefuseUnsafeStart bool
 }
 
 // Volume is an assembled fabraid volume: k+m parity over member devices.
@@ -102,6 +108,7 @@ type Volume struct {
 	// shared counter is left alone to keep its cache line quiet.
 	inflight   atomic.Int64
 	background atomic.Bool
+	writeHole  atomic.Int64 // stripes left inconsistent by an unclean degraded stop
 	failed     atomic.Bool
 	fenced     atomic.Bool
 	closed     atomic.Bool
@@ -687,8 +694,12 @@ type Status struct {
 	Failed        bool
 	Degraded      bool
 	DirtyRegions  int64
-	Members       []MemberStatus
-	Progress      *Progress // current rebuild or scrub, if any
+	// WriteHoleStripes counts stripes that were dirty at an unclean stop
+	// while degraded: their parity could not be recomputed, so the chunks
+	// reconstructed there may be wrong (docs/engine.md, "write hole").
+	WriteHoleStripes int64
+	Members          []MemberStatus
+	Progress         *Progress // current rebuild or scrub, if any
 }
 
 // Status returns a snapshot of the volume's state.
@@ -699,6 +710,7 @@ func (v *Volume) Status() Status {
 		Name: v.base.Name, UUID: v.base.VolumeUUID, Size: v.Size(), Geometry: v.geo,
 		Events: v.meta.Events, Epoch: v.meta.Epoch, Failed: v.failed.Load(),
 		Degraded: !v.allInSync(), DirtyRegions: v.bm.snapshot().count(), Progress: v.progress.Load(),
+		WriteHoleStripes: v.writeHole.Load(),
 	}
 	for slot := range v.slots {
 		st.Members = append(st.Members, MemberStatus{

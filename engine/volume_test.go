@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -413,5 +414,43 @@ func TestCloseStopsRebuild(t *testing.T) {
 	}
 	if err := <-errc; !errors.Is(err, ErrClosed) {
 		t.Fatalf("rebuild after close: %v", err)
+	}
+}
+
+// An unclean stop while degraded is refused on request and otherwise
+// reported as write-hole stripes.
+func TestUnsafeStart(t *testing.T) {
+	v, mm := newTestVolume(t, Config{Name: "hole", K: 2, M: 1, ChunkSize: 4096}, 1<<20)
+	mm[2].SetFailed(true)
+	p := bytes.Repeat([]byte{1}, 64<<10)
+	if _, err := v.WriteAt(p, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	v.Abandon() // crash while degraded, regions dirty
+	for _, m := range mm[:2] {
+		m.Crash(func() bool { return true })
+		m.Reopen()
+	}
+	_, err := Assemble([]Member{mm[0], mm[1]}, nil, Options{Logger: quietLogger(), RefuseUnsafeStart: true})
+	if !errors.Is(err, ErrAssembly) || !strings.Contains(err.Error(), "write hole") {
+		t.Fatalf("unsafe start: %v", err)
+	}
+	for _, m := range mm[:2] {
+		m.Reopen()
+	}
+	v, err = Assemble([]Member{mm[0], mm[1]}, nil, Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := v.Status().WriteHoleStripes; n == 0 {
+		t.Fatal("no write-hole stripes reported")
+	}
+	// Everything was flushed before the crash, so the data is intact.
+	got := make([]byte, len(p))
+	if _, err := v.ReadAt(got, 0); err != nil || !bytes.Equal(got, p) {
+		t.Fatalf("read: %v", err)
 	}
 }
