@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/fabraid/fabraid/kernel/internal/nvmesys"
@@ -16,15 +15,6 @@ import (
 
 // FabricsDevice is the control device of nvme-fabrics.
 const FabricsDevice = "/dev/nvme-fabrics"
-
-// ErrNotSupported is wrapped when the kernel lacks an option fabraid
-// asked for (DH-HMAC-CHAP without NVME_HOST_AUTH, tls without
-// NVME_TCP_TLS), detected from the option list /dev/nvme-fabrics prints.
-var ErrNotSupported = errors.New("not supported by this kernel")
-
-// ErrAlreadyConnected is wrapped when a controller to the same subsystem
-// and address exists and DuplicateConnect was not set (EALREADY).
-var ErrAlreadyConnected = errors.New("already connected")
 
 // Host is the initiator side of this machine: /dev/nvme-fabrics, /dev and
 // sysfs. The zero value is not usable; use NewHost. A Host is safe for
@@ -100,18 +90,7 @@ func connectError(o Options, err error) error {
 	if errors.As(err, &pe) {
 		err = pe.Err
 	}
-	var hint string
-	switch {
-	case errors.Is(err, syscall.EALREADY):
-		err = fmt.Errorf("%w: %w", ErrAlreadyConnected, err)
-	case errors.Is(err, syscall.EINVAL):
-		hint = " (the kernel rejected an option; see dmesg)"
-	case errors.Is(err, syscall.EIO), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EKEYREJECTED):
-		hint = " (target refused: host not allowed, wrong DH-HMAC-CHAP key, or no such subsystem)"
-	case errors.Is(err, syscall.ETIMEDOUT), errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
-		hint = " (target unreachable)"
-	}
-	return fmt.Errorf("connect %s: %w%s", o.Redacted(), err, hint)
+	return fmt.Errorf("connect %s: %w", o.Redacted(), classifyConnectErrno(err))
 }
 
 // Disconnect deletes a controller ("nvme3") by writing to its
