@@ -325,7 +325,6 @@ func (v *Volume) execWrite(op *stripeOp, p []byte, r layout.StripeReq, plan layo
 	n := r.Hi - r.Lo
 	lo := int64(r.Lo)
 	covers := r.CoversHull()
-	touched := r.Touched()
 	newData := func(s layout.Seg) []byte { return p[s.BufOff : s.BufOff+int64(s.Len)] }
 
 	// Read phase: nothing has been written yet, so a failure can simply
@@ -407,7 +406,6 @@ func (v *Volume) execWrite(op *stripeOp, p []byte, r layout.StripeReq, plan layo
 			op.add(v.slotAt(r, pos), true, op.shards[pos], mo+lo)
 		}
 	}
-	_ = touched
 	if !op.run() {
 		unreadable, unwritable := v.masks(r.Group, r.Row)
 		if bitsCount(unreadable|unwritable) > g.M {
