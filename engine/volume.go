@@ -220,6 +220,13 @@ func Create(cfg Config, devs []Member, names []string, opts Options) (*Volume, e
 			cfg.Domains[i] = fmt.Sprintf("member%d", i)
 		}
 	}
+	if len(names) != len(devs) || len(cfg.Domains) != len(devs) {
+		return nil, fmt.Errorf("create volume %q: %d devices, %d names, %d domains", cfg.Name, len(devs), len(names), len(cfg.Domains))
+	}
+	if cfg.DataOffset%superblock.SectorAlign != 0 || cfg.DataOffset < defaultBitmapOffset+bitmapBlock {
+		return nil, fmt.Errorf("create volume %q: data offset %d must be 4 KiB aligned and at least %d",
+			cfg.Name, cfg.DataOffset, defaultBitmapOffset+bitmapBlock)
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()

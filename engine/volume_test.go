@@ -454,3 +454,19 @@ func TestUnsafeStart(t *testing.T) {
 		t.Fatalf("read: %v", err)
 	}
 }
+
+func TestCreateRefusesBadConfig(t *testing.T) {
+	for name, cfg := range map[string]Config{
+		"domains":     {K: 2, M: 1, Domains: []string{"a"}, AllowDomainViolation: true},
+		"data offset": {K: 2, M: 1, DataOffset: 8192},
+		"unaligned":   {K: 2, M: 1, DataOffset: 1<<20 + 1},
+		"geometry":    {K: 1, M: 1},
+		"too small":   {K: 2, M: 1, DataOffset: 1 << 20, ChunkSize: 1 << 20},
+	} {
+		n := cfg.K + cfg.M
+		_, devs := memMembers(n, 1<<20)
+		if _, err := Create(cfg, devs, nil, Options{Logger: quietLogger()}); err == nil {
+			t.Errorf("%s: created", name)
+		}
+	}
+}
