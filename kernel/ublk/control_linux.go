@@ -271,6 +271,22 @@ func (c *Control) Delete(id int) error {
 		}
 		return err
 	}
+	return c.deleteDev(id)
+}
+
+// deleteDev removes /dev/ublkcN (DEL_DEV). Where the kernel has it
+// (ioctl-encoded commands, Linux 6.9+), the asynchronous form is used: the
+// synchronous one waits until every opener of /dev/ublkbN has closed it,
+// which would hang a shutdown behind a consumer that keeps the device open.
+// The nodes go away at once either way; with the asynchronous form the id is
+// reusable only after the last opener is gone.
+func (c *Control) deleteDev(id int) error {
+	if c.encoded {
+		err := c.simple(ublksys.UBLK_CMD_DEL_DEV_ASYNC, opDelDev, id, 0)
+		if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.EINVAL) {
+			return err
+		}
+	}
 	return c.simple(ublksys.UBLK_CMD_DEL_DEV, opDelDev, id, 0)
 }
 

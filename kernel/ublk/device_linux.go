@@ -5,7 +5,6 @@ package ublk
 import (
 	"errors"
 	"fmt"
-	"math/bits"
 	"os"
 	"sync"
 	"time"
@@ -14,100 +13,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// AnyID lets the kernel choose the device id.
-const AnyID = -1
-
-// Config describes a device to create. A nil *Config means all defaults.
-type Config struct {
-	// ID is the device id (/dev/ublkbID); AnyID lets the kernel pick. The
-	// zero value asks for id 0.
-	ID int
-	// Queues is the number of hardware queues, each served by its own OS
-	// thread and io_uring (default 1; the kernel caps it at the CPU count).
-	Queues int
-	// Depth is the number of requests in flight per queue (default 128).
-	Depth int
-	// MaxIOBytes is the largest request (default 512 KiB); each tag gets a
-	// buffer of this size.
-	MaxIOBytes int
-	// LogicalBlockSize and PhysicalBlockSize default to 4096.
-	LogicalBlockSize, PhysicalBlockSize int
-	// IOMin and IOOpt are the preferred minimum and optimal request sizes
-	// (the engine's chunk and full stripe). The kernel takes powers of two:
-	// other values are rounded down. Default: the physical block size.
-	IOMin, IOOpt int
-	// NoRecovery creates a device without user recovery: when the server
-	// dies, in-flight and new I/O fail and the block device goes away. By
-	// default the device is created with UBLK_F_USER_RECOVERY and
-	// UBLK_F_USER_RECOVERY_REISSUE, and Create fails on kernels without them.
-	NoRecovery bool
-	// UserCopy moves data with pread/pwrite on /dev/ublkcN
-	// (UBLK_F_USER_COPY, Linux 6.5) instead of the kernel copying into
-	// per-tag buffers.
-	UserCopy bool
-	// RecoverTimeout bounds how long Recover waits for the old server to be
-	// gone and the device quiesced (default 30 s).
-	RecoverTimeout time.Duration
-}
-
-func (c *Config) withDefaults() Config {
-	out := Config{ID: AnyID}
-	if c != nil {
-		out = *c
-	}
-	def := func(v *int, d int) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
-	def(&out.Queues, 1)
-	def(&out.Depth, 128)
-	def(&out.MaxIOBytes, 512<<10)
-	def(&out.LogicalBlockSize, 4096)
-	def(&out.PhysicalBlockSize, max(4096, out.LogicalBlockSize))
-	def(&out.IOMin, out.PhysicalBlockSize)
-	def(&out.IOOpt, out.PhysicalBlockSize)
-	if out.RecoverTimeout <= 0 {
-		out.RecoverTimeout = 30 * time.Second
-	}
-	return out
-}
-
-func log2(n int) uint8 { return uint8(bits.Len(uint(n)) - 1) }
-
-// params builds SET_PARAMS for a backend of size bytes.
-func (c *Config) params(size int64, maxIO int, b Backend) (*ublksys.Params, error) {
-	lbs := c.LogicalBlockSize
-	if lbs&(lbs-1) != 0 || lbs < 512 || lbs > os.Getpagesize() {
-		return nil, fmt.Errorf("logical block size %d: must be a power of two from 512 to the page size", lbs)
-	}
-	if size <= 0 || size%int64(lbs) != 0 {
-		return nil, fmt.Errorf("backend size %d: must be a positive multiple of the logical block size %d", size, lbs)
-	}
-	p := &ublksys.Params{
-		Len:   uint32(ublksys.ParamsSize),
-		Types: ublksys.UBLK_PARAM_TYPE_BASIC | ublksys.UBLK_PARAM_TYPE_DISCARD,
-		Basic: ublksys.ParamBasic{
-			Attrs:           ublksys.UBLK_ATTR_VOLATILE_CACHE | ublksys.UBLK_ATTR_FUA,
-			LogicalBsShift:  log2(lbs),
-			PhysicalBsShift: log2(c.PhysicalBlockSize),
-			IOMinShift:      log2(c.IOMin),
-			IOOptShift:      log2(c.IOOpt),
-			MaxSectors:      uint32(maxIO >> 9),
-			DevSectors:      uint64(size >> 9),
-		},
-		Discard: ublksys.ParamDiscard{
-			DiscardGranularity:    uint32(lbs),
-			MaxWriteZeroesSectors: uint32(maxIO >> 9),
-		},
-	}
-	if _, ok := b.(Discarder); ok {
-		p.Discard.MaxDiscardSectors = uint32(maxIO >> 9)
-		p.Discard.MaxDiscardSegments = 1
-	}
-	return p, nil
-}
-
 // Device is a ublk device served by this process: /dev/ublkbN backed by a
 // Backend. Its methods are safe for concurrent use.
 type Device struct {
@@ -115,6 +20,7 @@ type Device struct {
 	backend Backend
 	cfg     Config
 	info    ublksys.DevInfo
+	size    int64 // bytes, from the backend
 	cdev    *os.File
 
 	queues   []*queue
@@ -158,7 +64,7 @@ func Create(ctl *Control, b Backend, cfg *Config) (*Device, error) {
 	if err := ctl.addDev(&info); err != nil {
 		return nil, fmt.Errorf("create ublk device: %w", err)
 	}
-	d := &Device{ctl: ctl, backend: b, cfg: c, info: info, done: make(chan struct{})}
+	d := &Device{ctl: ctl, backend: b, cfg: c, info: info, size: b.Size(), done: make(chan struct{})}
 	if err := missingError(want, Features(info.Flags)); err != nil {
 		d.abort()
 		return nil, fmt.Errorf("create ublk device %d: kernel dropped a flag: %w", info.DevID, err)
@@ -225,7 +131,7 @@ func Recover(ctl *Control, id int, b Backend, cfg *Config) (*Device, error) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	d := &Device{ctl: ctl, backend: b, cfg: c, info: *raw, done: make(chan struct{})}
+	d := &Device{ctl: ctl, backend: b, cfg: c, info: *raw, size: b.Size(), done: make(chan struct{})}
 	if err := d.startQueues(); err != nil {
 		d.abort()
 		return nil, fmt.Errorf("recover ublk device %d: %w", id, err)
@@ -269,14 +175,16 @@ func (d *Device) Wait() error {
 }
 
 // Close stops the device (pending I/O is completed first), waits for the
-// queues, and deletes /dev/ublkbN and /dev/ublkcN. Only devices this
+// queues, and deletes /dev/ublkbN and /dev/ublkcN. It does not wait for
+// processes that still hold /dev/ublkbN open (their I/O fails); on kernels
+// before 6.9 it does, since only the synchronous delete exists there. Only devices this
 // process serves are closed this way; see Control.Delete for orphans.
 func (d *Device) Close() error {
 	d.closeOnce.Do(func() {
 		stopErr := d.ctl.simple(ublksys.UBLK_CMD_STOP_DEV, opStopDev, d.ID(), 0)
 		qerr := d.Wait()
 		d.release()
-		delErr := d.ctl.simple(ublksys.UBLK_CMD_DEL_DEV, opDelDev, d.ID(), 0)
+		delErr := d.ctl.deleteDev(d.ID())
 		d.closeErr = errors.Join(stopErr, qerr, delErr)
 	})
 	return d.closeErr
@@ -289,7 +197,7 @@ func (d *Device) abort() {
 		d.Wait()
 	}
 	d.release()
-	d.ctl.simple(ublksys.UBLK_CMD_DEL_DEV, opDelDev, d.ID(), 0)
+	d.ctl.deleteDev(d.ID())
 }
 
 func (d *Device) release() {

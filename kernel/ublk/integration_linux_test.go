@@ -49,6 +49,7 @@ func TestIntegrationUblk(t *testing.T) {
 		})
 		t.Run("FlushFUADiscard", func(t *testing.T) { testFlushFUADiscard(t, ctl) })
 		t.Run("BusyID", func(t *testing.T) { testBusyID(t, ctl) })
+		t.Run("CloseWhileOpen", func(t *testing.T) { testCloseWhileOpen(t, ctl) })
 		t.Run("EngineVolumeMemberFails", func(t *testing.T) { testEngineVolume(t, ctl) })
 		t.Run("RecoveryAfterKill", testRecovery)
 		t.Run("EngineVolumeRecoveryAfterKill", testEngineVolumeRecovery)
@@ -142,19 +143,21 @@ func testFlushFUADiscard(t *testing.T, ctl *Control) {
 
 	// Buffered write, then fsync: the data reaches the backend and a flush
 	// follows it.
+	// Every error path closes the block device before Close deletes it.
 	f, err := os.OpenFile(d.BlockPath(), os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	data := bytes.Repeat([]byte("buffered"), 4096)
-	if _, err := f.WriteAt(data, 1<<20); err != nil {
-		t.Fatal(err)
-	}
+	_, err = f.WriteAt(data, 1<<20)
 	flushes := mem.Flushes.Load()
-	if err := f.Sync(); err != nil {
-		t.Fatal(err)
+	if err == nil {
+		err = f.Sync()
 	}
 	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if !bytes.Equal(mem.data[1<<20:1<<20+len(data)], data) {
 		t.Error("buffered write not in the backend after fsync")
 	}
@@ -226,6 +229,38 @@ func testBusyID(t *testing.T, ctl *Control) {
 	}
 	if ids, _ := List(); len(ids) != 1 {
 		t.Fatalf("devices %v, want only 7", ids)
+	}
+}
+
+// testCloseWhileOpen: Close must not wait for a consumer that keeps
+// /dev/ublkbN open; the consumer's I/O fails afterwards.
+func testCloseWhileOpen(t *testing.T, ctl *Control) {
+	d, err := Create(ctl, NewMem(1<<20), &Config{ID: AnyID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(d.BlockPath(), os.O_RDWR|unix.O_DIRECT, 0)
+	if err != nil {
+		d.Close()
+		t.Fatal(err)
+	}
+	defer f.Close()
+	done := make(chan error, 1)
+	go func() { done <- d.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		f.Close()
+		t.Fatal("Close waited for the consumer to close the block device")
+	}
+	if _, err := f.ReadAt(alignedBuf(4096), 0); err == nil {
+		t.Error("read from a deleted device succeeded")
+	}
+	if _, err := os.Stat(d.CharPath()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s still there", d.CharPath())
 	}
 }
 
@@ -374,11 +409,11 @@ func testSigterm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	buf := alignedBuf(4096)
-	if _, err := f.WriteAt(buf, 0); err != nil {
+	_, err = f.WriteAt(alignedBuf(4096), 0)
+	f.Close()
+	if err != nil {
 		t.Fatal(err)
 	}
-	f.Close()
 	srv.cmd.Process.Signal(syscall.SIGTERM)
 	if err := srv.cmd.Wait(); err != nil {
 		t.Fatalf("exit after SIGTERM: %v; stderr: %s", err, srv.stderr.String())

@@ -148,18 +148,18 @@ func (q *queue) submit(ring *uring.Ring, op uint32, tag int, result int32) error
 // serve carries out the request in tag's descriptor and returns the result
 // for COMMIT_AND_FETCH_REQ: bytes done, or -errno.
 func (q *queue) serve(tag int) int32 {
-	desc := q.descs[tag]
-	op := desc.OpFlags & 0xff
-	off := int64(desc.StartSector) << 9
-	n := int64(desc.NrSectors) << 9
-	b := q.d.backend
-	switch op {
-	case ublksys.UBLK_IO_OP_READ:
-		if n > int64(q.bufSize) {
-			return -int32(unix.EINVAL)
+	r, err := decodeDesc(q.descs[tag], q.d.size, q.bufSize)
+	if err != nil {
+		if errors.Is(err, errUnsupportedOp) {
+			return -int32(unix.EOPNOTSUPP)
 		}
-		buf := q.buf(tag)[:n]
-		if _, err := b.ReadAt(buf, off); err != nil {
+		return -int32(unix.EINVAL)
+	}
+	b := q.d.backend
+	switch r.op {
+	case opRead:
+		buf := q.buf(tag)[:r.len]
+		if _, err := b.ReadAt(buf, r.off); err != nil {
 			return errnoResult(err)
 		}
 		if q.userCopy {
@@ -167,57 +167,54 @@ func (q *queue) serve(tag int) int32 {
 				return errnoResult(err)
 			}
 		}
-		return int32(n)
-	case ublksys.UBLK_IO_OP_WRITE:
-		if n > int64(q.bufSize) {
-			return -int32(unix.EINVAL)
-		}
-		buf := q.buf(tag)[:n]
+		return int32(r.len)
+	case opWrite:
+		buf := q.buf(tag)[:r.len]
 		if q.userCopy {
 			if _, err := unix.Pread(q.fd, buf, ublksys.UserCopyOffset(uint16(q.id), uint16(tag), 0)); err != nil {
 				return errnoResult(err)
 			}
 		}
 		var err error
-		if desc.OpFlags&ublksys.UBLK_IO_F_FUA != 0 {
+		if r.fua() {
 			if fw, ok := b.(FUAWriter); ok {
-				_, err = fw.WriteAtFUA(buf, off)
-			} else if _, err = b.WriteAt(buf, off); err == nil {
+				_, err = fw.WriteAtFUA(buf, r.off)
+			} else if _, err = b.WriteAt(buf, r.off); err == nil {
 				err = b.Flush()
 			}
 		} else {
-			_, err = b.WriteAt(buf, off)
+			_, err = b.WriteAt(buf, r.off)
 		}
 		if err != nil {
 			return errnoResult(err)
 		}
-		return int32(n)
-	case ublksys.UBLK_IO_OP_FLUSH:
+		return int32(r.len)
+	case opFlush:
 		if err := b.Flush(); err != nil {
 			return errnoResult(err)
 		}
 		return 0
-	case ublksys.UBLK_IO_OP_DISCARD:
+	case opDiscard:
 		dis, ok := b.(Discarder)
 		if !ok {
 			return -int32(unix.EOPNOTSUPP)
 		}
-		if err := dis.Discard(off, n); err != nil {
+		if err := dis.Discard(r.off, r.len); err != nil {
 			return errnoResult(err)
 		}
 		return 0
-	case ublksys.UBLK_IO_OP_WRITE_ZEROES:
+	case opWriteZeroes:
 		if zw, ok := b.(ZeroWriter); ok {
-			if err := zw.WriteZeroes(off, n); err != nil {
+			if err := zw.WriteZeroes(r.off, r.len); err != nil {
 				return errnoResult(err)
 			}
 			return 0
 		}
 		buf := q.buf(tag)
 		clear(buf)
-		for done := int64(0); done < n; {
-			chunk := min(n-done, int64(len(buf)))
-			if _, err := b.WriteAt(buf[:chunk], off+done); err != nil {
+		for done := int64(0); done < r.len; {
+			chunk := min(r.len-done, int64(len(buf)))
+			if _, err := b.WriteAt(buf[:chunk], r.off+done); err != nil {
 				return errnoResult(err)
 			}
 			done += chunk

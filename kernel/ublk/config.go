@@ -1,0 +1,104 @@
+package ublk
+
+import (
+	"fmt"
+	"math/bits"
+	"os"
+	"time"
+
+	"github.com/fabraid/fabraid/kernel/internal/ublksys"
+)
+
+// AnyID lets the kernel choose the device id.
+const AnyID = -1
+
+// Config describes a device to create. A nil *Config means all defaults.
+type Config struct {
+	// ID is the device id (/dev/ublkbID); AnyID lets the kernel pick. The
+	// zero value asks for id 0.
+	ID int
+	// Queues is the number of hardware queues, each served by its own OS
+	// thread and io_uring (default 1; the kernel caps it at the CPU count).
+	Queues int
+	// Depth is the number of requests in flight per queue (default 128).
+	Depth int
+	// MaxIOBytes is the largest request (default 512 KiB); each tag gets a
+	// buffer of this size.
+	MaxIOBytes int
+	// LogicalBlockSize and PhysicalBlockSize default to 4096.
+	LogicalBlockSize, PhysicalBlockSize int
+	// IOMin and IOOpt are the preferred minimum and optimal request sizes
+	// (the engine's chunk and full stripe). The kernel takes powers of two:
+	// other values are rounded down. Default: the physical block size.
+	IOMin, IOOpt int
+	// NoRecovery creates a device without user recovery: when the server
+	// dies, in-flight and new I/O fail and the block device goes away. By
+	// default the device is created with UBLK_F_USER_RECOVERY and
+	// UBLK_F_USER_RECOVERY_REISSUE, and Create fails on kernels without them.
+	NoRecovery bool
+	// UserCopy moves data with pread/pwrite on /dev/ublkcN
+	// (UBLK_F_USER_COPY, Linux 6.5) instead of the kernel copying into
+	// per-tag buffers.
+	UserCopy bool
+	// RecoverTimeout bounds how long Recover waits for the old server to be
+	// gone and the device quiesced (default 30 s).
+	RecoverTimeout time.Duration
+}
+
+func (c *Config) withDefaults() Config {
+	out := Config{ID: AnyID}
+	if c != nil {
+		out = *c
+	}
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&out.Queues, 1)
+	def(&out.Depth, 128)
+	def(&out.MaxIOBytes, 512<<10)
+	def(&out.LogicalBlockSize, 4096)
+	def(&out.PhysicalBlockSize, max(4096, out.LogicalBlockSize))
+	def(&out.IOMin, out.PhysicalBlockSize)
+	def(&out.IOOpt, out.PhysicalBlockSize)
+	if out.RecoverTimeout <= 0 {
+		out.RecoverTimeout = 30 * time.Second
+	}
+	return out
+}
+
+func log2(n int) uint8 { return uint8(bits.Len(uint(n)) - 1) }
+
+// params builds SET_PARAMS for a backend of size bytes.
+func (c *Config) params(size int64, maxIO int, b Backend) (*ublksys.Params, error) {
+	lbs := c.LogicalBlockSize
+	if lbs&(lbs-1) != 0 || lbs < 512 || lbs > os.Getpagesize() {
+		return nil, fmt.Errorf("logical block size %d: must be a power of two from 512 to the page size", lbs)
+	}
+	if size <= 0 || size%int64(lbs) != 0 {
+		return nil, fmt.Errorf("backend size %d: must be a positive multiple of the logical block size %d", size, lbs)
+	}
+	p := &ublksys.Params{
+		Len:   uint32(ublksys.ParamsSize),
+		Types: ublksys.UBLK_PARAM_TYPE_BASIC | ublksys.UBLK_PARAM_TYPE_DISCARD,
+		Basic: ublksys.ParamBasic{
+			Attrs:           ublksys.UBLK_ATTR_VOLATILE_CACHE | ublksys.UBLK_ATTR_FUA,
+			LogicalBsShift:  log2(lbs),
+			PhysicalBsShift: log2(c.PhysicalBlockSize),
+			IOMinShift:      log2(c.IOMin),
+			IOOptShift:      log2(c.IOOpt),
+			MaxSectors:      uint32(maxIO >> 9),
+			DevSectors:      uint64(size >> 9),
+		},
+		Discard: ublksys.ParamDiscard{
+			DiscardGranularity:    uint32(lbs),
+			MaxWriteZeroesSectors: uint32(maxIO >> 9),
+		},
+	}
+	if _, ok := b.(Discarder); ok {
+		p.Discard.MaxDiscardSectors = uint32(maxIO >> 9)
+		p.Discard.MaxDiscardSegments = 1
+	}
+	return p, nil
+}
