@@ -36,6 +36,7 @@ func newRootCmd() *cobra.Command {
 		newDoctorCmd(),
 		newUblkCmd(),
 		newNvmeCmd(),
+		newDriveCmd(),
 	)
 	return root
 }

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/fabraid/fabraid/internal/config"
+	"github.com/fabraid/fabraid/internal/drive"
+	"github.com/spf13/cobra"
+)
+
+// loadConfig reads --config (a missing default file means defaults).
+func loadConfig(cmd *cobra.Command) (config.Config, error) {
+	path, _ := cmd.Flags().GetString("config")
+	if path == "" {
+		path = config.DefaultPath
+	}
+	var c config.Config
+	var err error
+	if cmd.Flags().Changed("config") {
+		c, err = config.Load(path)
+	} else {
+		c, err = config.LoadOrDefault(path)
+	}
+	if err != nil {
+		return c, &exitError{code: 2, err: err}
+	}
+	return c, nil
+}
+
+func humanSize(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+func newDriveCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "drive",
+		Short: "List local drives and claim them for fabraid",
+	}
+	cmd.PersistentFlags().String("config", config.DefaultPath, "configuration file (for state_dir)")
+	cmd.AddCommand(newDriveListCmd(), newDriveClaimCmd(), newDriveReleaseCmd())
+	return cmd
+}
+
+func newDriveListCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List local drives: model, serial, size, state and why a drive is in use",
+		Example: `  fabraid drive list
+  fabraid drive list --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			ds, err := drive.System(c.StateDir).Inventory()
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if ds == nil {
+					ds = []drive.Drive{}
+				}
+				return printJSON(cmd, ds)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "DEVICE\tID\tMODEL\tSIZE\tSTATE\tREASONS")
+			for _, d := range ds {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", d.Path, d.ID, d.Model, humanSize(d.Size), d.State, strings.Join(d.Reasons, "; "))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func newDriveClaimCmd() *cobra.Command {
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "claim DEV...",
+		Short: "Claim drives for fabraid (wipes their first and last MiB)",
+		Long: `Claim drives for fabraid volumes. A drive with partitions, a filesystem,
+RAID or fabraid signature, a holder (dm, md), or another exclusive opener is
+refused unless --force; a mounted drive is always refused. Claiming zeroes the
+first and last MiB of the drive and records it in <state_dir>/drives/.
+
+Exit codes: 0 all claimed, 1 a drive was refused or an error occurred.`,
+		Example: `  fabraid drive claim /dev/nvme1n1 /dev/nvme2n1
+  fabraid drive claim --force /dev/sdc`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			h := drive.System(c.StateDir)
+			var errs []error
+			for _, dev := range args {
+				cl, err := h.Claim(dev, force)
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "claimed %s (id %s, %s)\n", cl.Path, cl.ID, humanSize(cl.Size))
+			}
+			return errors.Join(errs...)
+		},
+	}
+	cmd.Flags().BoolVar(&force, "force", false, "claim a drive even with signatures, partitions, holders or openers (never a mounted one)")
+	return cmd
+}
+
+func newDriveReleaseCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "release ID",
+		Short:   "Forget a claim (the drive's data is left alone)",
+		Example: `  fabraid drive release S4EWNX0R123456`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			return drive.System(c.StateDir).Release(args[0])
+		},
+	}
+	return cmd
+}

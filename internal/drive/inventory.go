@@ -1,0 +1,390 @@
+package drive
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Host names the places a drive's state is read from; the zero value is not
+// valid, use System or set every field (tests point them at fake trees).
+type Host struct {
+	SysBlock  string // /sys/block
+	Dev       string // /dev
+	MountInfo string // /proc/self/mountinfo
+	Swaps     string // /proc/swaps
+	StateDir  string // <state_dir>; claims live in StateDir/drives
+}
+
+// System returns the Host of the running system with claims under stateDir.
+func System(stateDir string) Host {
+	return Host{SysBlock: "/sys/block", Dev: "/dev", MountInfo: "/proc/self/mountinfo", Swaps: "/proc/swaps", StateDir: stateDir}
+}
+
+// Drive is one local drive as the inventory sees it.
+type Drive struct {
+	Name       string   `json:"name"` // "nvme0n1", "vda"
+	Path       string   `json:"path"` // "/dev/nvme0n1"
+	ID         string   `json:"id"`   // stable id: serial, else wwid, else name
+	Model      string   `json:"model,omitempty"`
+	Serial     string   `json:"serial,omitempty"`
+	Size       int64    `json:"size"`
+	DevNum     string   `json:"devnum"` // "major:minor"
+	Partitions []string `json:"partitions,omitempty"`
+	Holders    []string `json:"holders,omitempty"`
+	// State is "claimed" (recorded in the state dir), "available" (no
+	// reason to refuse it) or "in-use" (see Reasons).
+	State   string   `json:"state"`
+	Reasons []string `json:"reasons,omitempty"`
+}
+
+// Claim is the record of a claimed drive.
+type Claim struct {
+	ID      string    `json:"id"`
+	Path    string    `json:"path"` // path at claim time
+	Serial  string    `json:"serial,omitempty"`
+	Model   string    `json:"model,omitempty"`
+	Size    int64     `json:"size"`
+	Forced  bool      `json:"forced,omitempty"`
+	Claimed time.Time `json:"claimed"`
+}
+
+// ErrRefused is wrapped by Claim when a drive may not be claimed.
+var ErrRefused = errors.New("drive refused")
+
+func readTrim(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// skip reports whether a /sys/block entry is not a drive fabraid may use.
+func (h Host) skip(name string) bool {
+	for _, p := range []string{"loop", "ram", "zram", "dm-", "md", "ublkb", "sr", "nbd", "fd"} {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	if readTrim(filepath.Join(h.SysBlock, name, "hidden")) == "1" {
+		return true
+	}
+	// fabraid's own exported volumes (multipath heads of our subsystems).
+	for _, p := range []string{"device/subsysnqn", "device/device/subsysnqn"} {
+		if strings.HasPrefix(readTrim(filepath.Join(h.SysBlock, name, p)), "nqn.2026-11.io.fabraid:vol:") {
+			return true
+		}
+	}
+	return false
+}
+
+// Inventory lists the drives with their state.
+func (h Host) Inventory() ([]Drive, error) {
+	ents, err := os.ReadDir(h.SysBlock)
+	if err != nil {
+		return nil, fmt.Errorf("drive inventory: %w", err)
+	}
+	claims, err := h.Claims()
+	if err != nil {
+		return nil, err
+	}
+	mounts := h.mountedDevs()
+	var out []Drive
+	for _, e := range ents {
+		if h.skip(e.Name()) {
+			continue
+		}
+		d := h.read(e.Name())
+		d.Reasons = h.reasons(d, mounts)
+		switch {
+		case claims[d.ID] != nil:
+			d.State = "claimed"
+		case len(d.Reasons) == 0:
+			d.State = "available"
+		default:
+			d.State = "in-use"
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+func (h Host) read(name string) Drive {
+	dir := filepath.Join(h.SysBlock, name)
+	d := Drive{Name: name, Path: filepath.Join(h.Dev, name), DevNum: readTrim(filepath.Join(dir, "dev"))}
+	if n, err := strconv.ParseInt(readTrim(filepath.Join(dir, "size")), 10, 64); err == nil {
+		d.Size = n * 512 // sysfs size is in 512-byte sectors regardless of the block size
+	}
+	d.Model = readTrim(filepath.Join(dir, "device/model"))
+	for _, p := range []string{"device/serial", "serial"} {
+		if s := readTrim(filepath.Join(dir, p)); s != "" {
+			d.Serial = s
+			break
+		}
+	}
+	wwid := readTrim(filepath.Join(dir, "wwid"))
+	if wwid == "" {
+		wwid = readTrim(filepath.Join(dir, "device/wwid"))
+	}
+	switch {
+	case d.Serial != "":
+		d.ID = sanitize(d.Serial)
+	case wwid != "":
+		d.ID = sanitize(wwid)
+	default:
+		d.ID = name
+	}
+	if ents, err := os.ReadDir(dir); err == nil {
+		for _, e := range ents {
+			if _, err := os.Stat(filepath.Join(dir, e.Name(), "partition")); err == nil {
+				d.Partitions = append(d.Partitions, e.Name())
+			}
+		}
+	}
+	for _, sub := range append([]string{""}, d.Partitions...) {
+		if ents, err := os.ReadDir(filepath.Join(dir, sub, "holders")); err == nil {
+			for _, e := range ents {
+				d.Holders = append(d.Holders, e.Name())
+			}
+		}
+	}
+	return d
+}
+
+// sanitize makes an id usable as a file name and in an NQN.
+func sanitize(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_') {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+// mountedDevs returns the major:minor of every mounted or swapped-on device.
+func (h Host) mountedDevs() map[string]string {
+	out := map[string]string{}
+	if b, err := os.ReadFile(h.MountInfo); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) > 4 {
+				out[f[2]] = f[4]
+			}
+		}
+	}
+	if b, err := os.ReadFile(h.Swaps); err == nil {
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) > 0 {
+				if st := readTrim(filepath.Join(h.SysBlock, filepath.Base(f[0]), "dev")); st != "" {
+					out[st] = "swap"
+				}
+			}
+		}
+	}
+	return out
+}
+
+func (h Host) mountedAt(d Drive, mounts map[string]string) string {
+	if m, ok := mounts[d.DevNum]; ok {
+		return m
+	}
+	for _, p := range d.Partitions {
+		if m, ok := mounts[readTrim(filepath.Join(h.SysBlock, d.Name, p, "dev"))]; ok {
+			return m
+		}
+	}
+	return ""
+}
+
+// reasons lists why d may not be claimed. The first reason, when the drive is
+// mounted, starts with "mounted".
+func (h Host) reasons(d Drive, mounts map[string]string) []string {
+	var r []string
+	if m := h.mountedAt(d, mounts); m != "" {
+		r = append(r, "mounted at "+m)
+	}
+	if len(d.Partitions) > 0 {
+		r = append(r, "has partitions "+strings.Join(d.Partitions, ","))
+	}
+	if len(d.Holders) > 0 {
+		r = append(r, "held by "+strings.Join(d.Holders, ","))
+	}
+	f, err := os.OpenFile(d.Path, os.O_RDONLY|os.O_EXCL, 0)
+	switch {
+	case err == nil:
+		for _, s := range Detect(f, d.Size) {
+			desc := s.Type
+			if s.Detail != "" {
+				desc = s.Detail
+			}
+			r = append(r, fmt.Sprintf("%s signature at byte %d", desc, s.Offset))
+		}
+		f.Close()
+	case errors.Is(err, os.ErrNotExist):
+		r = append(r, "no device node "+d.Path)
+	default:
+		// EBUSY: a mounted filesystem, md, dm or another O_EXCL opener.
+		r = append(r, fmt.Sprintf("cannot open exclusively (%v)", unwrapPath(err)))
+	}
+	return r
+}
+
+func unwrapPath(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// Find returns the drive named by dev: "/dev/vda", "vda" or a drive id.
+func (h Host) Find(dev string) (Drive, error) {
+	ds, err := h.Inventory()
+	if err != nil {
+		return Drive{}, err
+	}
+	name := dev
+	if p, err := filepath.EvalSymlinks(dev); err == nil {
+		name = p
+	}
+	name = filepath.Base(name)
+	for _, d := range ds {
+		if d.Name == name || d.ID == dev {
+			return d, nil
+		}
+	}
+	return Drive{}, fmt.Errorf("drive %s: not found among local drives (see fabraid drive list)", dev)
+}
+
+// Claim claims the drive dev for fabraid. See the package documentation.
+func (h Host) Claim(dev string, force bool) (Claim, error) {
+	d, err := h.Find(dev)
+	if err != nil {
+		return Claim{}, err
+	}
+	if d.State == "claimed" {
+		c, err := h.claim(d.ID)
+		return *c, err
+	}
+	if len(d.Reasons) > 0 {
+		if strings.HasPrefix(d.Reasons[0], "mounted") {
+			return Claim{}, fmt.Errorf("%w: %s: %s (never claimed, even with --force)", ErrRefused, d.Path, strings.Join(d.Reasons, "; "))
+		}
+		if !force {
+			return Claim{}, fmt.Errorf("%w: %s: %s (--force claims it anyway and wipes it)", ErrRefused, d.Path, strings.Join(d.Reasons, "; "))
+		}
+	}
+	if err := wipe(d.Path, d.Size, force); err != nil {
+		return Claim{}, fmt.Errorf("claim %s: %w", d.Path, err)
+	}
+	c := Claim{ID: d.ID, Path: d.Path, Serial: d.Serial, Model: d.Model, Size: d.Size, Forced: force && len(d.Reasons) > 0, Claimed: time.Now().UTC()}
+	b, _ := json.MarshalIndent(c, "", "  ")
+	dir := filepath.Join(h.StateDir, "drives")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return Claim{}, fmt.Errorf("claim %s: %w", d.Path, err)
+	}
+	tmp := filepath.Join(dir, "."+d.ID+".tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return Claim{}, fmt.Errorf("claim %s: %w", d.Path, err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, d.ID+".json")); err != nil {
+		return Claim{}, fmt.Errorf("claim %s: %w", d.Path, err)
+	}
+	return c, nil
+}
+
+// wipe zeroes the first and last MiB of the device.
+func wipe(path string, size int64, force bool) error {
+	flags := os.O_WRONLY | os.O_EXCL
+	if force {
+		flags = os.O_WRONLY // --force: claim even when someone holds it open
+	}
+	f, err := os.OpenFile(path, flags, 0)
+	if err != nil {
+		return err
+	}
+	zero := make([]byte, min(size, ScanBytes))
+	if _, err := f.WriteAt(zero, 0); err != nil {
+		f.Close()
+		return fmt.Errorf("wipe: %w", err)
+	}
+	if _, err := f.WriteAt(zero, size-int64(len(zero))); err != nil {
+		f.Close()
+		return fmt.Errorf("wipe: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("wipe: %w", err)
+	}
+	return f.Close()
+}
+
+func (h Host) claim(id string) (*Claim, error) {
+	b, err := os.ReadFile(filepath.Join(h.StateDir, "drives", id+".json"))
+	if err != nil {
+		return nil, err
+	}
+	var c Claim
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, fmt.Errorf("claim record %s: %w", id, err)
+	}
+	return &c, nil
+}
+
+// Claims returns the recorded claims by drive id.
+func (h Host) Claims() (map[string]*Claim, error) {
+	out := map[string]*Claim{}
+	ents, err := os.ReadDir(filepath.Join(h.StateDir, "drives"))
+	if errors.Is(err, os.ErrNotExist) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("claims: %w", err)
+	}
+	for _, e := range ents {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || strings.HasPrefix(id, ".") {
+			continue
+		}
+		c, err := h.claim(id)
+		if err != nil {
+			return nil, err
+		}
+		out[id] = c
+	}
+	return out, nil
+}
+
+// Release removes the claim of drive id (the drive's data is left alone).
+func (h Host) Release(id string) error {
+	err := os.Remove(filepath.Join(h.StateDir, "drives", id+".json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("drive %s is not claimed", id)
+	}
+	return err
+}
+
+// ClaimedDrives returns the claimed drives present now, sorted by path.
+func (h Host) ClaimedDrives() ([]Drive, error) {
+	ds, err := h.Inventory()
+	if err != nil {
+		return nil, err
+	}
+	var out []Drive
+	for _, d := range ds {
+		if d.State == "claimed" {
+			out = append(out, d)
+		}
+	}
+	slices.SortFunc(out, func(a, b Drive) int { return strings.Compare(a.Path, b.Path) })
+	return out, nil
+}
