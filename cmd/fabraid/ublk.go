@@ -155,6 +155,9 @@ a new server or "fabraid ublk delete N" removes it.`,
 			if vol, ok := b.(*engine.Volume); ok {
 				// The block layer learns the chunk and the full stripe as the
 				// minimum and optimal I/O sizes.
+				if !cmd.Flags().Changed("async") {
+					cfg.Async = true
+				}
 				g := vol.Geometry()
 				cfg.LogicalBlockSize = max(cfg.LogicalBlockSize, vol.BlockSize())
 				if !cmd.Flags().Changed("io-min") {
@@ -219,6 +222,7 @@ a new server or "fabraid ublk delete N" removes it.`,
 	f.IntVar(&cfg.IOMin, "io-min", 0, "minimum I/O size hint in bytes (default: the volume's chunk, else the block size)")
 	f.IntVar(&cfg.IOOpt, "io-opt", 0, "optimal I/O size hint in bytes, rounded down to a power of two (default: the volume's full stripe)")
 	f.BoolVar(&cfg.UserCopy, "user-copy", false, "move data with pread/pwrite on /dev/ublkcN (UBLK_F_USER_COPY)")
+	f.BoolVar(&cfg.Async, "async", false, "serve each request in its own goroutine (default for volume backends)")
 	f.BoolVar(&noRecovery, "no-recovery", false, "create the device without user recovery")
 	f.IntVar(&recoverID, "recover", -1, "re-attach to existing device N whose server died, instead of creating one")
 	f.BoolVar(&asJSON, "json", false, "print the device as JSON")

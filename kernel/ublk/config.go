@@ -40,6 +40,11 @@ type Config struct {
 	// (UBLK_F_USER_COPY, Linux 6.5) instead of the kernel copying into
 	// per-tag buffers.
 	UserCopy bool
+	// Async serves each request in its own goroutine instead of in the
+	// queue thread, so one queue keeps many requests in flight in the
+	// backend. Use it for backends that wait on devices (the engine volume);
+	// for in-memory backends serving inline is faster.
+	Async bool
 	// RecoverTimeout bounds how long Recover waits for the old server to be
 	// gone and the device quiesced (default 30 s).
 	RecoverTimeout time.Duration

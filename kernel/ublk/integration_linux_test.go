@@ -44,6 +44,9 @@ func TestIntegrationUblk(t *testing.T) {
 		t.Run("IntegrityQueues2Depth4", func(t *testing.T) {
 			testIntegrity(t, ctl, &Config{ID: AnyID, Queues: 2, Depth: 4, MaxIOBytes: 128 << 10, IOMin: 64 << 10, IOOpt: 128 << 10}, 4, 120)
 		})
+		t.Run("IntegrityAsync", func(t *testing.T) {
+			testIntegrity(t, ctl, &Config{ID: AnyID, Queues: 1, Depth: 8, MaxIOBytes: 128 << 10, Async: true}, 4, 80)
+		})
 		t.Run("IntegrityUserCopy", func(t *testing.T) {
 			testIntegrity(t, ctl, &Config{ID: AnyID, Queues: 1, Depth: 32, UserCopy: true}, 2, 100)
 		})

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/fabraid/fabraid/kernel/internal/ublksys"
@@ -28,13 +30,35 @@ type queue struct {
 	descMem []byte
 	descs   []ublksys.IODesc
 	bufMem  []byte
+
+	// Async mode (Config.Async): requests run in their own goroutines,
+	// which hand results back through done and wake the queue thread with
+	// an eventfd the ring keeps a read pending on.
+	async    bool
+	efd      int
+	efdBuf   []byte // heap: the kernel fills it after io_uring_enter returns
+	workers  sync.WaitGroup
+	mu       sync.Mutex
+	done     []completion
+	notified atomic.Bool
 }
+
+// completion is a result a worker hands back to the queue thread.
+type completion struct {
+	tag int
+	res int32
+}
+
+// eventfdTag marks the eventfd read in user_data; tags are below 2^16.
+const eventfdTag = 1 << 32
 
 func newQueue(d *Device, qid int, encoded bool) (*queue, error) {
 	q := &queue{
 		d: d, id: qid, depth: int(d.info.QueueDepth), fd: int(d.cdev.Fd()),
 		bufSize:  int(d.info.MaxIOBufBytes),
 		userCopy: Features(d.info.Flags)&FeatureUserCopy != 0,
+		async:    d.cfg.Async,
+		efd:      -1,
 	}
 	q.fetchOp, _ = ublksys.EncodeIO(ublksys.UBLK_IO_FETCH_REQ, encoded)
 	q.commitOp, _ = ublksys.EncodeIO(ublksys.UBLK_IO_COMMIT_AND_FETCH_REQ, encoded)
@@ -79,15 +103,32 @@ func (q *queue) run(ready chan<- error) {
 	runtime.LockOSThread()
 	// Completion work for ublk commands runs in this thread; DEFER_TASKRUN
 	// runs it when the thread waits anyway instead of interrupting it.
-	ring, err := uring.New(uint32(q.depth), &uring.Config{CQEntries: uint32(2 * q.depth), DeferTaskrun: true})
+	entries := uint32(q.depth + 1) // a commit per tag, and the eventfd read
+	ring, err := uring.New(entries, &uring.Config{CQEntries: 2 * entries, DeferTaskrun: true})
 	if errors.Is(err, uring.ErrNotSupported) {
-		ring, err = uring.New(uint32(q.depth), &uring.Config{CQEntries: uint32(2 * q.depth)})
+		ring, err = uring.New(entries, &uring.Config{CQEntries: 2 * entries})
 	}
 	if err != nil {
 		ready <- fmt.Errorf("queue %d: %w", q.id, err)
 		return
 	}
 	defer ring.Close()
+	if q.async {
+		// Blocking eventfd: io_uring polls it instead of failing the read.
+		q.efd, err = unix.Eventfd(0, unix.EFD_CLOEXEC)
+		if err != nil {
+			ready <- fmt.Errorf("queue %d: eventfd: %w", q.id, err)
+			return
+		}
+		q.efdBuf = make([]byte, 8)
+		defer unix.Close(q.efd)
+		// Workers touch the buffers; they must be done before those go.
+		defer q.workers.Wait()
+		if err := q.armEventfd(ring); err != nil {
+			ready <- fmt.Errorf("queue %d: %w", q.id, err)
+			return
+		}
+	}
 	for tag := range q.depth {
 		if err := q.submit(ring, q.fetchOp, tag, 0); err != nil {
 			ready <- fmt.Errorf("queue %d: fetch tag %d: %w", q.id, tag, err)
@@ -101,15 +142,36 @@ func (q *queue) run(ready chan<- error) {
 	ready <- nil
 
 	active := q.depth
+	commit := func(tag int, res int32) {
+		if err := q.submit(ring, q.commitOp, tag, res); err != nil {
+			q.d.setQueueErr(fmt.Errorf("queue %d: commit tag %d: %w", q.id, tag, err))
+			active--
+		}
+	}
 	handle := func(c uring.CQE) {
+		if c.UserData == eventfdTag {
+			q.notified.Store(false)
+			q.mu.Lock()
+			done := q.done
+			q.done = nil
+			q.mu.Unlock()
+			for _, d := range done {
+				commit(d.tag, d.res)
+			}
+			if c.Res != -int32(unix.ECANCELED) {
+				if err := q.armEventfd(ring); err != nil {
+					q.d.setQueueErr(fmt.Errorf("queue %d: %w", q.id, err))
+				}
+			}
+			return
+		}
 		tag := int(c.UserData)
 		switch {
+		case c.Res == ublksys.UBLK_IO_RES_OK && q.async:
+			q.workers.Add(1)
+			go q.work(tag)
 		case c.Res == ublksys.UBLK_IO_RES_OK:
-			res := q.serve(tag)
-			if err := q.submit(ring, q.commitOp, tag, res); err != nil {
-				q.d.setQueueErr(fmt.Errorf("queue %d: commit tag %d: %w", q.id, tag, err))
-				active--
-			}
+			commit(tag, q.serve(tag))
 		case c.Res == ublksys.UBLK_IO_RES_ABORT:
 			// The device is stopping (or the kernel gave up on this tag): it
 			// will not be fetched again.
@@ -125,6 +187,30 @@ func (q *queue) run(ready chan<- error) {
 			return
 		}
 		ring.ForEachCQE(handle)
+	}
+}
+
+// armEventfd queues a read of the wake-up eventfd.
+func (q *queue) armEventfd(ring *uring.Ring) error {
+	sqe, err := ring.NextSQE()
+	if err != nil {
+		return fmt.Errorf("arm eventfd: %w", err)
+	}
+	sqe.PrepRead(q.efd, q.efdBuf, 0, eventfdTag)
+	return nil
+}
+
+// work serves tag in its own goroutine (async mode) and hands the result to
+// the queue thread, which alone may commit it.
+func (q *queue) work(tag int) {
+	defer q.workers.Done()
+	res := q.serve(tag)
+	q.mu.Lock()
+	q.done = append(q.done, completion{tag, res})
+	q.mu.Unlock()
+	if !q.notified.Swap(true) {
+		one := [8]byte{1}
+		unix.Write(q.efd, one[:])
 	}
 }
 

@@ -67,7 +67,7 @@ func testEngineVolume(t *testing.T, ctl *Control) {
 	}
 	defer vol.Close()
 	geo := vol.Geometry()
-	d, err := Create(ctl, vol, &Config{ID: AnyID, Queues: 2, Depth: 16, MaxIOBytes: 256 << 10, IOMin: geo.ChunkSize, IOOpt: int(geo.StripeBytes())})
+	d, err := Create(ctl, vol, &Config{ID: AnyID, Queues: 2, Depth: 16, MaxIOBytes: 256 << 10, Async: true, IOMin: geo.ChunkSize, IOOpt: int(geo.StripeBytes())})
 	if err != nil {
 		t.Fatal(err)
 	}
