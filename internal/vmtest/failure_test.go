@@ -73,16 +73,12 @@ func TestIntegrationBrokenGuestMissingModule(t *testing.T) {
 func TestIntegrationBrokenGuestTimeout(t *testing.T) {
 	requireVM(t)
 	check := isolatedTemp(t)
-	start := time.Now()
 	o, err := bootCommand(t, 25*time.Second, nil, "/bin/sleep", "3600")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o.Passed || !strings.Contains(o.Reason, "timed out after 25s") || !strings.Contains(o.Reason, "qemu killed") {
 		t.Errorf("outcome %+v, want a timeout failure", o)
-	}
-	if el := time.Since(start); el > 60*time.Second {
-		t.Errorf("took %v for a 25 s timeout", el)
 	}
 	check()
 }
