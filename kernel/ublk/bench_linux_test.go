@@ -53,13 +53,20 @@ func TestBenchUblkVM(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer d.Close()
+		acfg := *cfg
+		acfg.Async = true // the mode engine volumes use
+		da, err := Create(ctl, NewNull(1<<30), &acfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer da.Close()
 		srv := startServer(t, "--backend", "null:1G", "--queues", "1", "--depth", "64", "--max-io", "256K", "--block-size", "512")
 		defer func() {
 			srv.cmd.Process.Signal(syscall.SIGTERM)
 			srv.cmd.Wait()
 		}()
-		devs := []string{"/dev/nullb0", d.BlockPath(), srv.info.Block}
-		modes := []string{"", "inproc", "proc"}
+		devs := []string{"/dev/nullb0", d.BlockPath(), da.BlockPath(), srv.info.Block}
+		modes := []string{"", "inproc", "inproc_async", "proc"}
 		benches := []struct {
 			name string
 			bs   int

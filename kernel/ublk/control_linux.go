@@ -275,7 +275,7 @@ func (c *Control) Delete(id int) error {
 }
 
 // deleteDev removes /dev/ublkcN (DEL_DEV). Where the kernel has it
-// (ioctl-encoded commands, Linux 6.9+), the asynchronous form is used: the
+// (it is in the 6.12 headers; added upstream in 2024), the asynchronous form is used: the
 // synchronous one waits until every opener of /dev/ublkbN has closed it,
 // which would hang a shutdown behind a consumer that keeps the device open.
 // The nodes go away at once either way; with the asynchronous form the id is

@@ -176,8 +176,8 @@ func (d *Device) Wait() error {
 
 // Close stops the device (pending I/O is completed first), waits for the
 // queues, and deletes /dev/ublkbN and /dev/ublkcN. It does not wait for
-// processes that still hold /dev/ublkbN open (their I/O fails); on kernels
-// before 6.9 it does, since only the synchronous delete exists there. Only devices this
+// processes that still hold /dev/ublkbN open (their I/O fails), except on
+// kernels without DEL_DEV_ASYNC, where only the synchronous delete exists. Only devices this
 // process serves are closed this way; see Control.Delete for orphans.
 func (d *Device) Close() error {
 	d.closeOnce.Do(func() {

@@ -27,8 +27,16 @@
 // pread/pwrite on /dev/ublkcN instead. Each queue's goroutine stays locked
 // to its OS thread for its whole life: the kernel binds a queue to the thread
 // that fetched its tags and completes commands in that thread's context.
-// Requests are served in that thread, one at a time per queue; use several
-// queues for parallelism.
+// By default requests are served in that thread, one at a time per queue
+// (the fastest for in-memory backends); with Config.Async each request runs
+// in its own goroutine and the queue thread only fetches and commits, which
+// is what a backend waiting on devices (the engine volume) needs.
+//
+// A queue thread spends its life in io_uring_enter. When no P is idle, the
+// Go runtime hands the P of a thread in a system call to another thread, and
+// the queue thread must win one back after every wake-up: programs serving
+// ublk devices should run with GOMAXPROCS above the number of queues
+// (`fabraid ublk serve` sees to it).
 //
 // # Lifecycle and crashes
 //
