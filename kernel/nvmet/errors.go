@@ -13,6 +13,12 @@ import (
 // NVME_TARGET_AUTH, addr_tsas before Linux 6.7).
 var ErrNotSupported = errors.New("not supported by this kernel")
 
+// ErrKeyClearBlocked is returned by Diff when a host's DH-HMAC-CHAP key
+// must be removed but a foreign subsystem allows that host: configfs can
+// clear a key only by recreating the host, which would cut the foreign
+// subsystem's access. Remove the foreign link or keep a key.
+var ErrKeyClearBlocked = errors.New("cannot clear the DH-HMAC-CHAP key: a foreign subsystem allows the host, and configfs clears a key only by recreating the host")
+
 // Error is a failed configfs operation. It names the path (relative to
 // the nvmet root) and, for writes, the value written (redacted for
 // secrets). It unwraps to the errno, and Is reports os.ErrNotExist for

@@ -120,6 +120,23 @@ func targetGuest(t *testing.T, g *vmtest.Env) {
 	if again, err := tg.Plan(spec); err != nil || len(again) != 0 {
 		t.Fatalf("second plan not empty (%v):\n%s", err, again)
 	}
+	// A DH-HMAC-CHAP key set, then removed: configfs cannot clear a key,
+	// so the host is recreated; the connect below proves it has no key.
+	if feat.Auth {
+		keyed := spec
+		keyed.Hosts = []nvmet.Host{{NQN: id.NQN, DHCHAPKey: nvmf.Secret{Key: make([]byte, 32)}.String()}}
+		if _, err := tg.Apply(keyed); err != nil {
+			t.Fatal(err)
+		}
+		cleared, err := tg.Apply(spec)
+		if err != nil {
+			t.Fatalf("clearing the key: %v\n%s", err, cleared)
+		}
+		t.Logf("key cleared by:\n%s", cleared)
+		if again, err := tg.Plan(spec); err != nil || len(again) != 0 {
+			t.Fatalf("plan after clearing the key not empty (%v):\n%s", err, again)
+		}
+	}
 	st, err := tg.Read()
 	if err != nil {
 		t.Fatal(err)

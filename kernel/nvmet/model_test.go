@@ -84,6 +84,9 @@ func (m *model) exec(o Op) error {
 			return fail(o, "no host")
 		}
 		h := &m.s.Hosts[i]
+		if o.Value == "" {
+			return nil // configfs drops empty writes before the store function
+		}
 		switch p[2] {
 		case "dhchap_key":
 			h.DHCHAPKey = o.Value
@@ -460,6 +463,9 @@ func TestDiffModel(t *testing.T) {
 		desired := randSpec(r)
 		before := sortSpec(m.s)
 		plan, err := Diff(desired, State{Spec: m.s, Features: Features{Firmware: true, Auth: true, TLS: true}}, DefaultOwnership())
+		if errors.Is(err, ErrKeyClearBlocked) {
+			continue
+		}
 		if err != nil {
 			t.Fatalf("case %d: %v", i, err)
 		}

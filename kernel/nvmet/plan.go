@@ -1,6 +1,7 @@
 package nvmet
 
 import (
+	"fmt"
 	"path"
 	"slices"
 	"strconv"
@@ -119,6 +120,34 @@ func Diff(desired Spec, actual State, own Ownership) (Plan, error) {
 
 	removedSub := func(nqn string) bool { return own.ownsSubsystem(nqn) && dSubs[nqn] == nil }
 
+	// configfs cannot clear a DH-HMAC-CHAP key: an empty write never
+	// reaches the kernel's store function, and "\n" is rejected. A host
+	// whose key must go is recreated: unlinked, removed, made again.
+	foreignLinks := map[string]bool{}
+	ownLinks := map[string]bool{}
+	for _, as := range a.Subsystems {
+		for _, h := range as.AllowedHosts {
+			if own.ownsSubsystem(as.NQN) {
+				ownLinks[h] = true
+			} else {
+				foreignLinks[h] = true
+			}
+		}
+	}
+	recreate := map[string]bool{}
+	for _, ah := range a.Hosts {
+		dh := dHosts[ah.NQN]
+		if dh == nil {
+			continue
+		}
+		if ah.DHCHAPKey != "" && dh.DHCHAPKey == "" || ah.DHCHAPCtrlKey != "" && dh.DHCHAPCtrlKey == "" {
+			if foreignLinks[ah.NQN] {
+				return nil, fmt.Errorf("host %s: %w", ah.NQN, ErrKeyClearBlocked)
+			}
+			recreate[ah.NQN] = true
+		}
+	}
+
 	// 1 + 2: ports.
 	addrChanged := map[uint16]bool{}
 	for _, ap := range a.Ports {
@@ -187,7 +216,7 @@ func Diff(desired Spec, actual State, own Ownership) (Plan, error) {
 			}
 		}
 		for _, h := range as.AllowedHosts {
-			if ds == nil || !slices.Contains(ds.AllowedHosts, h) {
+			if ds == nil || !slices.Contains(ds.AllowedHosts, h) || recreate[h] {
 				add(Op{Kind: OpUnlink, Path: path.Join(sdir, "allowed_hosts", h)})
 			}
 		}
@@ -197,18 +226,11 @@ func Diff(desired Spec, actual State, own Ownership) (Plan, error) {
 	}
 
 	// 4: hosts.
-	foreignLinks := map[string]bool{}
-	ownLinks := map[string]bool{}
-	for _, as := range a.Subsystems {
-		for _, h := range as.AllowedHosts {
-			if own.ownsSubsystem(as.NQN) {
-				ownLinks[h] = true
-			} else {
-				foreignLinks[h] = true
-			}
-		}
-	}
 	for _, ah := range a.Hosts {
+		if recreate[ah.NQN] {
+			add(Op{Kind: OpRmdir, Path: path.Join("hosts", ah.NQN)})
+			continue
+		}
 		if dHosts[ah.NQN] != nil || foreignLinks[ah.NQN] {
 			continue
 		}
@@ -229,7 +251,7 @@ func Diff(desired Spec, actual State, own Ownership) (Plan, error) {
 	for _, dh := range d.Hosts {
 		hdir := path.Join("hosts", dh.NQN)
 		ah := aHosts[dh.NQN]
-		if ah == nil {
+		if ah == nil || recreate[dh.NQN] {
 			add(Op{Kind: OpMkdir, Path: hdir})
 			ah = &Host{}
 		}
@@ -268,7 +290,7 @@ func Diff(desired Spec, actual State, own Ownership) (Plan, error) {
 			add(Op{Kind: OpWrite, Path: path.Join(sdir, "attr_firmware"), Value: ds.Firmware, Optional: true})
 		}
 		for _, h := range ds.AllowedHosts {
-			if !slices.Contains(as.AllowedHosts, h) {
+			if !slices.Contains(as.AllowedHosts, h) || recreate[h] {
 				add(Op{Kind: OpLink, Path: path.Join(sdir, "allowed_hosts", h), Target: path.Join("hosts", h)})
 			}
 		}

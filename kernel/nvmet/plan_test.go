@@ -242,6 +242,20 @@ link ports/18001/subsystems/` + nqnA + ` -> subsystems/` + nqnA,
 write hosts/` + hostX + `/dhchap_key = <secret>`,
 		},
 		{
+			name:    "clearing a key recreates the host",
+			desired: base,
+			actual: func() State {
+				st := converged(base())
+				st.Hosts[0].DHCHAPKey = "DHHC-1:00:b2xka2V5b2xka2V5b2xka2V5b2xka2V5b2xka2V5MTIzNA==:"
+				return st
+			},
+			want: `
+unlink subsystems/` + nqnA + `/allowed_hosts/` + hostX + `
+rmdir hosts/` + hostX + `
+mkdir hosts/` + hostX + `
+link subsystems/` + nqnA + `/allowed_hosts/` + hostX + ` -> hosts/` + hostX,
+		},
+		{
 			name:    "firmware not on this kernel: not retried",
 			desired: base,
 			actual: func() State {
