@@ -325,6 +325,7 @@ func TestValidate(t *testing.T) {
 		{"bad uuid", func(s *Spec) { s.Subsystems[0].Namespaces[0].UUID = "xyz" }, "invalid UUID"},
 		{"ana group range", func(s *Spec) { s.Ports[0].ANAStates = map[uint32]ANAState{129: Optimized} }, "out of range"},
 		{"ana state", func(s *Spec) { s.Ports[0].ANAStates = map[uint32]ANAState{1: "fast"} }, "unknown state"},
+		{"serial padded", func(s *Spec) { s.Subsystems[0].Serial = "abc " }, "spaces"},
 		{"serial too long", func(s *Spec) { s.Subsystems[0].Serial = strings.Repeat("x", 21) }, "serial"},
 		{"bad nqn", func(s *Spec) { s.Hosts[0].NQN = "host1" }, "invalid NQN"},
 		{"bad key", func(s *Spec) { s.Hosts[0].DHCHAPKey = "secret" }, "DHHC-1"},

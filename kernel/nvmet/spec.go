@@ -169,6 +169,9 @@ func (s Spec) Validate(own Ownership) error {
 		if sub.AllowAnyHost {
 			return fmt.Errorf("subsystem %s: allow any host is never used by fabraid; list the hosts", sub.NQN)
 		}
+		if strings.TrimSpace(sub.Serial) != sub.Serial || strings.TrimSpace(sub.Model) != sub.Model {
+			return fmt.Errorf("subsystem %s: serial and model take no leading or trailing spaces (the kernel pads them)", sub.NQN)
+		}
 		if len(sub.Serial) > 20 || !printable(sub.Serial) {
 			return fmt.Errorf("subsystem %s: serial %q: at most 20 printable ASCII characters", sub.NQN, sub.Serial)
 		}
