@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -175,9 +176,12 @@ a new server or "fabraid ublk delete N" removes it.`,
 				runtime.GOMAXPROCS(want)
 			}
 			// Catch signals before the device exists, so none is lost.
-			sig := make(chan os.Signal, 1)
-			signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-			defer signal.Stop(sig)
+			parent := cmd.Context()
+			if parent == nil {
+				parent = context.Background()
+			}
+			ctx, stop := signal.NotifyContext(parent, syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
 
 			ctl, err := ublk.OpenControl()
 			if err != nil {
@@ -199,17 +203,12 @@ a new server or "fabraid ublk delete N" removes it.`,
 			} else {
 				fmt.Fprintf(cmd.OutOrStdout(), "serving %s (id %d, %d queue(s) of depth %d, flags %s)\n", d.BlockPath(), d.ID(), d.Queues(), d.Depth(), d.Flags())
 			}
-			select {
-			case <-sig:
-				if err := d.Close(); err != nil {
-					return fmt.Errorf("stop %s: %w", d.BlockPath(), err)
-				}
-				return nil
-			case <-d.Done():
-				// Stopped from outside (fabraid ublk delete).
-				d.Close()
-				return d.Wait()
+			// Until SIGINT/SIGTERM (then stop and delete the device), or until
+			// the device is stopped from outside (fabraid ublk delete).
+			if err := d.Run(ctx); err != nil {
+				return fmt.Errorf("serve %s: %w", d.BlockPath(), err)
 			}
+			return nil
 		},
 	}
 	f := cmd.Flags()

@@ -3,6 +3,7 @@
 package ublk
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -172,6 +173,19 @@ func (d *Device) Wait() error {
 	d.errMu.Lock()
 	defer d.errMu.Unlock()
 	return d.queueErr
+}
+
+// Run serves until ctx is done, then closes the device (see Close). It
+// also returns when the device was stopped from outside, with the first
+// queue error if any.
+func (d *Device) Run(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return d.Close()
+	case <-d.done:
+		d.Close() // releases our side; the kernel device is already stopped
+		return d.Wait()
+	}
 }
 
 // Close stops the device (pending I/O is completed first), waits for the

@@ -5,6 +5,7 @@ package ublk
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -53,6 +54,7 @@ func TestIntegrationUblk(t *testing.T) {
 		t.Run("FlushFUADiscard", func(t *testing.T) { testFlushFUADiscard(t, ctl) })
 		t.Run("BusyID", func(t *testing.T) { testBusyID(t, ctl) })
 		t.Run("CloseWhileOpen", func(t *testing.T) { testCloseWhileOpen(t, ctl) })
+		t.Run("ContextCancel", func(t *testing.T) { testContextCancel(t, ctl) })
 		t.Run("EngineVolumeMemberFails", func(t *testing.T) { testEngineVolume(t, ctl) })
 		t.Run("RecoveryAfterKill", testRecovery)
 		t.Run("EngineVolumeRecoveryAfterKill", testEngineVolumeRecovery)
@@ -264,6 +266,31 @@ func testCloseWhileOpen(t *testing.T, ctl *Control) {
 	}
 	if _, err := os.Stat(d.CharPath()); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("%s still there", d.CharPath())
+	}
+}
+
+// testContextCancel: Run closes the device when its context is cancelled.
+func testContextCancel(t *testing.T, ctl *Control) {
+	d, err := Create(ctl, NewMem(1<<20), &Config{ID: AnyID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+	for _, p := range []string{d.BlockPath(), d.CharPath()} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s still there after cancel", p)
+		}
 	}
 }
 

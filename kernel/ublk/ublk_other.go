@@ -3,6 +3,7 @@
 package ublk
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 )
@@ -66,3 +67,6 @@ func (d *Device) Depth() int            { return 0 }
 func (d *Device) Done() <-chan struct{} { return nil }
 func (d *Device) Wait() error           { return errOS }
 func (d *Device) Close() error          { return errOS }
+
+// Run returns an error wrapping ErrNotSupported.
+func (d *Device) Run(ctx context.Context) error { return errOS }
