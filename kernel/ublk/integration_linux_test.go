@@ -76,9 +76,19 @@ func testFeatures(t *testing.T, ctl *Control) {
 	}
 }
 
+// openFDs counts this process's open file descriptors.
+func openFDs(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
 func testIntegrity(t *testing.T, ctl *Control, cfg *Config, workers, ops int) {
 	const size = 16 << 20
 	mem := NewMem(size)
+	fds := openFDs(t)
 	d, err := Create(ctl, mem, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -86,6 +96,10 @@ func testIntegrity(t *testing.T, ctl *Control, cfg *Config, workers, ops int) {
 	defer func() {
 		if err := d.Close(); err != nil {
 			t.Error(err)
+		}
+		// Rings, eventfds and /dev/ublkcN are all closed again.
+		if n := openFDs(t); n != fds {
+			t.Errorf("%d open fds after Close, %d before Create", n, fds)
 		}
 	}()
 	t.Logf("%s: %d queue(s) x %d, flags %s", d.BlockPath(), d.Queues(), d.Depth(), d.Flags())
