@@ -382,7 +382,7 @@ func recoverRounds(t *testing.T, backend string, size int64, rounds int) {
 	done := make(chan error, 1)
 	go func() { done <- v.run(0, stop) }()
 	for round := range rounds {
-		time.Sleep(400 * time.Millisecond)
+		v.waitOps(40, 30*time.Second)
 		before := v.ops.Load()
 		srv.kill(t)
 		killed := time.Now()
@@ -398,7 +398,7 @@ func recoverRounds(t *testing.T, backend string, size int64, rounds int) {
 		}
 		t.Logf("round %d: killed after %d ops, recovered in %v", round, before, time.Since(killed).Round(time.Millisecond))
 	}
-	time.Sleep(400 * time.Millisecond)
+	v.waitOps(40, 30*time.Second)
 	close(stop)
 	if err := <-done; err != nil {
 		t.Fatalf("verifier: %v", err)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -103,6 +104,17 @@ func (v *verifier) worker(w int, base, region int64, ops int, stop <-chan struct
 		v.ops.Add(1)
 	}
 	return nil
+}
+
+// waitOps waits until the verifier has done n more operations than it had
+// at the call, or until timeout: progress, not wall time, paces the tests, so
+// they hold on a slow or loaded CI machine.
+func (v *verifier) waitOps(n int64, timeout time.Duration) {
+	target := v.ops.Load() + n
+	deadline := time.Now().Add(timeout)
+	for v.ops.Load() < target && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // check reads the whole device and compares it with the model.

@@ -82,10 +82,10 @@ func testEngineVolume(t *testing.T, ctl *Control) {
 	stop := make(chan struct{})
 	done := make(chan error, 1)
 	go func() { done <- v.run(0, stop) }()
-	time.Sleep(500 * time.Millisecond)
+	v.waitOps(30, 30*time.Second)
 	before := v.ops.Load()
 	faulty.fail.Store(true)
-	time.Sleep(800 * time.Millisecond)
+	v.waitOps(60, 30*time.Second)
 	close(stop)
 	if err := <-done; err != nil {
 		t.Fatalf("verifier with member 1 failing after %d ops: %v", before, err)
