@@ -51,6 +51,9 @@ func TestIntegrationUblk(t *testing.T) {
 		t.Run("IntegrityUserCopy", func(t *testing.T) {
 			testIntegrity(t, ctl, &Config{ID: AnyID, Queues: 1, Depth: 32, UserCopy: true}, 2, 100)
 		})
+		t.Run("IntegrityUserCopyAsync", func(t *testing.T) {
+			testIntegrity(t, ctl, &Config{ID: AnyID, Queues: 2, Depth: 16, UserCopy: true, Async: true}, 3, 60)
+		})
 		t.Run("FlushFUADiscard", func(t *testing.T) { testFlushFUADiscard(t, ctl) })
 		t.Run("BusyID", func(t *testing.T) { testBusyID(t, ctl) })
 		t.Run("CloseWhileOpen", func(t *testing.T) { testCloseWhileOpen(t, ctl) })
