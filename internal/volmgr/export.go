@@ -1,0 +1,143 @@
+package volmgr
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/fabraid/fabraid/kernel/nvmet"
+	"github.com/fabraid/fabraid/kernel/nvmf"
+)
+
+// NQNPrefix is the subsystem NQN prefix of exported volumes.
+const NQNPrefix = "nqn.2026-11.io.fabraid:vol:"
+
+// ExportPortID is the nvmet port id of the node's volume export port.
+const ExportPortID = 18000
+
+// Export is one volume to export: its UUID and the ublk block device.
+type Export struct {
+	UUID   [16]byte
+	Device string // /dev/ublkbN
+}
+
+// FormatUUID formats a UUID in the dashed lowercase form.
+func FormatUUID(u [16]byte) string {
+	h := hex.EncodeToString(u[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// NQN returns the subsystem NQN of the volume with UUID u.
+func NQN(u [16]byte) string { return NQNPrefix + FormatUUID(u) }
+
+// ExportSpec is the desired nvmet configuration for exports on one node: one
+// subsystem per volume (namespace 1 = the ublk device, UUID and NGUID from
+// the volume UUID), allowed to hostNQN only, all linked on one tcp port.
+// It is pure.
+func ExportSpec(exports []Export, hostNQN, addr string, port int) nvmet.Spec {
+	if len(exports) == 0 {
+		return nvmet.Spec{}
+	}
+	spec := nvmet.Spec{Hosts: []nvmet.Host{{NQN: hostNQN}}}
+	p := nvmet.Port{ID: ExportPortID, Transport: nvmet.TCP, Address: addr, ServiceID: strconv.Itoa(port)}
+	for _, e := range exports {
+		nqn := NQN(e.UUID)
+		h := hex.EncodeToString(e.UUID[:])
+		spec.Subsystems = append(spec.Subsystems, nvmet.Subsystem{
+			NQN: nqn, Serial: h[:20], Model: "fabraid volume",
+			AllowedHosts: []string{hostNQN},
+			Namespaces:   []nvmet.Namespace{{NSID: 1, DevicePath: e.Device, UUID: FormatUUID(e.UUID), NGUID: h}},
+		})
+		p.Subsystems = append(p.Subsystems, nqn)
+	}
+	slices.SortFunc(spec.Subsystems, func(a, b nvmet.Subsystem) int {
+		if a.NQN < b.NQN {
+			return -1
+		}
+		if a.NQN > b.NQN {
+			return 1
+		}
+		return 0
+	})
+	slices.Sort(p.Subsystems)
+	spec.Ports = []nvmet.Port{p}
+	return spec
+}
+
+// Connections is the desired set of connections of this node to its own
+// exports (volume-path timeout profile).
+func Connections(exports []Export, id nvmf.HostIdentity, addr string, port int) ([]nvmf.Options, error) {
+	t, err := nvmf.Profile(nvmf.ProfileVolumePath)
+	if err != nil {
+		return nil, err
+	}
+	var out []nvmf.Options
+	for _, e := range exports {
+		out = append(out, nvmf.Options{Transport: nvmf.TCP, Address: addr, ServiceID: strconv.Itoa(port),
+			NQN: NQN(e.UUID), HostNQN: id.NQN, HostID: id.ID, Timeouts: &t})
+	}
+	return out, nil
+}
+
+// exporter converges nvmet and the node's own connections.
+type exporter struct {
+	target *nvmet.Target
+	host   *nvmf.Host
+	sysfs  nvmf.Sysfs
+	id     nvmf.HostIdentity
+	addr   string
+	port   int
+}
+
+// reconcile converges the exports and connections and returns the consumer
+// device (/dev/nvmeXnY) of every exported NQN that has one.
+func (x *exporter) reconcile(ctx context.Context, exports []Export) (map[string]string, error) {
+	if _, err := x.target.Apply(ExportSpec(exports, x.id.NQN, x.addr, x.port)); err != nil {
+		return nil, fmt.Errorf("export: %w", err)
+	}
+	desired, err := Connections(exports, x.id, x.addr, x.port)
+	if err != nil {
+		return nil, err
+	}
+	ctrls, err := x.sysfs.Controllers()
+	if err != nil {
+		return nil, fmt.Errorf("list controllers: %w", err)
+	}
+	plan := nvmf.PlanConnections(desired, ctrls, NQNPrefix)
+	for _, name := range plan.Disconnect {
+		if err := x.host.Disconnect(name); err != nil {
+			return nil, fmt.Errorf("disconnect %s: %w", name, err)
+		}
+	}
+	for _, r := range plan.Retime {
+		if err := x.host.SetTimeouts(r.Name, r.Timeouts); err != nil {
+			return nil, fmt.Errorf("retime %s: %w", r.Name, err)
+		}
+	}
+	for _, o := range plan.Connect {
+		c, err := x.host.Connect(o)
+		if err != nil {
+			return nil, fmt.Errorf("connect %s: %w", o.NQN, err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err = x.host.WaitPaths(wctx, c.Name, 1)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("connect %s: wait for namespace: %w", o.NQN, err)
+		}
+	}
+	ctrls, err = x.sysfs.Controllers()
+	if err != nil {
+		return nil, fmt.Errorf("list controllers: %w", err)
+	}
+	heads := map[string]string{}
+	for _, c := range ctrls {
+		if len(c.Paths) > 0 && c.Paths[0].Head != "" {
+			heads[c.SubsystemNQN] = "/dev/" + c.Paths[0].Head
+		}
+	}
+	return heads, nil
+}

@@ -1,0 +1,122 @@
+package volmgr
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/fabraid/fabraid/engine"
+)
+
+// Info describes a volume for the API and the CLI.
+type Info struct {
+	Name      string       `json:"name"`
+	UUID      string       `json:"uuid"`
+	State     string       `json:"state"` // optimal, degraded, rebuilding, failed, stopped
+	Size      int64        `json:"size"`
+	K         int          `json:"k"`
+	M         int          `json:"m"`
+	Groups    int          `json:"groups"`
+	ChunkSize int          `json:"chunk_size"`
+	Device    string       `json:"device,omitempty"` // consumer device: NVMe multipath head
+	NQN       string       `json:"nqn"`
+	Ublk      string       `json:"ublk,omitempty"`
+	EnginePID int          `json:"engine_pid,omitempty"`
+	Members   []MemberInfo `json:"members,omitempty"`
+	Failed    int          `json:"failed_members"`
+	Stale     int          `json:"stale_members"`
+	Progress  *Progress    `json:"progress,omitempty"`
+	Task      string       `json:"task,omitempty"`
+	LastTask  *TaskResult  `json:"last_task,omitempty"`
+	Error     string       `json:"error,omitempty"`
+}
+
+// MemberInfo is one member slot.
+type MemberInfo struct {
+	Slot       int    `json:"slot"`
+	Device     string `json:"device"`
+	Domain     string `json:"domain"`
+	Role       string `json:"role"`
+	Resync     bool   `json:"resync,omitempty"`
+	Checkpoint int64  `json:"checkpoint,omitempty"`
+}
+
+// Progress is a running rebuild, resync or scrub.
+type Progress struct {
+	Kind    string  `json:"kind"`
+	Done    int64   `json:"done_rows"`
+	Total   int64   `json:"total_rows"`
+	Percent float64 `json:"percent"`
+}
+
+// State derives a volume's state word from the engine status.
+func State(s engine.Status) string {
+	switch {
+	case s.Failed:
+		return "failed"
+	case s.Progress != nil && s.Progress.Kind != "scrub":
+		return "rebuilding"
+	case s.Degraded:
+		return "degraded"
+	}
+	return "optimal"
+}
+
+// Info returns the volume named ref (name or UUID).
+func (m *Manager) Info(ref string) (Info, error) {
+	u, e, err := m.resolve(ref)
+	if e == nil {
+		if u == ([16]byte{}) {
+			return Info{}, err
+		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return Info{Name: m.names[u], UUID: FormatUUID(u), NQN: NQN(u), State: "stopped", Error: err.Error()}, nil
+	}
+	st, err := e.Status()
+	if err != nil {
+		return Info{}, fmt.Errorf("volume %s: %w", ref, err)
+	}
+	m.mu.Lock()
+	head := m.heads[u]
+	m.mu.Unlock()
+	s := st.Engine
+	in := Info{Name: s.Name, UUID: FormatUUID(u), State: State(s), Size: s.Size, K: s.Geometry.K, M: s.Geometry.M,
+		Groups: s.Geometry.Groups, ChunkSize: s.Geometry.ChunkSize, Device: head, NQN: NQN(u), Ublk: st.UblkPath,
+		EnginePID: st.PID, Task: st.Task, LastTask: st.LastTask}
+	for _, ms := range s.Members {
+		role := strings.ToLower(ms.Role.String())
+		in.Members = append(in.Members, MemberInfo{Slot: ms.Slot, Device: ms.Device, Domain: ms.Domain, Role: role, Resync: ms.Resync, Checkpoint: ms.Checkpoint})
+		switch {
+		case strings.Contains(role, "fail"):
+			in.Failed++
+		case ms.Resync || strings.Contains(role, "rebuild") || strings.Contains(role, "stale"):
+			in.Stale++
+		}
+	}
+	if p := s.Progress; p != nil {
+		in.Progress = &Progress{Kind: p.Kind, Done: p.Done, Total: p.Total}
+		if p.Total > 0 {
+			in.Progress.Percent = 100 * float64(p.Done) / float64(p.Total)
+		}
+	}
+	return in, nil
+}
+
+// List returns every known volume, sorted by name.
+func (m *Manager) List() []Info {
+	m.mu.Lock()
+	var refs []string
+	for u := range m.names {
+		refs = append(refs, FormatUUID(u))
+	}
+	m.mu.Unlock()
+	var out []Info
+	for _, r := range refs {
+		if in, err := m.Info(r); err == nil {
+			out = append(out, in)
+		}
+	}
+	slices.SortFunc(out, func(a, b Info) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}

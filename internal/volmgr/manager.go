@@ -1,0 +1,597 @@
+package volmgr
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fabraid/fabraid/engine"
+	"github.com/fabraid/fabraid/engine/superblock"
+	"github.com/fabraid/fabraid/internal/config"
+	"github.com/fabraid/fabraid/internal/drive"
+	"github.com/fabraid/fabraid/kernel/nvmet"
+	"github.com/fabraid/fabraid/kernel/nvmf"
+	"github.com/fabraid/fabraid/kernel/ublk"
+)
+
+// EngineSpec is what an engine needs to start: the volume and its members.
+type EngineSpec struct {
+	UUID    [16]byte
+	Name    string
+	Members []string // member device paths (current view only)
+	UblkID  int      // device to re-attach or create; ublk.AnyID: any
+}
+
+// StartFunc starts the engine of a volume.
+type StartFunc func(ctx context.Context, s EngineSpec) (Engine, error)
+
+// Options configure a Manager.
+type Options struct {
+	Config    config.Config
+	Drives    drive.Host
+	NvmetRoot string // default nvmet.DefaultRoot
+	HostDir   string // default nvmf.DefaultHostDir (hostnqn, hostid)
+	Sysfs     string // default nvmf.DefaultSysfs
+	Log       *slog.Logger
+	// Start starts an engine; default StartInProcess.
+	Start StartFunc
+}
+
+// StartInProcess assembles the volume from its members and serves it in this
+// process (Local).
+func StartInProcess(log *slog.Logger) StartFunc {
+	return func(_ context.Context, s EngineSpec) (Engine, error) {
+		vol, err := engine.Open(s.Members, engine.Options{Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("assemble volume %s: %w", s.Name, err)
+		}
+		l, err := StartLocal(vol, s.UblkID, log)
+		if err != nil {
+			vol.Close()
+			return nil, err
+		}
+		return l, nil
+	}
+}
+
+// Manager manages the node's volumes. Its methods are safe for concurrent
+// use; operations that change the set of volumes are serialised.
+type Manager struct {
+	opts Options
+	log  *slog.Logger
+	x    *exporter
+
+	op sync.Mutex // serialises Reconcile, Create, Delete
+
+	mu      sync.Mutex
+	engines map[[16]byte]Engine
+	names   map[[16]byte]string
+	errs    map[[16]byte]error
+	heads   map[[16]byte]string // consumer device
+}
+
+// New returns a Manager; it loads (or creates, like nvme-cli) the host
+// identity but touches nothing else until Reconcile.
+func New(o Options) (*Manager, error) {
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	if o.NvmetRoot == "" {
+		o.NvmetRoot = nvmet.DefaultRoot
+	}
+	if o.HostDir == "" {
+		o.HostDir = nvmf.DefaultHostDir
+	}
+	if o.Sysfs == "" {
+		o.Sysfs = nvmf.DefaultSysfs
+	}
+	if o.Start == nil {
+		o.Start = StartInProcess(o.Log)
+	}
+	id, err := nvmf.LoadHostIdentity(o.HostDir)
+	if err != nil {
+		return nil, fmt.Errorf("host identity: %w", err)
+	}
+	return &Manager{
+		opts: o, log: o.Log,
+		x: &exporter{target: nvmet.New(o.NvmetRoot), host: nvmf.NewHost(), sysfs: nvmf.Sysfs{Root: o.Sysfs}, id: id,
+			addr: o.Config.ExportAddress, port: o.Config.ExportPort},
+		engines: map[[16]byte]Engine{}, names: map[[16]byte]string{}, errs: map[[16]byte]error{}, heads: map[[16]byte]string{},
+	}, nil
+}
+
+// HostNQN returns the node's host NQN (the only host allowed on exports).
+func (m *Manager) HostNQN() string { return m.x.id.NQN }
+
+// onDisk is one volume as the claimed drives' superblocks describe it.
+type onDisk struct {
+	uuid    [16]byte
+	name    string
+	members []string // paths of members in the newest view
+	sb      *superblock.Superblock
+}
+
+// scan reads the superblocks of the claimed drives and groups them by
+// volume. Only drives whose member UUID is in the newest view's member
+// table are members (a drive replaced out of a volume keeps an old
+// superblock and is ignored).
+func (m *Manager) scan() (map[[16]byte]*onDisk, error) {
+	ds, err := m.opts.Drives.ClaimedDrives()
+	if err != nil {
+		return nil, err
+	}
+	type cand struct {
+		path string
+		sb   *superblock.Superblock
+	}
+	by := map[[16]byte][]cand{}
+	for _, d := range ds {
+		f, err := os.Open(d.Path)
+		if err != nil {
+			continue
+		}
+		sb, err := superblock.ReadCopies(f)
+		f.Close()
+		if err != nil {
+			continue // blank claimed drive
+		}
+		by[sb.VolumeUUID] = append(by[sb.VolumeUUID], cand{d.Path, sb})
+	}
+	out := map[[16]byte]*onDisk{}
+	for u, cs := range by {
+		newest := cs[0].sb
+		for _, c := range cs[1:] {
+			if c.sb.Epoch > newest.Epoch || c.sb.Epoch == newest.Epoch && c.sb.Events > newest.Events {
+				newest = c.sb
+			}
+		}
+		v := &onDisk{uuid: u, name: newest.Name, sb: newest}
+		for _, c := range cs {
+			if c.sb.Slot < len(newest.Members) && newest.Members[c.sb.Slot].UUID == c.sb.MemberUUID {
+				v.members = append(v.members, c.path)
+			}
+		}
+		out[u] = v
+	}
+	return out, nil
+}
+
+// record is the per-volume state file: the ublk device id to re-attach.
+type record struct {
+	UUID   string `json:"uuid"`
+	Name   string `json:"name"`
+	UblkID int    `json:"ublk_id"`
+}
+
+func (m *Manager) recordPath(u [16]byte) string {
+	return filepath.Join(m.opts.Config.StateDir, "volumes", FormatUUID(u)+".json")
+}
+
+func (m *Manager) loadRecord(u [16]byte) record {
+	r := record{UblkID: ublk.AnyID}
+	if b, err := os.ReadFile(m.recordPath(u)); err == nil {
+		json.Unmarshal(b, &r)
+	}
+	return r
+}
+
+func (m *Manager) saveRecord(r record, u [16]byte) error {
+	p := m.recordPath(u)
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
+	b, _ := json.MarshalIndent(r, "", "  ")
+	tmp := p + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, p)
+}
+
+// Reconcile converges the node: every volume found on the claimed drives has
+// a running engine, an nvmet export and a connection. Errors of one volume
+// do not stop the others; they are reported in Info and returned joined.
+func (m *Manager) Reconcile(ctx context.Context) error {
+	m.op.Lock()
+	defer m.op.Unlock()
+	return m.reconcileLocked(ctx, nil)
+}
+
+func (m *Manager) reconcileLocked(ctx context.Context, skip map[[16]byte]bool) error {
+	vols, err := m.scan()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for u, v := range vols {
+		if skip[u] {
+			continue
+		}
+		m.mu.Lock()
+		e := m.engines[u]
+		m.names[u] = v.name
+		m.mu.Unlock()
+		if e != nil {
+			if _, err := e.Status(); err == nil {
+				continue
+			}
+			m.log.Warn("engine does not answer; starting a new one", "volume", v.name)
+			m.Forget(u, e)
+		}
+		rec := m.loadRecord(u)
+		e, err := m.opts.Start(ctx, EngineSpec{UUID: u, Name: v.name, Members: v.members, UblkID: rec.UblkID})
+		m.mu.Lock()
+		m.errs[u] = err
+		if err == nil {
+			m.engines[u] = e
+		}
+		m.mu.Unlock()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if st, err := e.Status(); err == nil && st.UblkID != rec.UblkID {
+			if err := m.saveRecord(record{UUID: FormatUUID(u), Name: v.name, UblkID: st.UblkID}, u); err != nil {
+				errs = append(errs, fmt.Errorf("volume %s: save record: %w", v.name, err))
+			}
+		}
+	}
+	var exports []Export
+	m.mu.Lock()
+	for u, e := range m.engines {
+		if skip[u] {
+			continue
+		}
+		st, err := e.Status()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("volume %s: %w", m.names[u], err))
+			continue
+		}
+		exports = append(exports, Export{UUID: u, Device: st.UblkPath})
+	}
+	m.mu.Unlock()
+	heads, err := m.x.reconcile(ctx, exports)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	m.mu.Lock()
+	clear(m.heads)
+	for _, e := range exports {
+		if h := heads[NQN(e.UUID)]; h != "" {
+			m.heads[e.UUID] = h
+		}
+	}
+	m.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// CreateRequest describes a new volume.
+type CreateRequest struct {
+	Name      string   `json:"name"`
+	K         int      `json:"k"`
+	M         int      `json:"m"`
+	ChunkSize int      `json:"chunk_size,omitempty"` // default engine.DefaultChunkSize
+	Drives    []string `json:"drives,omitempty"`     // claimed, unused drives; default: the first K+M such
+}
+
+// ErrNotFound is returned for an unknown volume.
+var ErrNotFound = errors.New("no such volume")
+
+// ErrInUse is returned when deleting a volume whose device is open.
+var ErrInUse = errors.New("volume in use")
+
+// freeDrives returns the claimed drives that are no volume's member.
+func (m *Manager) freeDrives(vols map[[16]byte]*onDisk) ([]drive.Drive, error) {
+	ds, err := m.opts.Drives.ClaimedDrives()
+	if err != nil {
+		return nil, err
+	}
+	used := map[string]bool{}
+	for _, v := range vols {
+		for _, p := range v.members {
+			used[p] = true
+		}
+	}
+	m.mu.Lock()
+	for _, e := range m.engines {
+		if st, err := e.Status(); err == nil {
+			for _, ms := range st.Engine.Members {
+				used[ms.Device] = true
+			}
+		}
+	}
+	m.mu.Unlock()
+	var out []drive.Drive
+	for _, d := range ds {
+		if !used[d.Path] {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+func pickDrives(free []drive.Drive, want []string, n int) ([]string, error) {
+	if len(want) == 0 {
+		if len(free) < n {
+			return nil, fmt.Errorf("need %d claimed, unused drives, have %d (fabraid drive claim ...)", n, len(free))
+		}
+		var out []string
+		for _, d := range free[:n] {
+			out = append(out, d.Path)
+		}
+		return out, nil
+	}
+	if len(want) != n {
+		return nil, fmt.Errorf("--drives lists %d drives, K+M is %d", len(want), n)
+	}
+	var out []string
+	for _, w := range want {
+		i := slices.IndexFunc(free, func(d drive.Drive) bool { return d.Path == w || d.ID == w || d.Name == w })
+		if i < 0 {
+			return nil, fmt.Errorf("drive %s is not claimed or already a volume member", w)
+		}
+		if slices.Contains(out, free[i].Path) {
+			return nil, fmt.Errorf("drive %s listed twice", w)
+		}
+		out = append(out, free[i].Path)
+	}
+	return out, nil
+}
+
+// Create creates a volume on claimed drives, then starts, exports and
+// connects it (Reconcile).
+func (m *Manager) Create(ctx context.Context, r CreateRequest) (Info, error) {
+	m.op.Lock()
+	defer m.op.Unlock()
+	if r.Name == "" || len(r.Name) > 32 || strings.ContainsAny(r.Name, " /\t\n") {
+		return Info{}, fmt.Errorf("volume name %q: want 1-32 characters without spaces or '/'", r.Name)
+	}
+	vols, err := m.scan()
+	if err != nil {
+		return Info{}, err
+	}
+	for _, v := range vols {
+		if v.name == r.Name {
+			return Info{}, fmt.Errorf("volume %s already exists (%s)", r.Name, FormatUUID(v.uuid))
+		}
+	}
+	if r.K < 2 || r.M < 1 || r.M > 4 {
+		return Info{}, fmt.Errorf("volume %s: want --data >= 2 and --parity 1..4, got %d+%d", r.Name, r.K, r.M)
+	}
+	free, err := m.freeDrives(vols)
+	if err != nil {
+		return Info{}, err
+	}
+	paths, err := pickDrives(free, r.Drives, r.K+r.M)
+	if err != nil {
+		return Info{}, fmt.Errorf("volume %s: %w", r.Name, err)
+	}
+	var devs []engine.Member
+	defer func() {
+		for _, d := range devs {
+			d.(*engine.FileMember).Close()
+		}
+	}()
+	domains := make([]string, len(paths))
+	for i, p := range paths {
+		fm, err := engine.OpenFileMember(p)
+		if err != nil {
+			return Info{}, fmt.Errorf("volume %s: %w", r.Name, err)
+		}
+		devs = append(devs, fm)
+		domains[i] = m.opts.Config.NodeName
+	}
+	cfg := engine.Config{Name: r.Name, K: r.K, M: r.M, ChunkSize: r.ChunkSize, Domains: domains,
+		// One node: every member is in this node's domain. The cluster
+		// layer spreads members over nodes.
+		AllowDomainViolation: true, CTime: time.Now().Unix()}
+	vol, err := engine.Create(cfg, devs, paths, engine.Options{Logger: m.log})
+	if err != nil {
+		return Info{}, fmt.Errorf("create volume %s: %w", r.Name, err)
+	}
+	u := vol.UUID()
+	if err := vol.Close(); err != nil {
+		return Info{}, fmt.Errorf("create volume %s: %w", r.Name, err)
+	}
+	m.log.Info("volume created", "volume", r.Name, "uuid", FormatUUID(u), "k", r.K, "m", r.M, "members", paths)
+	if err := m.reconcileLocked(ctx, nil); err != nil {
+		return Info{}, err
+	}
+	return m.Info(FormatUUID(u))
+}
+
+// resolve finds a known volume by name or UUID.
+func (m *Manager) resolve(ref string) ([16]byte, Engine, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for u, n := range m.names {
+		if n == ref || FormatUUID(u) == ref {
+			e := m.engines[u]
+			if e == nil {
+				err := m.errs[u]
+				if err == nil {
+					err = errors.New("not running")
+				}
+				return u, nil, fmt.Errorf("volume %s: %w", ref, err)
+			}
+			return u, e, nil
+		}
+	}
+	return [16]byte{}, nil, fmt.Errorf("%w: %s", ErrNotFound, ref)
+}
+
+// Fail marks member slot of volume ref failed.
+func (m *Manager) Fail(ref string, slot int) error {
+	_, e, err := m.resolve(ref)
+	if err != nil {
+		return err
+	}
+	return e.Fail(slot)
+}
+
+// Replace puts claimed, unused drive dev into failed slot and starts the
+// rebuild.
+func (m *Manager) Replace(ref string, slot int, dev string, rate int64) error {
+	_, e, err := m.resolve(ref)
+	if err != nil {
+		return err
+	}
+	vols, err := m.scan()
+	if err != nil {
+		return err
+	}
+	free, err := m.freeDrives(vols)
+	if err != nil {
+		return err
+	}
+	p, err := pickDrives(free, []string{dev}, 1)
+	if err != nil {
+		return fmt.Errorf("volume %s: replace: %w", ref, err)
+	}
+	return e.Replace(slot, p[0], rate)
+}
+
+// Rebuild starts a rebuild of stale or replaced members.
+func (m *Manager) Rebuild(ref string, rate int64) error {
+	_, e, err := m.resolve(ref)
+	if err != nil {
+		return err
+	}
+	return e.Rebuild(rate)
+}
+
+// Scrub starts a parity check.
+func (m *Manager) Scrub(ref string, repair bool, rate int64) error {
+	_, e, err := m.resolve(ref)
+	if err != nil {
+		return err
+	}
+	return e.Scrub(repair, rate)
+}
+
+// Delete stops, unexports and destroys volume ref: its members' metadata is
+// wiped (they stay claimed). A volume whose device is open is refused.
+func (m *Manager) Delete(ctx context.Context, ref string) error {
+	m.op.Lock()
+	defer m.op.Unlock()
+	u, e, err := m.resolve(ref)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	head := m.heads[u]
+	m.mu.Unlock()
+	if head != "" {
+		if err := inUse(head); err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrInUse, ref, err)
+		}
+	}
+	st, err := e.Status()
+	if err != nil {
+		return err
+	}
+	if err := m.reconcileLocked(ctx, map[[16]byte]bool{u: true}); err != nil {
+		return fmt.Errorf("delete %s: unexport: %w", ref, err)
+	}
+	if err := e.Stop(); err != nil {
+		return fmt.Errorf("delete %s: %w", ref, err)
+	}
+	m.mu.Lock()
+	delete(m.engines, u)
+	delete(m.names, u)
+	delete(m.errs, u)
+	m.mu.Unlock()
+	var errs []error
+	for _, ms := range st.Engine.Members {
+		if ms.Device == "" {
+			continue
+		}
+		if err := wipeMeta(ms.Device); err != nil {
+			errs = append(errs, fmt.Errorf("delete %s: wipe %s: %w", ref, ms.Device, err))
+		}
+	}
+	os.Remove(m.recordPath(u))
+	m.log.Info("volume deleted", "volume", ref)
+	return errors.Join(errs...)
+}
+
+func wipeMeta(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(make([]byte, superblock.MetaEnd), 0); err != nil {
+		return err
+	}
+	return f.Sync()
+}
+
+// Shutdown stops managing the volumes. With stop, every volume is unexported,
+// disconnected and stopped cleanly; without, engines are left for user
+// recovery by the next daemon (exports and connections stay, I/O pauses).
+func (m *Manager) Shutdown(ctx context.Context, stop bool) error {
+	m.op.Lock()
+	defer m.op.Unlock()
+	var errs []error
+	if stop {
+		if _, err := m.x.reconcile(ctx, nil); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for u, e := range m.engines {
+		if stop {
+			if err := e.Stop(); err != nil {
+				errs = append(errs, err)
+			}
+		} else if l, ok := e.(interface{ Abandon() }); ok {
+			l.Abandon()
+		}
+		delete(m.engines, u)
+	}
+	return errors.Join(errs...)
+}
+
+// inUse reports why the block device dev is in use: mounted or held
+// exclusively (O_EXCL open fails), or open in some process (/proc/*/fd).
+func inUse(dev string) error {
+	f, err := os.OpenFile(dev, os.O_RDONLY|os.O_EXCL, 0)
+	if err != nil {
+		return fmt.Errorf("%s cannot be opened exclusively (mounted or held): %w", dev, err)
+	}
+	f.Close()
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		fds, err := os.ReadDir(filepath.Join("/proc", p.Name(), "fd"))
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			if l, err := os.Readlink(filepath.Join("/proc", p.Name(), "fd", fd.Name())); err == nil && l == dev {
+				comm, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "comm"))
+				return fmt.Errorf("%s is open in process %s (%s)", dev, p.Name(), strings.TrimSpace(string(comm)))
+			}
+		}
+	}
+	return nil
+}
+
+// Forget drops engine e of volume u (it exited); the next Reconcile starts a
+// new one, which re-attaches to the volume's ublk device.
+func (m *Manager) Forget(u [16]byte, e Engine) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.engines[u] == e {
+		delete(m.engines, u)
+	}
+}

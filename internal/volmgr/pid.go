@@ -1,0 +1,5 @@
+package volmgr
+
+import "os"
+
+func pid() int { return os.Getpid() }

@@ -1,0 +1,234 @@
+package volmgr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/fabraid/fabraid/engine"
+	"github.com/fabraid/fabraid/kernel/ublk"
+)
+
+// Engine is one running volume engine serving a ublk device.
+type Engine interface {
+	// Status is the engine's view of the volume plus background tasks.
+	Status() (EngineStatus, error)
+	Fail(slot int) error
+	// Replace puts the device at path into failed slot and starts a rebuild.
+	Replace(slot int, path string, rate int64) error
+	// Rebuild starts a rebuild of stale or replaced members in the background.
+	Rebuild(rate int64) error
+	// Scrub starts a parity check (repairing mismatches when repair) in the
+	// background.
+	Scrub(repair bool, rate int64) error
+	// Stop stops the ublk device and closes the volume cleanly.
+	Stop() error
+}
+
+// EngineStatus is what an engine reports.
+type EngineStatus struct {
+	Engine    engine.Status `json:"engine"`
+	UblkID    int           `json:"ublk_id"`
+	UblkPath  string        `json:"ublk_path"`
+	PID       int           `json:"pid"`
+	Task      string        `json:"task,omitempty"` // "rebuild" or "scrub" while one runs
+	LastTask  *TaskResult   `json:"last_task,omitempty"`
+	StartedAt time.Time     `json:"started_at"`
+}
+
+// TaskResult is the outcome of the last finished background task.
+type TaskResult struct {
+	Kind     string              `json:"kind"`
+	Error    string              `json:"error,omitempty"`
+	Scrub    *engine.ScrubReport `json:"scrub,omitempty"`
+	Finished time.Time           `json:"finished"`
+	Seconds  float64             `json:"seconds"`
+}
+
+// ErrBusy is returned when a background task is already running.
+var ErrBusy = errors.New("a rebuild or scrub is already running")
+
+// Local runs an engine and its ublk device in this process. Its methods are
+// safe for concurrent use.
+type Local struct {
+	vol     *engine.Volume
+	dev     *ublk.Device
+	ctl     *ublk.Control
+	started time.Time
+	log     *slog.Logger
+
+	mu     sync.Mutex
+	task   string
+	cancel context.CancelFunc
+	done   chan struct{}
+	last   *TaskResult
+}
+
+// StartLocal serves vol as a ublk device: it re-attaches to device ublkID
+// when that device exists and has lost its server (user recovery), else it
+// creates a device, with id ublkID when free (ublk.AnyID: any).
+func StartLocal(vol *engine.Volume, ublkID int, log *slog.Logger) (*Local, error) {
+	ctl, err := ublk.OpenControl()
+	if err != nil {
+		return nil, fmt.Errorf("volume %s: %w", vol.Name(), err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			ctl.Close()
+		}
+	}()
+	g := vol.Geometry()
+	cfg := &ublk.Config{ID: ublkID, Queues: 1, Depth: 64, LogicalBlockSize: vol.BlockSize(), IOMin: g.ChunkSize, IOOpt: int(g.StripeBytes())}
+	if want := cfg.Queues + 2; runtime.GOMAXPROCS(0) < want {
+		runtime.GOMAXPROCS(want) // see fabraid ublk serve: an idle P per queue thread
+	}
+	var dev *ublk.Device
+	if ublkID >= 0 {
+		if info, err := ctl.Info(ublkID); err == nil {
+			if info.State != ublk.StateQuiesced && info.State != ublk.StateDead {
+				return nil, fmt.Errorf("volume %s: ublk device %d is %s (served by pid %d)", vol.Name(), ublkID, info.State, info.PID)
+			}
+			dev, err = ublk.Recover(ctl, ublkID, vol, cfg)
+			if err != nil {
+				return nil, fmt.Errorf("volume %s: recover ublk device %d: %w", vol.Name(), ublkID, err)
+			}
+			log.Info("re-attached ublk device (user recovery)", "volume", vol.Name(), "ublk", dev.BlockPath())
+		}
+	}
+	if dev == nil {
+		dev, err = ublk.Create(ctl, vol, cfg)
+		if err != nil && ublkID >= 0 {
+			cfg.ID = ublk.AnyID
+			dev, err = ublk.Create(ctl, vol, cfg)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("volume %s: create ublk device: %w", vol.Name(), err)
+		}
+		log.Info("created ublk device", "volume", vol.Name(), "ublk", dev.BlockPath())
+	}
+	ok = true // the device uses ctl until it is closed
+	return &Local{vol: vol, dev: dev, ctl: ctl, started: time.Now(), log: log}, nil
+}
+
+// Volume returns the engine volume.
+func (l *Local) Volume() *engine.Volume { return l.vol }
+
+// Device returns the ublk device.
+func (l *Local) Device() *ublk.Device { return l.dev }
+
+// Status implements Engine.
+func (l *Local) Status() (EngineStatus, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return EngineStatus{Engine: l.vol.Status(), UblkID: l.dev.ID(), UblkPath: l.dev.BlockPath(), PID: pid(), Task: l.task, LastTask: l.last, StartedAt: l.started}, nil
+}
+
+// Fail implements Engine.
+func (l *Local) Fail(slot int) error {
+	if err := l.vol.FailMember(slot); err != nil {
+		return fmt.Errorf("volume %s: fail slot %d: %w", l.vol.Name(), slot, err)
+	}
+	return nil
+}
+
+// Replace implements Engine.
+func (l *Local) Replace(slot int, path string, rate int64) error {
+	l.mu.Lock()
+	busy := l.task != ""
+	l.mu.Unlock()
+	if busy {
+		return fmt.Errorf("volume %s: replace: %w", l.vol.Name(), ErrBusy)
+	}
+	m, err := engine.OpenFileMember(path)
+	if err != nil {
+		return fmt.Errorf("volume %s: replace slot %d: %w", l.vol.Name(), slot, err)
+	}
+	if err := l.vol.Replace(slot, m, path); err != nil {
+		m.Close()
+		return fmt.Errorf("volume %s: replace slot %d with %s: %w", l.vol.Name(), slot, path, err)
+	}
+	return l.Rebuild(rate)
+}
+
+// Rebuild implements Engine.
+func (l *Local) Rebuild(rate int64) error {
+	return l.start("rebuild", func(ctx context.Context) (*engine.ScrubReport, error) {
+		return nil, l.vol.Rebuild(ctx, engine.RebuildOptions{Rate: rate})
+	})
+}
+
+// Scrub implements Engine.
+func (l *Local) Scrub(repair bool, rate int64) error {
+	return l.start("scrub", func(ctx context.Context) (*engine.ScrubReport, error) {
+		r, err := l.vol.Scrub(ctx, repair, engine.RebuildOptions{Rate: rate})
+		return &r, err
+	})
+}
+
+func (l *Local) start(kind string, f func(context.Context) (*engine.ScrubReport, error)) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.task != "" {
+		return fmt.Errorf("volume %s: %s: %w (%s)", l.vol.Name(), kind, ErrBusy, l.task)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l.task, l.cancel, l.done = kind, cancel, make(chan struct{})
+	done := l.done
+	go func() {
+		defer close(done)
+		t0 := time.Now()
+		rep, err := f(ctx)
+		res := &TaskResult{Kind: kind, Scrub: rep, Finished: time.Now().UTC(), Seconds: time.Since(t0).Seconds()}
+		if err != nil {
+			res.Error = err.Error()
+			l.log.Error("background task failed", "volume", l.vol.Name(), "task", kind, "err", err)
+		} else {
+			l.log.Info("background task done", "volume", l.vol.Name(), "task", kind, "seconds", res.Seconds)
+		}
+		l.mu.Lock()
+		l.task, l.cancel, l.last = "", nil, res
+		l.mu.Unlock()
+		cancel()
+	}()
+	return nil
+}
+
+// Stop implements Engine: it cancels a running task, stops the ublk device and
+// closes the volume cleanly.
+func (l *Local) Stop() error {
+	l.mu.Lock()
+	cancel, done := l.cancel, l.done
+	l.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+	err := l.dev.Close()
+	l.ctl.Close()
+	if cerr := l.vol.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("volume %s: stop: %w", l.vol.Name(), err)
+	}
+	return nil
+}
+
+// Abandon leaves the ublk device for user recovery (as a crash would) and
+// drops the volume without a clean stop: used when the daemon exits and
+// the volume should stay (a restarted daemon re-attaches).
+func (l *Local) Abandon() {
+	l.mu.Lock()
+	cancel, done := l.cancel, l.done
+	l.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+	l.vol.Abandon()
+}
