@@ -305,3 +305,20 @@ func List() ([]int, error) {
 	sort.Ints(ids)
 	return ids, nil
 }
+
+// HaveFeatures reports whether the running kernel offers ublk with every
+// flag in want: nil if it does, an error wrapping ErrNotSupported that names
+// what is missing if not, any other error if the probe could not tell. It
+// asks the kernel (GET_FEATURES, Linux 6.5); on older kernels, where the
+// command does not exist, only the presence of ublk is checked.
+func HaveFeatures(want Features) error {
+	ctl, err := OpenControl()
+	if err != nil {
+		return err
+	}
+	defer ctl.Close()
+	if have := ctl.Features(); have != 0 {
+		return missingError(want, have)
+	}
+	return nil
+}

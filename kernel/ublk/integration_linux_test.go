@@ -77,6 +77,13 @@ func testFeatures(t *testing.T, ctl *Control) {
 			t.Errorf("6.12 lacks %s", want)
 		}
 	}
+	if err := HaveFeatures(FeatureUserRecovery | FeatureRecoveryReissue | FeatureUserCopy); err != nil {
+		t.Errorf("HaveFeatures: %v", err)
+	}
+	// USER_RECOVERY_FAIL_IO arrived in 6.13.
+	if err := HaveFeatures(FeatureRecoveryFailIO); !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "6.13") {
+		t.Errorf("HaveFeatures(USER_RECOVERY_FAIL_IO) on 6.12: %v", err)
+	}
 }
 
 // openFDs counts this process's open file descriptors.

@@ -70,3 +70,6 @@ func (d *Device) Close() error          { return errOS }
 
 // Run returns an error wrapping ErrNotSupported.
 func (d *Device) Run(ctx context.Context) error { return errOS }
+
+// HaveFeatures returns an error wrapping ErrNotSupported.
+func HaveFeatures(want Features) error { return errOS }
