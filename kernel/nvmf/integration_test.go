@@ -139,6 +139,10 @@ func fabricTarget(t *testing.T, g *vmtest.Env) {
 	apply(fabricSpec(g, auth, nvmet.NonOptimized, nvmet.Optimized, true))
 	g.Signal(t, "flipped")
 
+	g.Wait(t, "b", "want-both")
+	apply(fabricSpec(g, auth, nvmet.Optimized, nvmet.Optimized, true))
+	g.Signal(t, "both-optimized")
+
 	g.Wait(t, "b", "verifier-running")
 	// Remove the active (optimized) port: its controllers are torn down
 	// and I/O must continue on the other path.
@@ -342,6 +346,39 @@ func fabricInitiator(t *testing.T, g *vmtest.Env) {
 		return nil
 	})
 	moved(p2, p1, 6)
+
+	// Both paths optimized and the round-robin policy: I/O uses both.
+	g.Signal(t, "want-both")
+	g.Wait(t, "a", "both-optimized")
+	nvmetest.Eventually(t, 20*time.Second, "both paths optimized", func() error {
+		for _, n := range []string{p1.Name, p2.Name} {
+			c, err := h.Sysfs.Controller(n)
+			if err != nil || len(c.Paths) == 0 || c.Paths[0].ANAState != "optimized" {
+				return fmt.Errorf("%s paths %+v (%v)", n, c.Paths, err)
+			}
+		}
+		return nil
+	})
+	if err := h.Sysfs.SetIOPolicy(p1.Subsystem, "round-robin"); err != nil {
+		t.Fatal(err)
+	}
+	subs, _ = h.Sysfs.Subsystems()
+	for _, s := range subs {
+		if s.Name == p1.Subsystem && s.IOPolicy != "round-robin" {
+			t.Errorf("iopolicy of %s: %q", s.Name, s.IOPolicy)
+		}
+	}
+	a0, b0 := pathWrites(t, p1), pathWrites(t, p2)
+	for i := 0; i < 32; i++ {
+		if err := nvmetest.WritePattern(head, 10, int64(i)<<16, 64<<10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a1, b1 := pathWrites(t, p1), pathWrites(t, p2)
+	t.Logf("round-robin writes: %s +%d, %s +%d", p1.Paths[0].Name, a1-a0, p2.Paths[0].Name, b1-b0)
+	if a1-a0 < 8 || b1-b0 < 8 {
+		t.Errorf("round-robin did not spread I/O over both optimized paths")
+	}
 
 	// Remove the optimized port under a running verifier.
 	v := startVerifier(head, 7, 8<<20)
