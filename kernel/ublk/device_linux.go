@@ -29,6 +29,7 @@ type Device struct {
 	done     chan struct{}
 	errMu    sync.Mutex
 	queueErr error
+	failed   chan struct{} // closed on the first queue failure
 
 	closeOnce sync.Once
 	closeErr  error
@@ -65,7 +66,7 @@ func Create(ctl *Control, b Backend, cfg *Config) (*Device, error) {
 	if err := ctl.addDev(&info); err != nil {
 		return nil, fmt.Errorf("create ublk device: %w", err)
 	}
-	d := &Device{ctl: ctl, backend: b, cfg: c, info: info, size: b.Size(), done: make(chan struct{})}
+	d := &Device{ctl: ctl, backend: b, cfg: c, info: info, size: b.Size(), done: make(chan struct{}), failed: make(chan struct{})}
 	if err := missingError(want, Features(info.Flags)); err != nil {
 		d.abort()
 		return nil, fmt.Errorf("create ublk device %d: kernel dropped a flag: %w", info.DevID, err)
@@ -132,7 +133,7 @@ func Recover(ctl *Control, id int, b Backend, cfg *Config) (*Device, error) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	d := &Device{ctl: ctl, backend: b, cfg: c, info: *raw, size: b.Size(), done: make(chan struct{})}
+	d := &Device{ctl: ctl, backend: b, cfg: c, info: *raw, size: b.Size(), done: make(chan struct{}), failed: make(chan struct{})}
 	if err := d.startQueues(); err != nil {
 		d.abort()
 		return nil, fmt.Errorf("recover ublk device %d: %w", id, err)
@@ -176,16 +177,29 @@ func (d *Device) Wait() error {
 }
 
 // Run serves until ctx is done, then closes the device (see Close). It
-// also returns when the device was stopped from outside, with the first
-// queue error if any.
+// also returns when the device was stopped from outside (nil), and when a
+// queue failed (an io_uring error, a rejected commit): then it returns the
+// error and leaves the device as it is, so that the caller can exit and a
+// new process can recover it; on a device without recovery, call Close.
 func (d *Device) Run(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 		return d.Close()
+	case <-d.failed:
+		return fmt.Errorf("ublk device %d: %w", d.ID(), d.queueError())
 	case <-d.done:
+		if err := d.queueError(); err != nil {
+			return fmt.Errorf("ublk device %d: %w", d.ID(), err)
+		}
 		d.Close() // releases our side; the kernel device is already stopped
-		return d.Wait()
+		return nil
 	}
+}
+
+func (d *Device) queueError() error {
+	d.errMu.Lock()
+	defer d.errMu.Unlock()
+	return d.queueErr
 }
 
 // Close stops the device (pending I/O is completed first), waits for the
@@ -228,6 +242,7 @@ func (d *Device) setQueueErr(err error) {
 	d.errMu.Lock()
 	if d.queueErr == nil {
 		d.queueErr = err
+		close(d.failed)
 	}
 	d.errMu.Unlock()
 }
