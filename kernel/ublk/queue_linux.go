@@ -142,6 +142,8 @@ func (q *queue) run(ready chan<- error) {
 	ready <- nil
 
 	active := q.depth
+	inflight := 0 // requests with workers (async mode)
+	newReqs := 0  // new requests in the current batch of completions
 	commit := func(tag int, res int32) {
 		if err := q.submit(ring, q.commitOp, tag, res); err != nil {
 			q.d.setQueueErr(fmt.Errorf("queue %d: commit tag %d: %w", q.id, tag, err))
@@ -158,6 +160,7 @@ func (q *queue) run(ready chan<- error) {
 			for _, d := range done {
 				commit(d.tag, d.res)
 			}
+			inflight -= len(done)
 			if c.Res != -int32(unix.ECANCELED) {
 				if err := q.armEventfd(ring); err != nil {
 					q.d.setQueueErr(fmt.Errorf("queue %d: %w", q.id, err))
@@ -167,10 +170,14 @@ func (q *queue) run(ready chan<- error) {
 		}
 		tag := int(c.UserData)
 		switch {
-		case c.Res == ublksys.UBLK_IO_RES_OK && q.async:
+		case c.Res == ublksys.UBLK_IO_RES_OK && q.async && (inflight > 0 || newReqs > 1):
+			inflight++
 			q.workers.Add(1)
 			go q.work(tag)
 		case c.Res == ublksys.UBLK_IO_RES_OK:
+			// Inline mode, or an async queue with nothing else to do (a lone
+			// request and no worker busy): serving it here saves the hand-off
+			// to a worker and back, which dominates at queue depth 1.
 			commit(tag, q.serve(tag))
 		case c.Res == ublksys.UBLK_IO_RES_ABORT:
 			// The device is stopping (or the kernel gave up on this tag): it
@@ -181,12 +188,24 @@ func (q *queue) run(ready chan<- error) {
 			active--
 		}
 	}
+	batch := make([]uring.CQE, 0, 2*q.depth)
+	collect := func(c uring.CQE) {
+		batch = append(batch, c)
+		if c.UserData != eventfdTag && c.Res == ublksys.UBLK_IO_RES_OK {
+			newReqs++
+		}
+	}
 	for active > 0 {
 		if _, err := ring.SubmitAndWait(1); err != nil {
 			q.d.setQueueErr(fmt.Errorf("queue %d: %w", q.id, err))
 			return
 		}
-		ring.ForEachCQE(handle)
+		batch = batch[:0]
+		newReqs = 0
+		ring.ForEachCQE(collect)
+		for _, c := range batch {
+			handle(c)
+		}
 	}
 }
 
