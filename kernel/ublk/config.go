@@ -43,7 +43,8 @@ type Config struct {
 	// Async serves each request in its own goroutine instead of in the
 	// queue thread, so one queue keeps many requests in flight in the
 	// backend. Use it for backends that wait on devices (the engine volume);
-	// for in-memory backends serving inline is faster.
+	// for in-memory backends serving inline is faster. A lone request while
+	// no worker is busy is served inline even in async mode.
 	Async bool
 	// RecoverTimeout bounds how long Recover waits for the old server to be
 	// gone and the device quiesced (default 30 s).

@@ -30,7 +30,9 @@
 // By default requests are served in that thread, one at a time per queue
 // (the fastest for in-memory backends); with Config.Async each request runs
 // in its own goroutine and the queue thread only fetches and commits, which
-// is what a backend waiting on devices (the engine volume) needs.
+// is what a backend waiting on devices (the engine volume) needs; a lone
+// request while no worker is busy is still served in the queue thread, which
+// keeps queue-depth-1 latency at the inline level.
 //
 // A queue thread spends its life in io_uring_enter. When no P is idle, the
 // Go runtime hands the P of a thread in a system call to another thread, and
