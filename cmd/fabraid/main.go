@@ -37,6 +37,7 @@ func newRootCmd() *cobra.Command {
 		newUblkCmd(),
 		newNvmeCmd(),
 		newDriveCmd(),
+		newVolumeCmd(),
 	)
 	return root
 }

@@ -282,6 +282,9 @@ type CreateRequest struct {
 	Drives    []string `json:"drives,omitempty"`     // claimed, unused drives; default: the first K+M such
 }
 
+// ErrInvalid is wrapped by errors in a request (bad name, geometry, drives).
+var ErrInvalid = errors.New("invalid request")
+
 // ErrNotFound is returned for an unknown volume.
 var ErrNotFound = errors.New("no such volume")
 
@@ -352,7 +355,7 @@ func (m *Manager) Create(ctx context.Context, r CreateRequest) (Info, error) {
 	m.op.Lock()
 	defer m.op.Unlock()
 	if r.Name == "" || len(r.Name) > 32 || strings.ContainsAny(r.Name, " /\t\n") {
-		return Info{}, fmt.Errorf("volume name %q: want 1-32 characters without spaces or '/'", r.Name)
+		return Info{}, fmt.Errorf("%w: volume name %q: want 1-32 characters without spaces or '/'", ErrInvalid, r.Name)
 	}
 	vols, err := m.scan()
 	if err != nil {
@@ -360,11 +363,11 @@ func (m *Manager) Create(ctx context.Context, r CreateRequest) (Info, error) {
 	}
 	for _, v := range vols {
 		if v.name == r.Name {
-			return Info{}, fmt.Errorf("volume %s already exists (%s)", r.Name, FormatUUID(v.uuid))
+			return Info{}, fmt.Errorf("%w: volume %s already exists (%s)", ErrInvalid, r.Name, FormatUUID(v.uuid))
 		}
 	}
 	if r.K < 2 || r.M < 1 || r.M > 4 {
-		return Info{}, fmt.Errorf("volume %s: want --data >= 2 and --parity 1..4, got %d+%d", r.Name, r.K, r.M)
+		return Info{}, fmt.Errorf("%w: volume %s: want --data >= 2 and --parity 1..4, got %d+%d", ErrInvalid, r.Name, r.K, r.M)
 	}
 	free, err := m.freeDrives(vols)
 	if err != nil {
@@ -372,7 +375,7 @@ func (m *Manager) Create(ctx context.Context, r CreateRequest) (Info, error) {
 	}
 	paths, err := pickDrives(free, r.Drives, r.K+r.M)
 	if err != nil {
-		return Info{}, fmt.Errorf("volume %s: %w", r.Name, err)
+		return Info{}, fmt.Errorf("%w: volume %s: %w", ErrInvalid, r.Name, err)
 	}
 	var devs []engine.Member
 	defer func() {
@@ -454,7 +457,7 @@ func (m *Manager) Replace(ref string, slot int, dev string, rate int64) error {
 	}
 	p, err := pickDrives(free, []string{dev}, 1)
 	if err != nil {
-		return fmt.Errorf("volume %s: replace: %w", ref, err)
+		return fmt.Errorf("%w: volume %s: replace: %w", ErrInvalid, ref, err)
 	}
 	return e.Replace(slot, p[0], rate)
 }
@@ -509,13 +512,30 @@ func (m *Manager) Delete(ctx context.Context, ref string) error {
 	delete(m.names, u)
 	delete(m.errs, u)
 	m.mu.Unlock()
-	var errs []error
+	// Wipe the metadata of the members and of every claimed drive that
+	// still carries this volume's superblock (members failed and replaced
+	// earlier), so no later scan finds a remnant.
+	wipe := map[string]bool{}
 	for _, ms := range st.Engine.Members {
-		if ms.Device == "" {
-			continue
+		if ms.Device != "" {
+			wipe[ms.Device] = true
 		}
-		if err := wipeMeta(ms.Device); err != nil {
-			errs = append(errs, fmt.Errorf("delete %s: wipe %s: %w", ref, ms.Device, err))
+	}
+	if ds, err := m.opts.Drives.ClaimedDrives(); err == nil {
+		for _, d := range ds {
+			if f, err := os.Open(d.Path); err == nil {
+				sb, err := superblock.ReadCopies(f)
+				f.Close()
+				if err == nil && sb.VolumeUUID == u {
+					wipe[d.Path] = true
+				}
+			}
+		}
+	}
+	var errs []error
+	for dev := range wipe {
+		if err := wipeMeta(dev); err != nil {
+			errs = append(errs, fmt.Errorf("delete %s: wipe %s: %w", ref, dev, err))
 		}
 	}
 	os.Remove(m.recordPath(u))

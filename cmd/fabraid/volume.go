@@ -1,0 +1,396 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/fabraid/fabraid/internal/api"
+	"github.com/fabraid/fabraid/internal/config"
+	"github.com/fabraid/fabraid/internal/volmgr"
+	"github.com/spf13/cobra"
+)
+
+const volumeExitCodes = `
+Exit codes: 0 success, 1 the operation failed, 2 bad usage,
+4 fabraidd is not running (no answer on the API socket).`
+
+func newVolumeCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "volume",
+		Short: "Create and manage protected volumes (through fabraidd)",
+	}
+	cmd.PersistentFlags().String("config", config.DefaultPath, "configuration file (for api_socket)")
+	cmd.PersistentFlags().String("socket", "", "fabraidd API socket (default: api_socket from the configuration)")
+	cmd.AddCommand(newVolumeCreateCmd(), newVolumeListCmd(), newVolumeShowCmd(), newVolumeFailCmd(),
+		newVolumeReplaceCmd(), newVolumeRebuildCmd(), newVolumeScrubCmd(), newVolumeDeleteCmd())
+	return cmd
+}
+
+func apiClient(cmd *cobra.Command) (*api.Client, error) {
+	sock, _ := cmd.Flags().GetString("socket")
+	if sock == "" {
+		c, err := loadConfig(cmd)
+		if err != nil {
+			return nil, err
+		}
+		sock = c.APISocket
+	}
+	return api.NewClient(sock), nil
+}
+
+// apiError maps API errors to exit codes.
+func apiError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, api.ErrNoDaemon) {
+		return &exitError{code: 4, err: err}
+	}
+	return err
+}
+
+func parseRate(s string) (int64, error) {
+	if s == "" || s == "0" {
+		return 0, nil
+	}
+	n, err := parseUblkSize(strings.TrimSuffix(s, "/s"))
+	if err != nil {
+		return 0, &exitError{code: 2, err: fmt.Errorf("--rate: %w", err)}
+	}
+	return n, nil
+}
+
+func newVolumeCreateCmd() *cobra.Command {
+	var k, m int
+	var chunk string
+	var drives []string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "create NAME --data K --parity M [--chunk SIZE] [--drives DEV,...]",
+		Short: "Create a volume of K data + M parity chunks per stripe on claimed drives",
+		Long: `Create a volume on K+M claimed, unused drives (default: the first K+M in
+device order), start its engine, export it over NVMe/TCP and connect this node
+to it. Prints the consumer device: the NVMe multipath head /dev/nvmeXnY.` + volumeExitCodes,
+		Example: `  fabraid volume create vol0 --data 4 --parity 2
+  fabraid volume create scratch --data 2 --parity 1 --chunk 128K --drives /dev/nvme1n1,/dev/nvme2n1,/dev/nvme3n1`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := api.CreateRequest{Name: args[0], K: k, M: m, Drives: drives}
+			if chunk != "" {
+				n, err := parseUblkSize(chunk)
+				if err != nil {
+					return &exitError{code: 2, err: fmt.Errorf("--chunk: %w", err)}
+				}
+				req.ChunkSize = int(n)
+			}
+			c, err := apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			in, err := c.Create(req)
+			if err != nil {
+				return apiError(err)
+			}
+			if asJSON {
+				return printJSON(cmd, in)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "created %s (%s), %d+%d, %s: %s\n", in.Name, in.UUID, in.K, in.M, humanSize(in.Size), in.Device)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&k, "data", 0, "data chunks per stripe (K >= 2)")
+	f.IntVar(&m, "parity", 0, "parity chunks per stripe (M 1..4)")
+	f.StringVar(&chunk, "chunk", "", "chunk size (default 64K)")
+	f.StringSliceVar(&drives, "drives", nil, "claimed drives to use (paths, names or ids), exactly K+M")
+	f.BoolVar(&asJSON, "json", false, "print the volume as JSON")
+	cmd.MarkFlagRequired("data")
+	cmd.MarkFlagRequired("parity")
+	return cmd
+}
+
+func newVolumeListCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:     "list",
+		Short:   "List volumes: state, size, geometry, consumer device",
+		Long:    "List volumes." + volumeExitCodes,
+		Example: "  fabraid volume list\n  fabraid volume list --json",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			vs, err := c.Volumes()
+			if err != nil {
+				return apiError(err)
+			}
+			if asJSON {
+				return printJSON(cmd, vs)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tSTATE\tSIZE\tLAYOUT\tDEVICE\tUUID")
+			for _, v := range vs {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d+%d\t%s\t%s\n", v.Name, stateWithProgress(v), humanSize(v.Size), v.K, v.M, v.Device, v.UUID)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func stateWithProgress(v volmgr.Info) string {
+	if v.Progress != nil {
+		return fmt.Sprintf("%s (%s %.0f%%)", v.State, v.Progress.Kind, v.Progress.Percent)
+	}
+	return v.State
+}
+
+func newVolumeShowCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:     "show VOLUME",
+		Short:   "Show a volume: state, members, domains, progress, last scrub",
+		Long:    "Show a volume by name or UUID." + volumeExitCodes,
+		Example: "  fabraid volume show vol0\n  fabraid volume show vol0 --json",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			v, err := c.Volume(args[0])
+			if err != nil {
+				return apiError(err)
+			}
+			if asJSON {
+				return printJSON(cmd, v)
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "name:     %s\nuuid:     %s\nstate:    %s\nsize:     %s (%d bytes)\nlayout:   %d+%d x %d group(s), chunk %s\ndevice:   %s\nnqn:      %s\nublk:     %s (engine pid %d)\n",
+				v.Name, v.UUID, stateWithProgress(v), humanSize(v.Size), v.Size, v.K, v.M, v.Groups, humanSize(int64(v.ChunkSize)), v.Device, v.NQN, v.Ublk, v.EnginePID)
+			if v.Error != "" {
+				fmt.Fprintf(w, "error:    %s\n", v.Error)
+			}
+			if v.Task != "" {
+				fmt.Fprintf(w, "running:  %s\n", v.Task)
+			}
+			if t := v.LastTask; t != nil {
+				res := "ok"
+				if t.Error != "" {
+					res = t.Error
+				}
+				fmt.Fprintf(w, "last:     %s %s in %.1fs at %s", t.Kind, res, t.Seconds, t.Finished.Format(time.RFC3339))
+				if t.Scrub != nil {
+					fmt.Fprintf(w, " (%d stripes, %d mismatches, %d repaired, %d skipped)", t.Scrub.Stripes, t.Scrub.Mismatches, t.Scrub.Repaired, t.Scrub.Skipped)
+				}
+				fmt.Fprintln(w)
+			}
+			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "SLOT\tDEVICE\tDOMAIN\tROLE")
+			for _, ms := range v.Members {
+				role := ms.Role
+				if ms.Resync {
+					role += " (resync)"
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", ms.Slot, ms.Device, ms.Domain, role)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func slotArg(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, &exitError{code: 2, err: fmt.Errorf("slot %q: want a member slot number (fabraid volume show)", s)}
+	}
+	return n, nil
+}
+
+func newVolumeFailCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "fail VOLUME SLOT",
+		Short:   "Mark a member failed (like mdadm --fail); I/O continues degraded",
+		Long:    "Mark member SLOT of VOLUME failed." + volumeExitCodes,
+		Example: "  fabraid volume fail vol0 3",
+		Args:    cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			slot, err := slotArg(args[1])
+			if err != nil {
+				return err
+			}
+			c, err := apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			return apiError(c.Op(args[0], "fail", api.OpRequest{Slot: slot}))
+		},
+	}
+}
+
+func newVolumeReplaceCmd() *cobra.Command {
+	var rate string
+	cmd := &cobra.Command{
+		Use:   "replace VOLUME SLOT DRIVE [--rate 200M]",
+		Short: "Put a claimed, unused drive into a failed slot and start the rebuild",
+		Long: `Replace failed member SLOT of VOLUME with DRIVE (claimed and in no volume)
+and start rebuilding it in the background; follow it with "fabraid volume show".` + volumeExitCodes,
+		Example: "  fabraid volume replace vol0 3 /dev/nvme7n1 --rate 500M",
+		Args:    cobra.ExactArgs(3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			slot, err := slotArg(args[1])
+			if err != nil {
+				return err
+			}
+			r, err := parseRate(rate)
+			if err != nil {
+				return err
+			}
+			c, err := apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			return apiError(c.Op(args[0], "replace", api.OpRequest{Slot: slot, Drive: args[2], Rate: r}))
+		},
+	}
+	cmd.Flags().StringVar(&rate, "rate", "", "rebuild rate limit in bytes per second (e.g. 200M; default unlimited)")
+	return cmd
+}
+
+// waitTask polls until the volume's background task of kind has finished.
+func waitTask(cmd *cobra.Command, c *api.Client, ref, kind string) error {
+	for {
+		v, err := c.Volume(ref)
+		if err != nil {
+			return apiError(err)
+		}
+		if v.Task == "" && v.LastTask != nil && v.LastTask.Kind == kind {
+			if v.LastTask.Error != "" {
+				return fmt.Errorf("%s: %s", kind, v.LastTask.Error)
+			}
+			if s := v.LastTask.Scrub; s != nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "scrub: %d stripes, %d mismatches, %d repaired, %d skipped\n", s.Stripes, s.Mismatches, s.Repaired, s.Skipped)
+				if s.Mismatches > s.Repaired {
+					return &exitError{code: 1, err: fmt.Errorf("scrub found %d parity mismatches", s.Mismatches-s.Repaired)}
+				}
+			} else {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s done in %.1fs\n", kind, v.LastTask.Seconds)
+			}
+			return nil
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+func newVolumeRebuildCmd() *cobra.Command {
+	var rate string
+	var wait bool
+	cmd := &cobra.Command{
+		Use:     "rebuild VOLUME [--rate 200M] [--wait]",
+		Short:   "Rebuild stale or replaced members in the background",
+		Long:    "Start a rebuild of the members that need one." + volumeExitCodes,
+		Example: "  fabraid volume rebuild vol0 --rate 1G --wait",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, err := parseRate(rate)
+			if err != nil {
+				return err
+			}
+			c, err := apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			if err := c.Op(args[0], "rebuild", api.OpRequest{Rate: r}); err != nil {
+				return apiError(err)
+			}
+			if wait {
+				return waitTask(cmd, c, args[0], "rebuild")
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&rate, "rate", "", "rate limit in bytes per second (default unlimited)")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait until it has finished")
+	return cmd
+}
+
+func newVolumeScrubCmd() *cobra.Command {
+	var rate string
+	var repair, wait bool
+	cmd := &cobra.Command{
+		Use:   "scrub VOLUME [--repair] [--rate 200M] [--wait]",
+		Short: "Check every stripe's parity in the background",
+		Long: `Read every stripe and check its parity; with --repair rewrite mismatching
+parity. With --wait, print the result; exit 1 when unrepaired mismatches remain.` + volumeExitCodes,
+		Example: "  fabraid volume scrub vol0 --wait",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, err := parseRate(rate)
+			if err != nil {
+				return err
+			}
+			c, err := apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			if err := c.Op(args[0], "scrub", api.OpRequest{Repair: repair, Rate: r}); err != nil {
+				return apiError(err)
+			}
+			if wait {
+				return waitTask(cmd, c, args[0], "scrub")
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&rate, "rate", "", "rate limit in bytes per second (default unlimited)")
+	cmd.Flags().BoolVar(&repair, "repair", false, "rewrite mismatching parity")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the result")
+	return cmd
+}
+
+func newVolumeDeleteCmd() *cobra.Command {
+	var yes bool
+	cmd := &cobra.Command{
+		Use:   "delete VOLUME [--yes]",
+		Short: "Unexport, stop and destroy a volume (asks first; refuses while in use)",
+		Long: `Delete VOLUME: disconnect and unexport it, stop its engine and wipe the
+members' fabraid metadata (the drives stay claimed). Refused while the consumer
+device is mounted or open. Asks for the volume name unless --yes.` + volumeExitCodes,
+		Example: "  fabraid volume delete vol0\n  fabraid volume delete vol0 --yes",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			if !yes {
+				v, err := c.Volume(args[0])
+				if err != nil {
+					return apiError(err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "Delete volume %s (%s, %s)? All its data is lost. Type the name to confirm: ", v.Name, v.UUID, humanSize(v.Size))
+				line, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
+				if strings.TrimSpace(line) != v.Name {
+					return &exitError{code: 1, err: errors.New("not confirmed; nothing deleted")}
+				}
+			}
+			if err := c.Delete(args[0]); err != nil {
+				return apiError(err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "deleted %s\n", args[0])
+			return nil
+		},
+	}
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask")
+	return cmd
+}

@@ -1,0 +1,129 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/fabraid/fabraid/internal/volmgr"
+)
+
+// Node describes the daemon's node.
+type Node struct {
+	Name    string `json:"name"`
+	HostNQN string `json:"hostnqn"`
+	Version string `json:"version"`
+	PID     int    `json:"pid"`
+}
+
+// CreateRequest is the body of POST /v1/volumes.
+type CreateRequest = volmgr.CreateRequest
+
+// OpRequest is the body of the volume operations.
+type OpRequest struct {
+	Slot   int    `json:"slot"`
+	Drive  string `json:"drive,omitempty"`
+	Rate   int64  `json:"rate,omitempty"`
+	Repair bool   `json:"repair,omitempty"`
+}
+
+// Error is an error reply; Status is the HTTP status.
+type Error struct {
+	Status  int
+	Message string
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// ErrNoDaemon is wrapped when the socket does not answer.
+var ErrNoDaemon = errors.New("fabraidd is not running")
+
+// Client talks to fabraidd. It is safe for concurrent use.
+type Client struct {
+	socket string
+	hc     *http.Client
+}
+
+// NewClient returns a client for the daemon listening on socket.
+func NewClient(socket string) *Client {
+	return &Client{socket: socket, hc: &http.Client{
+		Timeout: 5 * time.Minute,
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		}},
+	}}
+}
+
+func (c *Client) do(method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, "http://fabraidd"+path, body)
+	if err != nil {
+		return err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w (%s): %v", ErrNoDaemon, c.socket, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		var e struct{ Error string }
+		json.NewDecoder(resp.Body).Decode(&e)
+		if e.Error == "" {
+			e.Error = resp.Status
+		}
+		return &Error{Status: resp.StatusCode, Message: e.Error}
+	}
+	if out != nil {
+		return json.NewDecoder(resp.Body).Decode(out)
+	}
+	return nil
+}
+
+// Node returns the node.
+func (c *Client) Node() (Node, error) {
+	var n Node
+	return n, c.do("GET", "/v1/node", nil, &n)
+}
+
+// Volumes lists the volumes.
+func (c *Client) Volumes() ([]volmgr.Info, error) {
+	var v []volmgr.Info
+	return v, c.do("GET", "/v1/volumes", nil, &v)
+}
+
+// Volume returns one volume by name or UUID.
+func (c *Client) Volume(ref string) (volmgr.Info, error) {
+	var v volmgr.Info
+	return v, c.do("GET", "/v1/volumes/"+url.PathEscape(ref), nil, &v)
+}
+
+// Create creates a volume.
+func (c *Client) Create(r CreateRequest) (volmgr.Info, error) {
+	var v volmgr.Info
+	return v, c.do("POST", "/v1/volumes", r, &v)
+}
+
+// Delete deletes a volume.
+func (c *Client) Delete(ref string) error {
+	return c.do("DELETE", "/v1/volumes/"+url.PathEscape(ref), nil, nil)
+}
+
+// Op runs a volume operation: fail, replace, rebuild or scrub.
+func (c *Client) Op(ref, op string, r OpRequest) error {
+	return c.do("POST", "/v1/volumes/"+url.PathEscape(ref)+"/"+op, r, nil)
+}

@@ -1,0 +1,270 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	sddaemon "github.com/coreos/go-systemd/v22/daemon"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/fabraid/fabraid/internal/api"
+	"github.com/fabraid/fabraid/internal/config"
+	"github.com/fabraid/fabraid/internal/drive"
+	"github.com/fabraid/fabraid/internal/volmgr"
+	"github.com/fabraid/fabraid/kernel/ublk"
+)
+
+// Options configure the daemon.
+type Options struct {
+	Config  config.Config
+	Version string
+	Log     *slog.Logger
+	// EngineBinary is the executable run as "EngineBinary engine ..." for
+	// each volume (normally fabraidd itself, os.Executable()).
+	EngineBinary string
+	// RunDir holds the engine sockets; default the API socket's directory.
+	RunDir   string
+	Interval time.Duration // reconcile period; default 10 s
+	HostDir  string        // host NQN/ID directory; default /etc/nvme
+}
+
+// Daemon is a running fabraidd.
+type Daemon struct {
+	opts   Options
+	log    *slog.Logger
+	mgr    *volmgr.Manager
+	kick   chan struct{}
+	errors atomic.Int64
+	status atomic.Value // string
+}
+
+// New prepares the daemon; nothing runs until Run.
+func New(o Options) (*Daemon, error) {
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	if o.Interval == 0 {
+		o.Interval = 10 * time.Second
+	}
+	if o.RunDir == "" {
+		o.RunDir = filepath.Dir(o.Config.APISocket)
+	}
+	d := &Daemon{opts: o, log: o.Log, kick: make(chan struct{}, 1)}
+	start := volmgr.ChildStarter(o.EngineBinary, o.RunDir, o.Log, func(u [16]byte, e volmgr.Engine, err error) {
+		d.mgr.Forget(u, e)
+		d.Kick()
+	})
+	mgr, err := volmgr.New(volmgr.Options{Config: o.Config, Drives: drive.System(o.Config.StateDir), Log: o.Log, Start: start, HostDir: o.HostDir})
+	if err != nil {
+		return nil, err
+	}
+	d.mgr = mgr
+	return d, nil
+}
+
+// Kick asks for a reconcile soon.
+func (d *Daemon) Kick() {
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (d *Daemon) reconcile(ctx context.Context) {
+	if err := d.mgr.Reconcile(ctx); err != nil {
+		d.errors.Add(1)
+		d.log.Error("reconcile", "err", err)
+	}
+	counts := map[string]int{}
+	vols := d.mgr.List()
+	for _, v := range vols {
+		counts[v.State]++
+	}
+	var parts []string
+	for _, s := range []string{"optimal", "degraded", "rebuilding", "failed", "stopped"} {
+		if counts[s] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
+		}
+	}
+	st := fmt.Sprintf("%d volume(s)", len(vols))
+	if len(parts) > 0 {
+		st += ": " + strings.Join(parts, ", ")
+	}
+	d.status.Store(st)
+	sddaemon.SdNotify(false, "STATUS="+st)
+}
+
+// Run serves until ctx ends. Engines keep running after Run returns (a
+// restarted daemon adopts them); use "fabraid volume delete" to stop one.
+func (d *Daemon) Run(ctx context.Context) error {
+	c := d.opts.Config
+	if _, err := ublk.OpenControl(); err != nil {
+		d.log.Warn("ublk unavailable; volumes cannot start", "err", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(c.APISocket), 0o700); err != nil {
+		return fmt.Errorf("api socket dir: %w", err)
+	}
+	if err := os.MkdirAll(c.StateDir, 0o700); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	os.Remove(c.APISocket)
+	ln, err := net.Listen("unix", c.APISocket)
+	if err != nil {
+		return fmt.Errorf("api socket: %w", err)
+	}
+	if err := os.Chmod(c.APISocket, 0o600); err != nil {
+		ln.Close()
+		return fmt.Errorf("api socket: %w", err)
+	}
+	defer ln.Close()
+
+	if c.MetricsAddress != "" {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(&collector{d: d})
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mln, err := net.Listen("tcp", c.MetricsAddress)
+		if err != nil {
+			return fmt.Errorf("metrics address %s: %w", c.MetricsAddress, err)
+		}
+		msrv := &http.Server{Handler: mux}
+		go msrv.Serve(mln)
+		defer msrv.Close()
+	}
+	d.log.Info("fabraidd starting", "node", c.NodeName, "socket", c.APISocket, "metrics", c.MetricsAddress, "hostnqn", d.mgr.HostNQN())
+	// The API answers once the first reconcile has adopted or started the
+	// volumes, so the CLI never sees a half-known node.
+	d.reconcile(ctx)
+	apiSrv := &http.Server{Handler: d.Handler()}
+	go apiSrv.Serve(ln)
+	defer apiSrv.Close()
+	sddaemon.SdNotify(false, sddaemon.SdNotifyReady)
+	d.log.Info("fabraidd ready", "status", d.status.Load())
+
+	var wd <-chan time.Time
+	if iv, err := sddaemon.SdWatchdogEnabled(false); err == nil && iv > 0 {
+		t := time.NewTicker(iv / 2)
+		defer t.Stop()
+		wd = t.C
+	}
+	tick := time.NewTicker(d.opts.Interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			sddaemon.SdNotify(false, sddaemon.SdNotifyStopping)
+			d.log.Info("fabraidd stopping; volumes keep running")
+			return nil
+		case <-wd:
+			sddaemon.SdNotify(false, sddaemon.SdNotifyWatchdog)
+		case <-tick.C:
+			d.reconcile(ctx)
+		case <-d.kick:
+			d.reconcile(ctx)
+		}
+	}
+}
+
+// Handler is the API (see package api).
+func (d *Daemon) Handler() http.Handler {
+	mux := http.NewServeMux()
+	reply := func(w http.ResponseWriter, v any, err error) {
+		w.Header().Set("Content-Type", "application/json")
+		if err != nil {
+			code := http.StatusInternalServerError
+			switch {
+			case errors.Is(err, volmgr.ErrNotFound):
+				code = http.StatusNotFound
+			case errors.Is(err, volmgr.ErrInUse), errors.Is(err, volmgr.ErrBusy):
+				code = http.StatusConflict
+			case errors.Is(err, errBadRequest), errors.Is(err, volmgr.ErrInvalid):
+				code = http.StatusBadRequest
+			}
+			w.WriteHeader(code)
+			enc := json.NewEncoder(w)
+			enc.SetEscapeHTML(false)
+			enc.Encode(map[string]string{"error": err.Error()})
+			return
+		}
+		if v == nil {
+			v = map[string]bool{"ok": true}
+		}
+		enc := json.NewEncoder(w)
+		enc.SetEscapeHTML(false)
+		enc.Encode(v)
+	}
+	decode := func(r *http.Request, v any) error {
+		if err := json.NewDecoder(r.Body).Decode(v); err != nil {
+			return fmt.Errorf("%w: %v", errBadRequest, err)
+		}
+		return nil
+	}
+	mux.HandleFunc("GET /v1/node", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, api.Node{Name: d.opts.Config.NodeName, HostNQN: d.mgr.HostNQN(), Version: d.opts.Version, PID: os.Getpid()}, nil)
+	})
+	mux.HandleFunc("GET /v1/volumes", func(w http.ResponseWriter, r *http.Request) {
+		v := d.mgr.List()
+		if v == nil {
+			v = []volmgr.Info{}
+		}
+		reply(w, v, nil)
+	})
+	mux.HandleFunc("POST /v1/volumes", func(w http.ResponseWriter, r *http.Request) {
+		var q api.CreateRequest
+		if err := decode(r, &q); err != nil {
+			reply(w, nil, err)
+			return
+		}
+		in, err := d.mgr.Create(r.Context(), q)
+		if err == nil {
+			d.Kick()
+		}
+		reply(w, in, err)
+	})
+	mux.HandleFunc("GET /v1/volumes/{ref}", func(w http.ResponseWriter, r *http.Request) {
+		in, err := d.mgr.Info(r.PathValue("ref"))
+		reply(w, in, err)
+	})
+	mux.HandleFunc("DELETE /v1/volumes/{ref}", func(w http.ResponseWriter, r *http.Request) {
+		err := d.mgr.Delete(r.Context(), r.PathValue("ref"))
+		d.Kick()
+		reply(w, nil, err)
+	})
+	mux.HandleFunc("POST /v1/volumes/{ref}/{op}", func(w http.ResponseWriter, r *http.Request) {
+		var q api.OpRequest
+		if err := decode(r, &q); err != nil {
+			reply(w, nil, err)
+			return
+		}
+		ref := r.PathValue("ref")
+		var err error
+		switch r.PathValue("op") {
+		case "fail":
+			err = d.mgr.Fail(ref, q.Slot)
+		case "replace":
+			err = d.mgr.Replace(ref, q.Slot, q.Drive, q.Rate)
+		case "rebuild":
+			err = d.mgr.Rebuild(ref, q.Rate)
+		case "scrub":
+			err = d.mgr.Scrub(ref, q.Repair, q.Rate)
+		default:
+			err = fmt.Errorf("%w: unknown operation %q", errBadRequest, r.PathValue("op"))
+		}
+		d.Kick()
+		reply(w, nil, err)
+	})
+	return mux
+}
+
+var errBadRequest = errors.New("bad request")

@@ -1,0 +1,39 @@
+// Package daemon is fabraidd, the node daemon: it loads the configuration,
+// runs the volume manager's reconcile loop, serves the API (package api) on a
+// root-only unix socket, exposes Prometheus metrics and talks to systemd.
+//
+// # Reconcile loop
+//
+// Reconcile runs at start, every Interval (default 10 s), after every API
+// call that changes volumes, and when an engine child exits. It is
+// level-triggered: each run reads the drives' superblocks, the running
+// engines, configfs and sysfs again (see internal/volmgr).
+//
+// # systemd
+//
+// With NOTIFY_SOCKET set (Type=notify), READY=1 is sent after the first
+// reconcile, STATUS= after each one ("3 volumes: 2 optimal, 1 degraded"), and
+// WATCHDOG=1 at half of WatchdogSec when the unit sets it. Without
+// NOTIFY_SOCKET nothing is sent.
+//
+// # Metrics
+//
+// Read at every scrape from the volume manager (no cached counters):
+//
+//	fabraid_volume_info{volume,uuid,device,nqn}          1
+//	fabraid_volume_state{volume,state}                   1 for the current state
+//	fabraid_volume_size_bytes{volume}
+//	fabraid_volume_failed_members{volume}
+//	fabraid_volume_stale_members{volume}
+//	fabraid_volume_task_progress_ratio{volume,kind}      0..1 while a rebuild, resync or scrub runs
+//	fabraid_volume_scrub_mismatches{volume}              of the last scrub
+//	fabraid_reconcile_errors_total
+//
+// # Engines
+//
+// Each volume's engine runs as a child process (fabraidd engine ...),
+// supervised: a crashed engine is restarted and re-attaches to its ublk
+// device with user recovery. Children survive a daemon restart and are
+// adopted. Running engines as systemd units (fabraid-engine@<volume>) over
+// D-Bus is not implemented yet.
+package daemon

@@ -1,0 +1,266 @@
+package volmgr
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fabraid/fabraid/engine"
+)
+
+// Engine child processes
+//
+// With ChildStarter every volume's engine runs in its own process
+// ("fabraidd engine ..."), which serves the ublk device and answers a small
+// JSON protocol on a unix socket <runDir>/engine-<uuid>.sock (mode 0600).
+// The daemon supervises it: when the child exits unexpectedly (crash,
+// SIGKILL) the next reconcile starts a new one, which re-attaches to the
+// same ublk device with user recovery; consumers see a pause. Children
+// outlive a daemon restart and are adopted by the next daemon through their
+// socket.
+
+// EngineSocket is the control socket path of a volume's engine.
+func EngineSocket(runDir string, u [16]byte) string {
+	return filepath.Join(runDir, "engine-"+FormatUUID(u)+".sock")
+}
+
+type engineReq struct {
+	Slot   int    `json:"slot"`
+	Path   string `json:"path,omitempty"`
+	Rate   int64  `json:"rate,omitempty"`
+	Repair bool   `json:"repair,omitempty"`
+}
+
+// ServeEngine assembles the volume from members, serves it as a ublk device
+// and answers the engine protocol on socket until ctx ends or a stop request
+// comes; then it stops the device and closes the volume cleanly.
+func ServeEngine(ctx context.Context, members []string, ublkID int, socket string, log *slog.Logger) error {
+	vol, err := engine.Open(members, engine.Options{Logger: log})
+	if err != nil {
+		return fmt.Errorf("assemble: %w", err)
+	}
+	l, err := StartLocal(vol, ublkID, log)
+	if err != nil {
+		vol.Close()
+		return err
+	}
+	os.Remove(socket)
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		l.Stop()
+		return fmt.Errorf("engine socket: %w", err)
+	}
+	os.Chmod(socket, 0o600)
+	stop := make(chan struct{}, 1)
+	mux := http.NewServeMux()
+	reply := func(w http.ResponseWriter, v any, err error) {
+		w.Header().Set("Content-Type", "application/json")
+		if err != nil {
+			code := http.StatusInternalServerError
+			if errors.Is(err, ErrBusy) {
+				code = http.StatusConflict
+			}
+			w.WriteHeader(code)
+			json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+			return
+		}
+		json.NewEncoder(w).Encode(v)
+	}
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		st, err := l.Status()
+		reply(w, st, err)
+	})
+	post := func(path string, f func(engineReq) error) {
+		mux.HandleFunc("POST "+path, func(w http.ResponseWriter, r *http.Request) {
+			var q engineReq
+			if err := json.NewDecoder(r.Body).Decode(&q); err != nil && err != io.EOF {
+				reply(w, nil, err)
+				return
+			}
+			reply(w, map[string]bool{"ok": true}, f(q))
+		})
+	}
+	post("/fail", func(q engineReq) error { return l.Fail(q.Slot) })
+	post("/replace", func(q engineReq) error { return l.Replace(q.Slot, q.Path, q.Rate) })
+	post("/rebuild", func(q engineReq) error { return l.Rebuild(q.Rate) })
+	post("/scrub", func(q engineReq) error { return l.Scrub(q.Repair, q.Rate) })
+	post("/stop", func(engineReq) error {
+		select {
+		case stop <- struct{}{}:
+		default:
+		}
+		return nil
+	})
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(ln)
+	log.Info("engine serving", "volume", vol.Name(), "ublk", l.Device().BlockPath(), "socket", socket)
+	select {
+	case <-ctx.Done():
+	case <-stop:
+	case <-l.Device().Done():
+		log.Error("ublk device stopped from outside", "volume", vol.Name())
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	srv.Shutdown(sctx)
+	cancel()
+	os.Remove(socket)
+	return l.Stop()
+}
+
+// child is an Engine in another process, reached through its socket.
+type child struct {
+	socket string
+	c      *http.Client
+}
+
+func newChild(socket string) *child {
+	return &child{socket: socket, c: &http.Client{
+		Timeout: 30 * time.Second,
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		}},
+	}}
+}
+
+func (c *child) call(method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, _ := json.Marshal(in)
+		body = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, "http://engine"+path, body)
+	resp, err := c.c.Do(req)
+	if err != nil {
+		return fmt.Errorf("engine %s: %w", c.socket, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var e struct{ Error string }
+		json.NewDecoder(resp.Body).Decode(&e)
+		if resp.StatusCode == http.StatusConflict {
+			return fmt.Errorf("%w: %s", ErrBusy, e.Error)
+		}
+		return errors.New(e.Error)
+	}
+	if out != nil {
+		return json.NewDecoder(resp.Body).Decode(out)
+	}
+	return nil
+}
+
+func (c *child) Status() (EngineStatus, error) {
+	var st EngineStatus
+	err := c.call("GET", "/status", nil, &st)
+	return st, err
+}
+func (c *child) Fail(slot int) error { return c.call("POST", "/fail", engineReq{Slot: slot}, nil) }
+func (c *child) Replace(slot int, path string, rate int64) error {
+	return c.call("POST", "/replace", engineReq{Slot: slot, Path: path, Rate: rate}, nil)
+}
+func (c *child) Rebuild(rate int64) error {
+	return c.call("POST", "/rebuild", engineReq{Rate: rate}, nil)
+}
+func (c *child) Scrub(repair bool, rate int64) error {
+	return c.call("POST", "/scrub", engineReq{Repair: repair, Rate: rate}, nil)
+}
+
+// Stop asks the child to stop cleanly and waits until its process is gone.
+func (c *child) Stop() error {
+	st, serr := c.Status()
+	if err := c.call("POST", "/stop", engineReq{}, nil); err != nil {
+		return err
+	}
+	if serr != nil {
+		return nil
+	}
+	for i := 0; i < 300; i++ {
+		if err := syscall.Kill(st.PID, 0); errors.Is(err, syscall.ESRCH) {
+			return nil
+		}
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", st.PID)); err == nil && strings.Contains(string(b), ") Z ") {
+			return nil // exited, waiting to be reaped by the supervisor
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("engine pid %d did not stop within 30s", st.PID)
+}
+
+// ChildStarter starts engines as child processes of binary ("fabraidd"),
+// run as "binary engine --uuid U --members a,b --ublk-id N --socket S". A
+// child already serving the volume (its socket answers with this UUID) is
+// adopted. onExit is called when a child started here exits.
+func ChildStarter(binary, runDir string, log *slog.Logger, onExit func(u [16]byte, e Engine, err error)) StartFunc {
+	return func(ctx context.Context, s EngineSpec) (Engine, error) {
+		sock := EngineSocket(runDir, s.UUID)
+		c := newChild(sock)
+		if st, err := c.Status(); err == nil && st.Engine.UUID == s.UUID {
+			log.Info("adopted running engine", "volume", s.Name, "pid", st.PID, "ublk", st.UblkPath)
+			return c, nil
+		}
+		if err := os.MkdirAll(runDir, 0o700); err != nil {
+			return nil, err
+		}
+		cmd := exec.Command(binary, "engine", "--uuid", FormatUUID(s.UUID), "--members", strings.Join(s.Members, ","),
+			"--ublk-id", strconv.Itoa(s.UblkID), "--socket", sock)
+		// Logs go to a file, not a pipe: a child writing to a pipe whose
+		// reader (a previous daemon) is gone would die of SIGPIPE.
+		logPath := strings.TrimSuffix(sock, ".sock") + ".log"
+		logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("engine log: %w", err)
+		}
+		defer logf.Close()
+		cmd.Stdout, cmd.Stderr = logf, logf
+		stderr := func() string {
+			b, _ := os.ReadFile(logPath)
+			if len(b) > 2048 {
+				b = b[len(b)-2048:]
+			}
+			return strings.TrimSpace(string(b))
+		}
+		// Its own process group: a terminal's ^C or a signal to the daemon's
+		// group does not stop the volume.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			return nil, fmt.Errorf("start engine for %s: %w", s.Name, err)
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		deadline := time.After(120 * time.Second)
+		for {
+			select {
+			case err := <-exited:
+				return nil, fmt.Errorf("engine for %s exited: %v: %s", s.Name, err, stderr())
+			case <-deadline:
+				cmd.Process.Kill()
+				return nil, fmt.Errorf("engine for %s: no answer on %s within 120s", s.Name, sock)
+			case <-time.After(100 * time.Millisecond):
+			}
+			if st, err := c.Status(); err == nil && st.Engine.UUID == s.UUID {
+				log.Info("engine started", "volume", s.Name, "pid", st.PID, "ublk", st.UblkPath)
+				go func() {
+					err := <-exited
+					log.Warn("engine exited", "volume", s.Name, "pid", st.PID, "err", err)
+					if onExit != nil {
+						onExit(s.UUID, c, err)
+					}
+				}()
+				return c, nil
+			}
+		}
+	}
+}
