@@ -37,6 +37,22 @@ func DefaultOwnership() Ownership {
 	}
 }
 
+// VolumeOwnership and DriveOwnership split the fabraid namespace between
+// two reconcilers that Apply separately (the volume manager and the drive
+// exporter): each owns its NQN kind and its port range, and leaves the
+// other's objects alone. Hosts allowed by both kinds are kept by either
+// while the other still allows them. With a single reconciler for the whole
+// Spec use DefaultOwnership; never mix DefaultOwnership with these on one
+// node: its Apply would remove the other reconciler's objects.
+func VolumeOwnership() Ownership {
+	return Ownership{SubsystemPrefix: "nqn.2026-11.io.fabraid:vol:", MinPort: 18000, MaxPort: 18099}
+}
+
+// DriveOwnership: see VolumeOwnership.
+func DriveOwnership() Ownership {
+	return Ownership{SubsystemPrefix: "nqn.2026-11.io.fabraid:drive:", MinPort: 18100, MaxPort: 18199}
+}
+
 func (o Ownership) ownsSubsystem(nqn string) bool {
 	return o.SubsystemPrefix != "" && strings.HasPrefix(nqn, o.SubsystemPrefix)
 }

@@ -2,6 +2,7 @@ package nvmet
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -355,5 +356,48 @@ func TestErrorIs(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), `write ports/1/addr_traddr = "10.0.0.1"`) {
 		t.Fatalf("message %q does not name the path and value", err)
+	}
+}
+
+// Two reconcilers with split ownership do not undo each other.
+func TestSplitOwnership(t *testing.T) {
+	drive := "nqn.2026-11.io.fabraid:drive:S123"
+	drives := Spec{
+		Hosts:      []Host{{NQN: hostX}},
+		Subsystems: []Subsystem{{NQN: drive, AllowedHosts: []string{hostX}, Namespaces: []Namespace{{NSID: 1, DevicePath: "/dev/nvme0n1"}}}},
+		Ports:      []Port{{ID: 18100, Transport: TCP, Address: "10.0.0.1", ServiceID: "4420", Subsystems: []string{drive}}},
+	}
+	vols := base()
+	vols.Ports[0].ID = 18000
+	vols.Ports[0].ServiceID = "4421"
+	// The node runs both; each reconciler sees everything.
+	both := converged(Spec{
+		Hosts:      drives.Hosts,
+		Subsystems: append(slices.Clone(drives.Subsystems), vols.Subsystems...),
+		Ports:      append(slices.Clone(drives.Ports), vols.Ports...),
+	})
+	for _, tc := range []struct {
+		name string
+		own  Ownership
+		spec Spec
+	}{{"volumes", VolumeOwnership(), vols}, {"drives", DriveOwnership(), drives}} {
+		p, err := Diff(tc.spec, both, tc.own)
+		if err != nil || len(p) != 0 {
+			t.Errorf("%s: converged node gives plan (%v):\n%s", tc.name, err, p)
+		}
+	}
+	// The volume manager removes all its volumes: the drive export and the
+	// shared host stay.
+	p, err := Diff(Spec{}, both, VolumeOwnership())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range p {
+		if strings.Contains(o.Path, "drive:") || strings.Contains(o.Path, "18100") || o.Path == "hosts/"+hostX {
+			t.Errorf("volume teardown touches a drive object or the shared host: %s", o)
+		}
+	}
+	if _, err := Diff(drives, both, VolumeOwnership()); err == nil {
+		t.Error("a volume reconciler accepted a drive spec")
 	}
 }
