@@ -51,7 +51,7 @@ lint:
 
 # The main job: boots a guest on Debian's 6.12 kernel and shows fabraid in it.
 demo: setup build
-	$(GOFLAGS_STATIC) $(GO) run ./internal/demo -fabraid $(BIN)/fabraid
+	$(GOFLAGS_STATIC) $(GO) run ./internal/demo -fabraid $(BIN)/fabraid -fabraidd $(BIN)/fabraidd
 
 clean:
 	rm -rf $(BIN)

@@ -240,8 +240,9 @@ func newVolumeFailCmd() *cobra.Command {
 
 func newVolumeReplaceCmd() *cobra.Command {
 	var rate string
+	var wait bool
 	cmd := &cobra.Command{
-		Use:   "replace VOLUME SLOT DRIVE [--rate 200M]",
+		Use:   "replace VOLUME SLOT DRIVE [--rate 200M] [--wait]",
 		Short: "Put a claimed, unused drive into a failed slot and start the rebuild",
 		Long: `Replace failed member SLOT of VOLUME with DRIVE (claimed and in no volume)
 and start rebuilding it in the background; follow it with "fabraid volume show".` + volumeExitCodes,
@@ -260,10 +261,17 @@ and start rebuilding it in the background; follow it with "fabraid volume show".
 			if err != nil {
 				return err
 			}
-			return apiError(c.Op(args[0], "replace", api.OpRequest{Slot: slot, Drive: args[2], Rate: r}))
+			if err := c.Op(args[0], "replace", api.OpRequest{Slot: slot, Drive: args[2], Rate: r}); err != nil {
+				return apiError(err)
+			}
+			if wait {
+				return waitTask(cmd, c, args[0], "rebuild")
+			}
+			return nil
 		},
 	}
 	cmd.Flags().StringVar(&rate, "rate", "", "rebuild rate limit in bytes per second (e.g. 200M; default unlimited)")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the rebuild has finished")
 	return cmd
 }
 
