@@ -17,8 +17,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/fabraid/fabraid/engine"
 )
 
 // Engine child processes
@@ -48,7 +46,7 @@ type engineReq struct {
 // and answers the engine protocol on socket until ctx ends or a stop request
 // comes; then it stops the device and closes the volume cleanly.
 func ServeEngine(ctx context.Context, members []string, ublkID int, socket string, log *slog.Logger) error {
-	vol, err := engine.Open(members, engine.Options{Logger: log})
+	vol, err := assemble(members, log)
 	if err != nil {
 		return fmt.Errorf("assemble: %w", err)
 	}

@@ -49,7 +49,7 @@ type Options struct {
 // process (Local).
 func StartInProcess(log *slog.Logger) StartFunc {
 	return func(_ context.Context, s EngineSpec) (Engine, error) {
-		vol, err := engine.Open(s.Members, engine.Options{Logger: log})
+		vol, err := assemble(s.Members, log)
 		if err != nil {
 			return nil, fmt.Errorf("assemble volume %s: %w", s.Name, err)
 		}
@@ -385,7 +385,7 @@ func (m *Manager) Create(ctx context.Context, r CreateRequest) (Info, error) {
 	}()
 	domains := make([]string, len(paths))
 	for i, p := range paths {
-		fm, err := engine.OpenFileMember(p)
+		fm, err := openMember(p)
 		if err != nil {
 			return Info{}, fmt.Errorf("volume %s: %w", r.Name, err)
 		}

@@ -144,7 +144,7 @@ func (l *Local) Replace(slot int, path string, rate int64) error {
 	if busy {
 		return fmt.Errorf("volume %s: replace: %w", l.vol.Name(), ErrBusy)
 	}
-	m, err := engine.OpenFileMember(path)
+	m, err := openMember(path)
 	if err != nil {
 		return fmt.Errorf("volume %s: replace slot %d: %w", l.vol.Name(), slot, err)
 	}
