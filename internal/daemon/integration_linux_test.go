@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -251,6 +252,14 @@ func daemonGuest(t *testing.T, g *vmtest.Env) {
 		t.Fatalf("volume list without a daemon: %v, want exit 4", err)
 	}
 	mustRun(t, append([]string{"drive", "claim"}, g.Disks...)...)
+	// The engines' own logs (timestamps of assembly, resync, recovery).
+	t.Cleanup(func() {
+		logs, _ := filepath.Glob("/run/fabraid/engine-*.log")
+		for _, l := range logs {
+			b, _ := os.ReadFile(l)
+			t.Logf("%s:\n%s", l, b)
+		}
+	})
 	d := startDaemon(t)
 	if st, err := os.Stat("/run/fabraid/api.sock"); err != nil || st.Mode().Perm() != 0o600 {
 		t.Errorf("api socket: %v %v, want mode 0600", st.Mode(), err)
