@@ -125,9 +125,12 @@ Exit codes: 0 all claimed, 1 a drive was refused or an error occurred.`,
 }
 
 func newDriveReleaseCmd() *cobra.Command {
+	var force bool
 	cmd := &cobra.Command{
-		Use:     "release ID",
-		Short:   "Forget a claim (the drive's data is left alone)",
+		Use:   "release ID [--force]",
+		Short: "Forget a claim (the drive's data is left alone)",
+		Long: `Forget the claim of drive ID. A drive that is a volume member (it carries a
+fabraid superblock or a running engine holds it) is refused unless --force.`,
 		Example: `  fabraid drive release S4EWNX0R123456`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -135,8 +138,9 @@ func newDriveReleaseCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return drive.System(c.StateDir).Release(args[0])
+			return drive.System(c.StateDir).Release(args[0], force)
 		},
 	}
+	cmd.Flags().BoolVar(&force, "force", false, "release even a volume member")
 	return cmd
 }

@@ -369,6 +369,10 @@ func daemonGuest(t *testing.T, g *vmtest.Env) {
 	}
 	mustRun(t, "volume", "show", "vol0")
 
+	// A member of a running volume is not released.
+	if _, err := run(t, "drive", "release", "a-disk0"); err == nil {
+		t.Error("drive release of a running volume's member succeeded")
+	}
 	// Delete asks, refuses while open, then removes everything.
 	cmd := exec.Command("/usr/bin/fabraid", "volume", "delete", "vol0")
 	cmd.Stdin = strings.NewReader("no\n")
@@ -386,6 +390,7 @@ func daemonGuest(t *testing.T, g *vmtest.Env) {
 	if ids, err := ublk.List(); err != nil || len(ids) != 0 {
 		t.Errorf("ublk devices after delete: %v %v", ids, err)
 	}
+	mustRun(t, "drive", "release", "a-disk0") // metadata wiped: no longer a member
 	time.Sleep(time.Second) // a reconcile after the delete must find nothing to start
 	if out, _ := run(t, "volume", "list", "--json"); strings.TrimSpace(out) != "[]" {
 		t.Errorf("volumes after delete: %s", out)

@@ -365,7 +365,22 @@ func (h Host) Claims() (map[string]*Claim, error) {
 }
 
 // Release removes the claim of drive id (the drive's data is left alone).
-func (h Host) Release(id string) error {
+// A drive that carries a fabraid member superblock, or that is held open
+// exclusively (a running engine holds its members so), is a volume member:
+// it is refused unless force.
+func (h Host) Release(id string, force bool) error {
+	if !force {
+		if ds, err := h.Inventory(); err == nil {
+			for _, d := range ds {
+				if d.ID != id {
+					continue
+				}
+				if why := h.memberReason(d); why != "" {
+					return fmt.Errorf("%w: drive %s (%s) %s; delete its volume first (--force releases it anyway)", ErrRefused, id, d.Path, why)
+				}
+			}
+		}
+	}
 	err := os.Remove(filepath.Join(h.StateDir, "drives", id+".json"))
 	if errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("drive %s is not claimed", id)
@@ -387,4 +402,26 @@ func (h Host) ClaimedDrives() ([]Drive, error) {
 	}
 	slices.SortFunc(out, func(a, b Drive) int { return strings.Compare(a.Path, b.Path) })
 	return out, nil
+}
+
+// memberReason says why d looks like a volume member, or "".
+func (h Host) memberReason(d Drive) string {
+	f, err := os.OpenFile(d.Path, os.O_RDONLY|os.O_EXCL, 0)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "is held open exclusively (a running volume's member?)"
+	}
+	if err == nil {
+		f.Close()
+	}
+	f, err = os.Open(d.Path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	for _, s := range Detect(f, d.Size) {
+		if s.Type == "fabraid" {
+			return "carries a fabraid member superblock"
+		}
+	}
+	return ""
 }

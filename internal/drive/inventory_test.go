@@ -87,10 +87,17 @@ func TestInventoryAndClaim(t *testing.T) {
 	if _, err := h.Claim("SER-vda", false); err != nil {
 		t.Fatalf("claim again by id: %v", err)
 	}
-	if err := h.Release("SER-vda"); err != nil {
+	// A volume member (fabraid superblock) is not released without force.
+	f, _ = os.OpenFile(filepath.Join(h.Dev, "vda"), os.O_WRONLY, 0)
+	f.WriteAt([]byte("FABRAIDv"), 4096)
+	f.Close()
+	if err := h.Release("SER-vda", false); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "superblock") {
+		t.Fatalf("release of a member: %v", err)
+	}
+	if err := h.Release("SER-vda", true); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.Release("SER-vda"); err == nil {
+	if err := h.Release("SER-vda", true); err == nil {
 		t.Fatal("release twice succeeded")
 	}
 	if _, err := h.Find("nope"); err == nil {
