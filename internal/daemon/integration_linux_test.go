@@ -391,7 +391,7 @@ func daemonGuest(t *testing.T, g *vmtest.Env) {
 		t.Errorf("ublk devices after delete: %v %v", ids, err)
 	}
 	mustRun(t, "drive", "release", "a-disk0") // metadata wiped: no longer a member
-	time.Sleep(time.Second) // a reconcile after the delete must find nothing to start
+	time.Sleep(time.Second)                   // a reconcile after the delete must find nothing to start
 	if out, _ := run(t, "volume", "list", "--json"); strings.TrimSpace(out) != "[]" {
 		t.Errorf("volumes after delete: %s", out)
 	}
