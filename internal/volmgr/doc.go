@@ -24,6 +24,8 @@
 // allowed; allow_any_host is never set. The node connects on the configured
 // export address (default 127.0.0.1:4420, port id 18000) with the volume-path
 // timeout profile: I/O is queued, not failed, while the path reconnects.
+// nvmet objects are reconciled with nvmet.VolumeOwnership: vol: subsystems
+// and ports 18000-18099 only; anything else in configfs is left alone.
 //
 // # Engines
 //

@@ -28,7 +28,7 @@ func TestExportSpec(t *testing.T) {
 		t.Fatalf("port %+v", p)
 	}
 	// The spec is valid for the kernel package's own planner.
-	if _, err := nvmet.Diff(spec, nvmet.State{}, nvmet.DefaultOwnership()); err != nil {
+	if _, err := nvmet.Diff(spec, nvmet.State{}, nvmet.VolumeOwnership()); err != nil {
 		t.Fatalf("Diff: %v", err)
 	}
 	if got := ExportSpec(nil, "nqn.2014-08.org.nvmexpress:uuid:0f7f9c2c-6c0e-4d55-9a2a-9b2d0d0e0f01", "127.0.0.1", 4420); len(got.Subsystems)+len(got.Ports)+len(got.Hosts) != 0 {

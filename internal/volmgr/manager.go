@@ -100,9 +100,14 @@ func New(o Options) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("host identity: %w", err)
 	}
+	// The volume manager owns only vol: subsystems and ports 18000-18099, so
+	// a drive exporter reconciling drive: subsystems on the same node (the
+	// cluster layer) and this one never undo each other.
+	target := nvmet.New(o.NvmetRoot)
+	target.Own = nvmet.VolumeOwnership()
 	return &Manager{
 		opts: o, log: o.Log,
-		x: &exporter{target: nvmet.New(o.NvmetRoot), host: nvmf.NewHost(), sysfs: nvmf.Sysfs{Root: o.Sysfs}, id: id,
+		x: &exporter{target: target, host: nvmf.NewHost(), sysfs: nvmf.Sysfs{Root: o.Sysfs}, id: id,
 			addr: o.Config.ExportAddress, port: o.Config.ExportPort},
 		engines: map[[16]byte]Engine{}, names: map[[16]byte]string{}, errs: map[[16]byte]error{}, heads: map[[16]byte]string{},
 	}, nil
