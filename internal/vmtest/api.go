@@ -45,4 +45,5 @@ type Env struct {
 	Shared string            // the host-shared directory (/mnt/host)
 	addrs  map[string]string // guest name -> IPv4 address
 	guests []string
+	reqSeq int // last host request number (RemoveDisk)
 }

@@ -151,6 +151,8 @@ func Boot(ctx context.Context, cfg BootConfig) ([]GuestOutcome, error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, cfg.Timeout,
 		fmt.Errorf("timed out after %v", cfg.Timeout))
 	defer cancel()
+	stopHost := serveHostRequests(ctx, shared, guests, cfg.Log)
+	defer stopHost()
 	results := make([]*guestResult, len(guests))
 	var wg sync.WaitGroup
 	for i, g := range guests {
@@ -200,6 +202,7 @@ func prepareGuests(cfg BootConfig, work, shared string) ([]*qemuGuest, error) {
 		}
 		g := &qemuGuest{
 			name: gc.Name, kernel: k, shared: shared, memoryMB: gc.MemoryMB, cpus: gc.CPUs,
+			qmp:   filepath.Join(work, gc.Name+".qmp"),
 			nonce: hex.EncodeToString(nonce), mac: fmt.Sprintf("52:54:00:fa:00:%02x", i+1),
 		}
 		if cfg.Log != nil {

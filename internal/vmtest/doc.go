@@ -56,7 +56,8 @@
 // dependencies (configfs mounted at /sys/kernel/config when loaded), and,
 // when there are two or more guests, one virtio NIC (eth0) on a private
 // network that the host process relays over loopback UDP; addresses are
-// static link-local (Env.Addr). Guests have busybox at /bin.
+// static link-local (Env.Addr). Guests have busybox at /bin. Env.RemoveDisk
+// hot-unplugs a disk from the running guest through qemu's QMP socket.
 //
 // Guests run under qemu TCG (KVM only where it really works); the serial
 // console streams into the test log prefixed with the guest name. A guest

@@ -52,3 +52,42 @@ func busybox(args ...string) (string, error) {
 	out, err := exec.Command("/bin/busybox", args...).CombinedOutput()
 	return string(out), err
 }
+
+// TestIntegrationRemoveDisk pulls a disk out of a running guest (qemu
+// device_del, as a failed drive or a pulled cable would look): the guest's
+// kernel drops it and I/O to it fails, while the other disk keeps working.
+func TestIntegrationRemoveDisk(t *testing.T) {
+	Run(t, Options{Guests: []GuestConfig{{
+		Name: "a", Disks: []Disk{{Size: 8 << 20}, {Size: 8 << 20}},
+	}}}, func(t *testing.T, g *Env) {
+		f, err := os.OpenFile(g.Disks[1], os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteAt(make([]byte, 4096), 0); err != nil {
+			t.Fatalf("write before removal: %v", err)
+		}
+		g.RemoveDisk(t, 1)
+		buf := make([]byte, 4096)
+		if _, err := f.WriteAt(buf, 8192); err == nil {
+			if err = f.Sync(); err == nil {
+				t.Errorf("write+fsync to the removed %s succeeded", g.Disks[1])
+			}
+		}
+		if _, err := os.Stat(g.Disks[1]); err == nil {
+			t.Errorf("%s still exists after removal", g.Disks[1])
+		}
+		other, err := os.OpenFile(g.Disks[0], os.O_RDWR, 0)
+		if err != nil {
+			t.Fatalf("the other disk: %v", err)
+		}
+		defer other.Close()
+		if _, err := other.WriteAt(buf, 0); err != nil {
+			t.Errorf("the other disk failed: %v", err)
+		}
+		if err := other.Sync(); err != nil {
+			t.Errorf("fsync the other disk: %v", err)
+		}
+	})
+}

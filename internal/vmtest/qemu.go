@@ -66,6 +66,7 @@ type qemuGuest struct {
 	mac       string
 	nonce     string
 	log       func(string)
+	qmp       string // path of the QMP control socket
 }
 
 // args builds the qemu command line.
@@ -79,11 +80,12 @@ func (g *qemuGuest) args() []string {
 		"-kernel", g.kernel.Vmlinuz, "-initrd", g.initrd,
 		"-append", fmt.Sprintf("console=ttyS0 quiet loglevel=4 panic=-1 oops=panic mitigations=off fabraid.guest=%s", g.name),
 		"-virtfs", fmt.Sprintf("local,path=%s,mount_tag=host0,security_model=none", g.shared),
+		"-qmp", fmt.Sprintf("unix:%s,server=on,wait=off", g.qmp),
 	)
 	for i, d := range g.disks {
 		a = append(a,
 			"-drive", fmt.Sprintf("file=%s,if=none,id=d%d,format=raw,cache=unsafe,aio=threads", d, i),
-			"-device", fmt.Sprintf("virtio-blk-pci,drive=d%d,serial=%s", i, g.serials[i]))
+			"-device", fmt.Sprintf("virtio-blk-pci,drive=d%d,id=disk%d,serial=%s", i, i, g.serials[i]))
 	}
 	if g.netLocal != 0 {
 		a = append(a,
