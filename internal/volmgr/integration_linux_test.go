@@ -32,7 +32,8 @@ var productModules = []string{"ublk_drv", "nvmet_tcp", "nvme_tcp"}
 // TestIntegrationVolumePath is the one-node product path on 6.12: claimed
 // virtio disks -> 4+2 engine volume -> ublk -> nvmet export -> nvme-tcp
 // connection to 127.0.0.1 -> the multipath head, with a verifier writing
-// and reading through the head while two members fail, are replaced and
+// and reading through the head while two members fail (one by `volume
+// fail`, one by pulling its disk out of the guest), are replaced and
 // rebuilt, and a scrub checks parity.
 func TestIntegrationVolumePath(t *testing.T) {
 	disks := make([]vmtest.Disk, 8)
@@ -215,17 +216,25 @@ func volumePathGuest(t *testing.T, g *vmtest.Env) {
 
 	stop, done := make(chan struct{}), make(chan struct{})
 	go v.run(t, stop, done)
-	// Two members fail under load.
-	for _, slot := range []int{0, 3} {
-		time.Sleep(300 * time.Millisecond)
-		if err := m.Fail("vol0", slot); err != nil {
-			t.Fatal(err)
-		}
+	// Two members fail under load: slot 0 by the admin (volume fail),
+	// slot 3 for real — its disk is pulled out of the guest (qemu
+	// device_del) and the engine must notice from the I/O errors alone.
+	time.Sleep(300 * time.Millisecond)
+	if err := m.Fail("vol0", 0); err != nil {
+		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond)
-	in, _ = m.Info("vol0")
+	time.Sleep(300 * time.Millisecond)
+	g.RemoveDisk(t, 3)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		in, _ = m.Info("vol0")
+		if in.Failed == 2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	if in.State != "degraded" || in.Failed != 2 {
-		t.Errorf("after two failures: state %s, failed %d", in.State, in.Failed)
+		t.Fatalf("after a failed and a pulled member: state %s, failed %d", in.State, in.Failed)
 	}
 	// Replace both; each rebuild runs under the verifier.
 	for i, slot := range []int{0, 3} {
