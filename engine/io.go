@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/fabraid/fabraid/engine/layout"
 )
@@ -86,6 +87,13 @@ func (op *stripeOp) split(off int64, n int) []layout.StripeReq {
 // A stripe with more than m unavailable chunks fails the read with
 // ErrTooManyFailures; wrong data is never returned.
 func (v *Volume) ReadAt(p []byte, off int64) (int, error) {
+	t0 := time.Now()
+	n, err := v.readAt(p, off)
+	v.stats.read.done(t0, int64(n), err)
+	return n, err
+}
+
+func (v *Volume) readAt(p []byte, off int64) (int, error) {
 	if err := v.check(); err != nil {
 		return 0, err
 	}
@@ -217,6 +225,13 @@ func (v *Volume) execRead(op *stripeOp, p []byte, r layout.StripeReq, plan layou
 // returns; it is durable after the next Flush. A write that loses more
 // than m chunks of a stripe fails with ErrTooManyFailures.
 func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
+	t0 := time.Now()
+	n, err := v.writeAt(p, off)
+	v.stats.write.done(t0, int64(n), err)
+	return n, err
+}
+
+func (v *Volume) writeAt(p []byte, off int64) (int, error) {
 	if err := v.check(); err != nil {
 		return 0, err
 	}
@@ -240,18 +255,27 @@ func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
 // WriteAtFUA writes p at off and makes it durable before returning (a
 // Force Unit Access write).
 func (v *Volume) WriteAtFUA(p []byte, off int64) (int, error) {
-	n, err := v.WriteAt(p, off)
-	if err != nil {
-		return n, err
+	t0 := time.Now()
+	n, err := v.writeAt(p, off)
+	if err == nil {
+		if err = v.flushMembers(); err != nil {
+			n = 0
+		}
 	}
-	if err := v.flushMembers(); err != nil {
-		return 0, err
-	}
-	return n, nil
+	v.stats.write.done(t0, int64(n), err)
+	return n, err
 }
 
-// WriteZeroes writes n zero bytes at off.
+// WriteZeroes writes n zero bytes at off. It counts as one write of n
+// bytes in IOStats.
 func (v *Volume) WriteZeroes(off int64, n int64) error {
+	t0 := time.Now()
+	err := v.writeZeroes(off, n)
+	v.stats.write.done(t0, n, err)
+	return err
+}
+
+func (v *Volume) writeZeroes(off int64, n int64) error {
 	if err := v.geo.CheckRange(off, 0); err != nil || n < 0 || n%layout.BlockSize != 0 {
 		return fmt.Errorf("write zeroes [%d, +%d): unaligned or out of range", off, n)
 	}
@@ -260,7 +284,7 @@ func (v *Volume) WriteZeroes(off int64, n int64) error {
 	zero := v.zeroes()
 	for n > 0 {
 		c := min(n, int64(len(zero)))
-		if _, err := v.WriteAt(zero[:c], off); err != nil {
+		if _, err := v.writeAt(zero[:c], off); err != nil {
 			return err
 		}
 		off += c

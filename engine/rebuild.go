@@ -312,6 +312,7 @@ func (v *Volume) persistCheckpointsLocked(slots []int, current func(int) bool, d
 		if done {
 			// Flush the rebuilt data before the member claims to be in sync.
 			if err := v.dev(slot).Flush(); err != nil {
+				v.stats.memberErrors.Add(1)
 				v.markFailedLocked(slot, fmt.Errorf("rebuild flush: %w", err))
 				changed = true
 				continue

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/klauspost/reedsolomon"
 
@@ -119,6 +120,8 @@ type Volume struct {
 	rebuildMu sync.Mutex    // one rebuild/scrub at a time
 	done      chan struct{} // closed by Close: background work stops
 	progress  atomic.Pointer[Progress]
+
+	stats ioCounters
 }
 
 type slotState struct {
@@ -466,6 +469,7 @@ func (v *Volume) writeMetaLocked() error {
 		if failedSlot < 0 {
 			return nil
 		}
+		v.stats.memberErrors.Add(1)
 		v.markFailedLocked(failedSlot, fmt.Errorf("superblock write: %w", failErr))
 	}
 	return fmt.Errorf("superblock write: %w", ErrVolumeFailed)
@@ -536,6 +540,9 @@ func (v *Volume) failMember(slot int, cause error) { v.failMemberDev(slot, nil, 
 func (v *Volume) failMemberDev(slot int, dev Member, cause error) {
 	v.metaMu.Lock()
 	defer v.metaMu.Unlock()
+	if dev != nil {
+		v.stats.memberErrors.Add(1)
+	}
 	if v.slotRole(slot) == superblock.RoleFailed || (dev != nil && v.dev(slot) != dev) {
 		return
 	}
@@ -590,6 +597,13 @@ func (v *Volume) allInSync() bool {
 // lazily cleans write-intent regions that stayed idle for a whole flush
 // interval.
 func (v *Volume) Flush() error {
+	t0 := time.Now()
+	err := v.flush()
+	v.stats.flush.done(t0, 0, err)
+	return err
+}
+
+func (v *Volume) flush() error {
 	if err := v.check(); err != nil {
 		return err
 	}
