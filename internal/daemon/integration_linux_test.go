@@ -137,6 +137,8 @@ type verifier struct {
 	done chan struct{}
 	// slowest op, to report the pause seen by the consumer
 	maxLat time.Duration
+	// bytes moved, for the engine's I/O counters
+	readBytes, writeBytes int64
 }
 
 const vblock, vsize = 128 << 10, 8 << 20
@@ -161,6 +163,7 @@ func (v *verifier) op(blk int64, seed uint64, write bool) error {
 		}
 		v.mu.Lock()
 		v.want[blk] = seed
+		v.writeBytes += vblock
 	} else {
 		v.mu.Lock()
 		s, ok := v.want[blk]
@@ -177,6 +180,7 @@ func (v *verifier) op(blk int64, seed uint64, write bool) error {
 			return fmt.Errorf("block %d differs from what was written", blk)
 		}
 		v.mu.Lock()
+		v.readBytes += vblock
 	}
 	v.ops++
 	v.maxLat = max(v.maxLat, time.Since(t0))
@@ -307,6 +311,11 @@ func daemonGuest(t *testing.T, g *vmtest.Env) {
 	}
 	time.Sleep(time.Second)
 	v.check(t)
+	// The new engine's I/O counters start now: everything the verifier
+	// moves from here on goes through it.
+	v.mu.Lock()
+	read0, written0 := v.readBytes, v.writeBytes
+	v.mu.Unlock()
 
 	// Daemon restart: the engine is adopted, identity unchanged.
 	d.stop(t)
@@ -358,6 +367,26 @@ func daemonGuest(t *testing.T, g *vmtest.Env) {
 	}
 	v.halt(t)
 	t.Logf("verifier: %d ops, slowest %v", v.ops, v.maxLat)
+	// The engine's I/O counters cover at least what the verifier moved
+	// since the engine restart (the daemon restart adopted it).
+	for _, c := range []struct {
+		name string
+		min  int64
+	}{
+		{`fabraid_volume_read_bytes_total{volume="vol0"}`, v.readBytes - read0},
+		{`fabraid_volume_write_bytes_total{volume="vol0"}`, v.writeBytes - written0},
+	} {
+		line, _ := metric(t, c.name)
+		n, err := strconv.ParseFloat(strings.TrimPrefix(line, c.name+" "), 64)
+		if err != nil || c.min <= 0 || n < float64(c.min) {
+			t.Errorf("metrics: %q, want at least %d", line, c.min)
+		}
+	}
+	line, _ := metric(t, `fabraid_volume_request_duration_seconds_count{op="write",volume="vol0"}`)
+	if n, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); err != nil || n < float64((v.writeBytes-written0)/vblock) {
+		t.Errorf("metrics write latency count: %q", line)
+	}
+	t.Logf("metrics: %s", line)
 	out := mustRun(t, "volume", "scrub", "vol0", "--wait")
 	if !strings.Contains(out, " 0 mismatches") {
 		t.Errorf("scrub: %s", out)

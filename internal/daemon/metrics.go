@@ -2,6 +2,9 @@ package daemon
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fabraid/fabraid/engine"
+	"github.com/fabraid/fabraid/internal/volmgr"
 )
 
 var (
@@ -13,22 +16,40 @@ var (
 	descProgress = prometheus.NewDesc("fabraid_volume_task_progress_ratio", "Progress of the running rebuild, resync or scrub (0..1).", []string{"volume", "kind"}, nil)
 	descScrub    = prometheus.NewDesc("fabraid_volume_scrub_mismatches", "Parity mismatches found by the last scrub.", []string{"volume"}, nil)
 	descErrors   = prometheus.NewDesc("fabraid_reconcile_errors_total", "Reconcile runs that ended with an error.", nil, nil)
+
+	// I/O counters of the volume's engine, reset when its process restarts.
+	descRequests     = prometheus.NewDesc("fabraid_volume_requests_total", "Requests completed by the engine (op: read, write, flush), successfully or not.", []string{"volume", "op"}, nil)
+	descReadBytes    = prometheus.NewDesc("fabraid_volume_read_bytes_total", "Bytes read by successful requests.", []string{"volume"}, nil)
+	descWriteBytes   = prometheus.NewDesc("fabraid_volume_write_bytes_total", "Bytes written by successful requests (write zeroes included).", []string{"volume"}, nil)
+	descIOErrors     = prometheus.NewDesc("fabraid_volume_io_errors_total", "Requests that returned an error to the consumer.", []string{"volume", "op"}, nil)
+	descMemberErrors = prometheus.NewDesc("fabraid_volume_member_io_errors_total", "Member I/O errors (each fails its member; the request may still succeed).", []string{"volume"}, nil)
+	descDuration     = prometheus.NewDesc("fabraid_volume_request_duration_seconds", "Request latency in the engine.", []string{"volume", "op"}, nil)
 )
 
 var volumeStates = []string{"optimal", "degraded", "rebuilding", "failed", "stopped"}
 
 // collector reads the volume manager at every scrape.
-type collector struct{ d *Daemon }
+type collector struct {
+	d *Daemon
+	// list returns the volumes; nil means d's volume manager (tests
+	// set it).
+	list func() []volmgr.Info
+}
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInfo, descState, descSize, descFailed, descStale, descProgress, descScrub, descErrors} {
+	for _, d := range []*prometheus.Desc{descInfo, descState, descSize, descFailed, descStale, descProgress, descScrub, descErrors,
+		descRequests, descReadBytes, descWriteBytes, descIOErrors, descMemberErrors, descDuration} {
 		ch <- d
 	}
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descErrors, prometheus.CounterValue, float64(c.d.errors.Load()))
-	for _, v := range c.d.mgr.List() {
+	list := c.list
+	if list == nil {
+		list = c.d.mgr.List
+	}
+	for _, v := range list() {
 		ch <- prometheus.MustNewConstMetric(descInfo, prometheus.GaugeValue, 1, v.Name, v.UUID, v.Device, v.NQN)
 		for _, s := range volumeStates {
 			val := 0.0
@@ -46,5 +67,26 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		if t := v.LastTask; t != nil && t.Scrub != nil {
 			ch <- prometheus.MustNewConstMetric(descScrub, prometheus.GaugeValue, float64(t.Scrub.Mismatches), v.Name)
 		}
+		if v.IO != nil {
+			collectIO(ch, v.Name, v.IO)
+		}
+	}
+}
+
+func collectIO(ch chan<- prometheus.Metric, name string, io *engine.IOStats) {
+	ch <- prometheus.MustNewConstMetric(descReadBytes, prometheus.CounterValue, float64(io.Read.Bytes), name)
+	ch <- prometheus.MustNewConstMetric(descWriteBytes, prometheus.CounterValue, float64(io.Write.Bytes), name)
+	ch <- prometheus.MustNewConstMetric(descMemberErrors, prometheus.CounterValue, float64(io.MemberErrors), name)
+	for _, o := range []struct {
+		op string
+		s  *engine.OpStats
+	}{{"read", &io.Read}, {"write", &io.Write}, {"flush", &io.Flush}} {
+		ch <- prometheus.MustNewConstMetric(descRequests, prometheus.CounterValue, float64(o.s.Requests), name, o.op)
+		ch <- prometheus.MustNewConstMetric(descIOErrors, prometheus.CounterValue, float64(o.s.Errors), name, o.op)
+		buckets := make(map[float64]uint64, len(engine.LatencyBuckets))
+		for i, b := range engine.LatencyBuckets {
+			buckets[b] = o.s.Buckets[i]
+		}
+		ch <- prometheus.MustNewConstHistogram(descDuration, o.s.Requests, o.s.Seconds, buckets, name, o.op)
 	}
 }

@@ -29,6 +29,9 @@ type Info struct {
 	Task      string       `json:"task,omitempty"`
 	LastTask  *TaskResult  `json:"last_task,omitempty"`
 	Error     string       `json:"error,omitempty"`
+	// IO are the engine's request counters since it started (reset when
+	// the engine process restarts).
+	IO *engine.IOStats `json:"io,omitempty"`
 }
 
 // MemberInfo is one member slot.
@@ -83,7 +86,7 @@ func (m *Manager) Info(ref string) (Info, error) {
 	s := st.Engine
 	in := Info{Name: s.Name, UUID: FormatUUID(u), State: State(s), Size: s.Size, K: s.Geometry.K, M: s.Geometry.M,
 		Groups: s.Geometry.Groups, ChunkSize: s.Geometry.ChunkSize, Device: head, NQN: NQN(u), Ublk: st.UblkPath,
-		EnginePID: st.PID, Task: st.Task, LastTask: st.LastTask}
+		EnginePID: st.PID, Task: st.Task, LastTask: st.LastTask, IO: &st.IO}
 	for _, ms := range s.Members {
 		role := strings.ToLower(ms.Role.String())
 		in.Members = append(in.Members, MemberInfo{Slot: ms.Slot, Device: ms.Device, Domain: ms.Domain, Role: role, Resync: ms.Resync, Checkpoint: ms.Checkpoint})

@@ -38,6 +38,8 @@ type EngineStatus struct {
 	Task      string        `json:"task,omitempty"` // "rebuild" or "scrub" while one runs
 	LastTask  *TaskResult   `json:"last_task,omitempty"`
 	StartedAt time.Time     `json:"started_at"`
+	// IO are the volume's request counters since the engine started.
+	IO engine.IOStats `json:"io"`
 }
 
 // TaskResult is the outcome of the last finished background task.
@@ -125,7 +127,7 @@ func (l *Local) Device() *ublk.Device { return l.dev }
 func (l *Local) Status() (EngineStatus, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return EngineStatus{Engine: l.vol.Status(), UblkID: l.dev.ID(), UblkPath: l.dev.BlockPath(), PID: pid(), Task: l.task, LastTask: l.last, StartedAt: l.started}, nil
+	return EngineStatus{Engine: l.vol.Status(), UblkID: l.dev.ID(), UblkPath: l.dev.BlockPath(), PID: pid(), Task: l.task, LastTask: l.last, StartedAt: l.started, IO: l.vol.IOStats()}, nil
 }
 
 // Fail implements Engine.
