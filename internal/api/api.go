@@ -1,17 +1,12 @@
 package api
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"net/url"
 	"time"
 
+	"github.com/fabraid/fabraid/internal/unixjson"
 	"github.com/fabraid/fabraid/internal/volmgr"
 )
 
@@ -47,51 +42,24 @@ var ErrNoDaemon = errors.New("fabraidd is not running")
 
 // Client talks to fabraidd. It is safe for concurrent use.
 type Client struct {
-	socket string
-	hc     *http.Client
+	uc *unixjson.Client
 }
 
 // NewClient returns a client for the daemon listening on socket.
 func NewClient(socket string) *Client {
-	return &Client{socket: socket, hc: &http.Client{
-		Timeout: 5 * time.Minute,
-		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", socket)
-		}},
-	}}
+	return &Client{uc: unixjson.New(socket, "fabraidd", 5*time.Minute)}
 }
 
 func (c *Client) do(method, path string, in, out any) error {
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return err
-		}
-		body = bytes.NewReader(b)
+	err := c.uc.Do(method, path, in, out)
+	var se *unixjson.StatusError
+	switch {
+	case errors.Is(err, unixjson.ErrUnreachable):
+		return fmt.Errorf("%w: %v", ErrNoDaemon, err)
+	case errors.As(err, &se):
+		return &Error{Status: se.Status, Message: se.Message}
 	}
-	req, err := http.NewRequest(method, "http://fabraidd"+path, body)
-	if err != nil {
-		return err
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("%w (%s): %v", ErrNoDaemon, c.socket, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		var e struct{ Error string }
-		json.NewDecoder(resp.Body).Decode(&e)
-		if e.Error == "" {
-			e.Error = resp.Status
-		}
-		return &Error{Status: resp.StatusCode, Message: e.Error}
-	}
-	if out != nil {
-		return json.NewDecoder(resp.Body).Decode(out)
-	}
-	return nil
+	return err
 }
 
 // Node returns the node.

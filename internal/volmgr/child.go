@@ -1,7 +1,6 @@
 package volmgr
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/fabraid/fabraid/internal/unixjson"
 )
 
 // Engine child processes
@@ -120,44 +121,23 @@ func ServeEngine(ctx context.Context, members []string, ublkID int, socket strin
 
 // child is an Engine in another process, reached through its socket.
 type child struct {
-	socket string
-	c      *http.Client
+	uc *unixjson.Client
 }
 
 func newChild(socket string) *child {
-	return &child{socket: socket, c: &http.Client{
-		Timeout: 30 * time.Second,
-		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", socket)
-		}},
-	}}
+	return &child{uc: unixjson.New(socket, "engine", 30*time.Second)}
 }
 
 func (c *child) call(method, path string, in, out any) error {
-	var body io.Reader
-	if in != nil {
-		b, _ := json.Marshal(in)
-		body = bytes.NewReader(b)
+	err := c.uc.Do(method, path, in, out)
+	var se *unixjson.StatusError
+	switch {
+	case errors.Is(err, unixjson.ErrUnreachable):
+		return fmt.Errorf("engine: %w", err)
+	case errors.As(err, &se) && se.Status == http.StatusConflict:
+		return fmt.Errorf("%w: %s", ErrBusy, se.Message)
 	}
-	req, _ := http.NewRequest(method, "http://engine"+path, body)
-	resp, err := c.c.Do(req)
-	if err != nil {
-		return fmt.Errorf("engine %s: %w", c.socket, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		var e struct{ Error string }
-		json.NewDecoder(resp.Body).Decode(&e)
-		if resp.StatusCode == http.StatusConflict {
-			return fmt.Errorf("%w: %s", ErrBusy, e.Error)
-		}
-		return errors.New(e.Error)
-	}
-	if out != nil {
-		return json.NewDecoder(resp.Body).Decode(out)
-	}
-	return nil
+	return err
 }
 
 func (c *child) Status() (EngineStatus, error) {
