@@ -203,6 +203,20 @@ func (v *Volume) resyncRow(grp int, row int64) (bool, error) {
 	return false, ErrTooManyFailures
 }
 
+// startBackground serialises a rebuild or scrub with any other one, marks
+// the volume busy with background work and returns the throttle for it;
+// the returned func ends the work (progress cleared, lock released).
+func (v *Volume) startBackground(o *RebuildOptions) (*throttle, func()) {
+	o.defaults()
+	v.rebuildMu.Lock()
+	v.background.Store(true)
+	return &throttle{v: v, o: *o, start: time.Now()}, func() {
+		v.background.Store(false)
+		v.progress.Store(nil)
+		v.rebuildMu.Unlock()
+	}
+}
+
 // Rebuild brings every rebuilding member (a replacement, or a returning
 // member that needs only the regions written while it was away) up to
 // date, then marks it active. It runs until done, ctx is cancelled or the
@@ -210,14 +224,9 @@ func (v *Volume) resyncRow(grp int, row int64) (bool, error) {
 // Rebuild (after a restart) resumes where this one stopped. Run it in its
 // own goroutine; Status().Progress shows how far it got.
 func (v *Volume) Rebuild(ctx context.Context, o RebuildOptions) error {
-	o.defaults()
-	v.rebuildMu.Lock()
-	defer v.rebuildMu.Unlock()
-	defer v.progress.Store(nil)
-	v.background.Store(true)
-	defer v.background.Store(false)
+	th, done := v.startBackground(&o)
+	defer done()
 	g := v.geo
-	th := &throttle{v: v, o: o, start: time.Now()}
 	var targets []int
 	for slot := range v.slots {
 		if v.slotRole(slot) == superblock.RoleRebuilding && v.dev(slot) != nil {
@@ -502,14 +511,9 @@ type ScrubReport struct {
 // Scrub reads every stripe, verifies its parity and, with repair, rewrites
 // parity that does not match the data (md's "repair": data is trusted).
 func (v *Volume) Scrub(ctx context.Context, repair bool, o RebuildOptions) (ScrubReport, error) {
-	o.defaults()
-	v.rebuildMu.Lock()
-	defer v.rebuildMu.Unlock()
-	defer v.progress.Store(nil)
-	v.background.Store(true)
-	defer v.background.Store(false)
+	th, done := v.startBackground(&o)
+	defer done()
 	g := v.geo
-	th := &throttle{v: v, o: o, start: time.Now()}
 	var rep ScrubReport
 	var mu sync.Mutex
 	prog := &Progress{Kind: "scrub", Total: int64(g.Groups) * g.Rows}
