@@ -157,7 +157,7 @@ func newVolumeShowCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:     "show VOLUME",
-		Short:   "Show a volume: state, members, domains, progress, last scrub",
+		Short:   "Show a volume: state, members, domains, progress, last scrub, I/O counters",
 		Long:    "Show a volume by name or UUID." + volumeExitCodes,
 		Example: "  fabraid volume show vol0\n  fabraid volume show vol0 --json",
 		Args:    cobra.ExactArgs(1),
@@ -202,7 +202,11 @@ func newVolumeShowCmd() *cobra.Command {
 				}
 				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", ms.Slot, ms.Device, ms.Domain, role)
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil || v.IO == nil {
+				return err
+			}
+			fmt.Fprintln(w)
+			return writeIOStats(w, v.IO)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
