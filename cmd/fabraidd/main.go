@@ -5,7 +5,8 @@
 // docs/admin-guide.md and package internal/daemon.
 //
 //	fabraidd [--config /etc/fabraid/fabraid.conf]
-//	fabraidd engine --uuid U --members A,B,... --ublk-id N --socket S   (started by fabraidd)
+//	fabraidd engine --volume NAME [--config PATH]                        (systemd unit fabraid-engine@NAME)
+//	fabraidd engine --uuid U --members A,B,... --ublk-id N --socket S   (child process of fabraidd)
 //
 // Exit codes: 0 stopped by SIGINT/SIGTERM, 1 failed, 2 bad usage or
 // configuration.
@@ -18,13 +19,16 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
+
+	sddaemon "github.com/coreos/go-systemd/v22/daemon"
+	"github.com/spf13/cobra"
 
 	"github.com/fabraid/fabraid/internal/config"
 	"github.com/fabraid/fabraid/internal/daemon"
 	"github.com/fabraid/fabraid/internal/volmgr"
-	"github.com/spf13/cobra"
 )
 
 // version is set at link time: -ldflags "-X main.version=v0.1.0".
@@ -55,13 +59,7 @@ func newRootCmd(log *slog.Logger) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var c config.Config
-			var err error
-			if cmd.Flags().Changed("config") {
-				c, err = config.Load(cfgPath)
-			} else {
-				c, err = config.LoadOrDefault(cfgPath)
-			}
+			c, err := loadConfig(cmd, cfgPath)
 			if err != nil {
 				return usageError{err}
 			}
@@ -84,26 +82,68 @@ func newRootCmd(log *slog.Logger) *cobra.Command {
 }
 
 func newEngineCmd(log *slog.Logger) *cobra.Command {
-	var uuid, members, socket string
+	var uuid, members, socket, volume, cfgPath string
 	var ublkID int
 	cmd := &cobra.Command{
-		Use:    "engine --uuid U --members A,B,... --ublk-id N --socket PATH",
-		Short:  "Serve one volume's engine (started and supervised by fabraidd)",
+		Use: "engine (--volume NAME [--config PATH] | --uuid U --members A,B,... --ublk-id N --socket PATH)",
+		Short: "Serve one volume's engine (run by fabraidd: a systemd unit fabraid-engine@NAME with --volume, " +
+			"a child process otherwise)",
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if members == "" || socket == "" {
-				return usageError{errors.New("--members and --socket are required")}
-			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			return volmgr.ServeEngine(ctx, strings.Split(members, ","), ublkID, socket, log.With("engine", uuid, "pid", os.Getpid()))
+			if volume != "" {
+				return serveUnit(ctx, cmd, volume, cfgPath, log)
+			}
+			if members == "" || socket == "" {
+				return usageError{errors.New("--volume, or --members and --socket, are required")}
+			}
+			return volmgr.ServeEngine(ctx, volmgr.ServeOptions{Members: strings.Split(members, ","), UblkID: ublkID, Socket: socket,
+				Log: log.With("engine", uuid, "pid", os.Getpid())})
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&volume, "volume", "", "volume name: read <run dir>/engines/NAME.json (systemd unit mode)")
+	f.StringVar(&cfgPath, "config", config.DefaultPath, "configuration file (with --volume: where the run dir is)")
 	f.StringVar(&uuid, "uuid", "", "volume UUID (for logs)")
 	f.StringVar(&members, "members", "", "member devices, comma-separated")
 	f.IntVar(&ublkID, "ublk-id", -1, "ublk device to re-attach (user recovery) or create; -1: any")
 	f.StringVar(&socket, "socket", "", "control socket")
 	return cmd
+}
+
+// serveUnit serves volume as the main process of its systemd unit: the
+// spec file written by fabraidd says what to serve and is kept current;
+// READY=1 goes to systemd once the socket answers. A missing spec is a
+// usage error (exit 2: the unit does not restart, see
+// RestartPreventExitStatus).
+func serveUnit(ctx context.Context, cmd *cobra.Command, volume, cfgPath string, log *slog.Logger) error {
+	c, err := loadConfig(cmd, cfgPath)
+	if err != nil {
+		return usageError{err}
+	}
+	path := volmgr.SpecPath(filepath.Dir(c.APISocket), volume)
+	spec, err := volmgr.ReadSpec(path)
+	if err != nil {
+		return usageError{fmt.Errorf("volume %s: %w (written by fabraidd before it starts the unit)", volume, err)}
+	}
+	log = log.With("engine", spec.UUID, "volume", volume, "pid", os.Getpid())
+	sddaemon.SdNotify(false, "STATUS=assembling "+volume)
+	defer sddaemon.SdNotify(false, sddaemon.SdNotifyStopping)
+	return volmgr.ServeEngine(ctx, volmgr.ServeOptions{
+		Members: spec.Members, UblkID: spec.UblkID, Socket: spec.Socket, SpecPath: path, Log: log,
+		Ready: func(ublkPath string) {
+			sddaemon.SdNotify(false, sddaemon.SdNotifyReady+"\nSTATUS=serving "+volume+" on "+ublkPath)
+		},
+	})
+}
+
+// loadConfig reads the configuration: the file given with --config must
+// exist; the default path may be missing (defaults).
+func loadConfig(cmd *cobra.Command, path string) (config.Config, error) {
+	if cmd.Flags().Changed("config") {
+		return config.Load(path)
+	}
+	return config.LoadOrDefault(path)
 }

@@ -38,7 +38,19 @@ type Config struct {
 	// nvme-tcp (the node connects to itself there). Default 127.0.0.1:4420.
 	ExportAddress string
 	ExportPort    int
+	// EngineMode says how volume engines run: EngineAuto (default: as
+	// systemd units when systemd is PID 1 and the fabraid-engine@.service
+	// template is installed, else as child processes), EngineSystemd or
+	// EngineProcess.
+	EngineMode string
 }
+
+// Engine modes (the engine_mode key).
+const (
+	EngineAuto    = "auto"
+	EngineSystemd = "systemd"
+	EngineProcess = "process"
+)
 
 // Default returns the configuration used for keys a file does not set.
 func Default() Config {
@@ -53,6 +65,7 @@ func Default() Config {
 		MetricsAddress: "127.0.0.1:9436",
 		ExportAddress:  "127.0.0.1",
 		ExportPort:     4420,
+		EngineMode:     EngineAuto,
 	}
 }
 
@@ -173,8 +186,15 @@ func (c *Config) set(key, val string) error {
 			return fmt.Errorf("%q: want a TCP port 1..65535", val)
 		}
 		c.ExportPort = n
+	case "engine_mode":
+		switch val {
+		case EngineAuto, EngineSystemd, EngineProcess:
+			c.EngineMode = val
+		default:
+			return fmt.Errorf("%q: want auto, systemd or process", val)
+		}
 	default:
-		return errors.New("unknown key (known: node_name, storage_interfaces, storage_cidrs, state_dir, api_socket, metrics_address, export_address, export_port)")
+		return errors.New("unknown key (known: node_name, storage_interfaces, storage_cidrs, state_dir, api_socket, metrics_address, export_address, export_port, engine_mode)")
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ api_socket = /run/fab/api.sock
 metrics_address = :9500
 export_address = 10.10.0.1
 export_port = 4421
+engine_mode = systemd
 `
 	c, err := Parse(strings.NewReader(in), "t.conf")
 	if err != nil {
@@ -27,7 +28,7 @@ export_port = 4421
 	if c.NodeName != "node1" || len(c.StorageInterfaces) != 2 || c.StorageInterfaces[1] != "eth2" ||
 		len(c.StorageCIDRs) != 2 || c.StorageCIDRs[0].String() != "10.10.0.0/16" ||
 		c.StateDir != "/var/lib/fab" || c.APISocket != "/run/fab/api.sock" || c.MetricsAddress != ":9500" ||
-		c.ExportAddress != "10.10.0.1" || c.ExportPort != 4421 {
+		c.ExportAddress != "10.10.0.1" || c.ExportPort != 4421 || c.EngineMode != EngineSystemd {
 		t.Fatalf("got %+v", c)
 	}
 }
@@ -38,7 +39,7 @@ func TestParseDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := Default()
-	if c.StateDir != d.StateDir || c.APISocket != d.APISocket || c.ExportPort != 4420 || c.NodeName == "" {
+	if c.StateDir != d.StateDir || c.APISocket != d.APISocket || c.ExportPort != 4420 || c.NodeName == "" || c.EngineMode != EngineAuto {
 		t.Fatalf("got %+v", c)
 	}
 }
@@ -56,6 +57,8 @@ func TestParseErrors(t *testing.T) {
 		{"export_address = localhost", "t.conf:1: export_address:"},
 		{"export_port = 70000", "t.conf:1: export_port: \"70000\": want a TCP port"},
 		{"storage_interfaces = eth/0", "t.conf:1: storage_interfaces:"},
+		{"\n\nengine_mode = docker", "t.conf:3: engine_mode: \"docker\": want auto, systemd or process"},
+		{"engine_mode =", "t.conf:1: engine_mode: \"\": want auto"},
 	} {
 		_, err := Parse(strings.NewReader(tc.in), "t.conf")
 		var ce *Error

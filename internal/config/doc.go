@@ -17,6 +17,13 @@
 //	metrics_address    = 127.0.0.1:9436
 //	export_address     = 127.0.0.1
 //	export_port        = 4420
+//	engine_mode        = auto
+//
+// engine_mode says how fabraidd runs each volume's engine: "process" (a
+// child process it supervises), "systemd" (a fabraid-engine@<volume>
+// systemd unit started over D-Bus; an error at startup when systemd is not
+// PID 1 or the template is not installed) or "auto" (the default: systemd
+// when both hold, else process).
 //
 // Every key is optional; Default lists the defaults. A missing file is not an
 // error for Load when the caller asks for defaults (LoadOrDefault).

@@ -47,6 +47,7 @@ type Daemon struct {
 	kick   chan struct{}
 	errors atomic.Int64
 	status atomic.Value // string
+	mode   string       // config.EngineSystemd or config.EngineProcess
 }
 
 // New prepares the daemon; nothing runs until Run.
@@ -61,10 +62,10 @@ func New(o Options) (*Daemon, error) {
 		o.RunDir = filepath.Dir(o.Config.APISocket)
 	}
 	d := &Daemon{opts: o, log: o.Log, kick: make(chan struct{}, 1)}
-	start := volmgr.ChildStarter(o.EngineBinary, o.RunDir, o.Log, func(u [16]byte, e volmgr.Engine, err error) {
-		d.mgr.Forget(u, e)
-		d.Kick()
-	})
+	start, err := d.starter()
+	if err != nil {
+		return nil, err
+	}
 	mgr, err := volmgr.New(volmgr.Options{Config: o.Config, Drives: drive.System(o.Config.StateDir), Log: o.Log, Start: start, HostDir: o.HostDir})
 	if err != nil {
 		return nil, err
@@ -72,6 +73,38 @@ func New(o Options) (*Daemon, error) {
 	d.mgr = mgr
 	return d, nil
 }
+
+// starter picks how engines run (config engine_mode, see
+// volmgr.ChooseEngineMode): systemd units over D-Bus, or child processes
+// of this daemon, restarted by it when they exit.
+func (d *Daemon) starter() (volmgr.StartFunc, error) {
+	o := d.opts
+	var probe volmgr.SystemdProbe
+	if o.Config.EngineMode != config.EngineProcess {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		probe = volmgr.ProbeSystemd(ctx)
+		cancel()
+	}
+	mode, warn, err := volmgr.ChooseEngineMode(o.Config.EngineMode, probe)
+	if err != nil {
+		return nil, err
+	}
+	if warn != "" {
+		d.log.Warn(warn)
+	}
+	d.mode = mode
+	if mode == config.EngineSystemd {
+		return volmgr.SystemdStarter(o.RunDir, o.Log), nil
+	}
+	return volmgr.ChildStarter(o.EngineBinary, o.RunDir, o.Log, func(u [16]byte, e volmgr.Engine, err error) {
+		d.mgr.Forget(u, e)
+		d.Kick()
+	}), nil
+}
+
+// EngineMode is how engines run: config.EngineSystemd or
+// config.EngineProcess.
+func (d *Daemon) EngineMode() string { return d.mode }
 
 // Kick asks for a reconcile soon.
 func (d *Daemon) Kick() {
@@ -142,7 +175,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		go msrv.Serve(mln)
 		defer msrv.Close()
 	}
-	d.log.Info("fabraidd starting", "node", c.NodeName, "socket", c.APISocket, "metrics", c.MetricsAddress, "hostnqn", d.mgr.HostNQN())
+	d.log.Info("fabraidd starting", "node", c.NodeName, "engines", d.mode, "socket", c.APISocket, "metrics", c.MetricsAddress, "hostnqn", d.mgr.HostNQN())
 	// The API answers once the first reconcile has adopted or started the
 	// volumes, so the CLI never sees a half-known node.
 	d.reconcile(ctx)

@@ -5,7 +5,7 @@
 // # Reconcile loop
 //
 // Reconcile runs at start, every Interval (default 10 s), after every API
-// call that changes volumes, and when an engine child exits. It is
+// call that changes volumes, and when an engine child exits (process mode). It is
 // level-triggered: each run reads the drives' superblocks, the running
 // engines, configfs and sysfs again (see internal/volmgr).
 //
@@ -31,9 +31,13 @@
 //
 // # Engines
 //
-// Each volume's engine runs as a child process (fabraidd engine ...),
-// supervised: a crashed engine is restarted and re-attaches to its ublk
-// device with user recovery. Children survive a daemon restart and are
-// adopted. Running engines as systemd units (fabraid-engine@<volume>) over
-// D-Bus is not implemented yet.
+// How engines run is chosen once at start (config key engine_mode, see
+// volmgr.ChooseEngineMode). With systemd as PID 1 and the
+// fabraid-engine@.service template installed, each volume's engine is the
+// unit fabraid-engine@<volume> started over D-Bus (volmgr.SystemdStarter):
+// systemd restarts a crashed engine, which re-attaches to its ublk device
+// with user recovery, and the units are not bound to fabraidd. Otherwise
+// each engine is a child process (fabraidd engine ...), supervised: a
+// crashed engine is restarted by the daemon. Either way engines survive a
+// daemon restart and are adopted through their socket.
 package daemon

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fabraid/fabraid/engine"
+	"github.com/fabraid/fabraid/engine/superblock"
 	"github.com/fabraid/fabraid/internal/unixjson"
 )
 
@@ -43,19 +45,53 @@ type engineReq struct {
 	Repair bool   `json:"repair,omitempty"`
 }
 
-// ServeEngine assembles the volume from members, serves it as a ublk device
-// and answers the engine protocol on socket until ctx ends or a stop request
-// comes; then it stops the device and closes the volume cleanly.
-func ServeEngine(ctx context.Context, members []string, ublkID int, socket string, log *slog.Logger) error {
+// ServeOptions configure ServeEngine.
+type ServeOptions struct {
+	Members []string // member device paths
+	UblkID  int      // device to re-attach (user recovery) or create; ublk.AnyID: any
+	Socket  string   // control socket
+	// SpecPath, when set, is the engine spec file (unit mode): members
+	// whose device node is gone are left out before assembly, and the file
+	// is kept current (the ublk id once the device exists, the member list
+	// after a replace), so a restart by systemd serves the same device.
+	SpecPath string
+	// Ready, when set, is called once the socket answers.
+	Ready func(ublkPath string)
+	Log   *slog.Logger
+}
+
+// ServeEngine assembles the volume from o.Members, serves it as a ublk
+// device and answers the engine protocol on o.Socket until ctx ends or a
+// stop request comes; then it stops the device and closes the volume
+// cleanly.
+func ServeEngine(ctx context.Context, o ServeOptions) error {
+	log := o.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	members := o.Members
+	if o.SpecPath != "" {
+		members = presentMembers(members, log)
+	}
 	vol, err := assemble(members, log)
 	if err != nil {
 		return fmt.Errorf("assemble: %w", err)
 	}
-	l, err := StartLocal(vol, ublkID, log)
+	l, err := StartLocal(vol, o.UblkID, log)
 	if err != nil {
 		vol.Close()
 		return err
 	}
+	saveSpec := func(f func(*SpecFile)) {
+		if o.SpecPath == "" {
+			return
+		}
+		if err := UpdateSpec(o.SpecPath, f); err != nil {
+			log.Error("cannot update the engine spec; a restart may not find the current state", "err", err)
+		}
+	}
+	saveSpec(func(s *SpecFile) { s.UblkID = l.Device().ID(); s.Members = specMembers(vol.Status()) })
+	socket := o.Socket
 	os.Remove(socket)
 	ln, err := net.Listen("unix", socket)
 	if err != nil {
@@ -93,7 +129,13 @@ func ServeEngine(ctx context.Context, members []string, ublkID int, socket strin
 		})
 	}
 	post("/fail", func(q engineReq) error { return l.Fail(q.Slot) })
-	post("/replace", func(q engineReq) error { return l.Replace(q.Slot, q.Path, q.Rate) })
+	post("/replace", func(q engineReq) error {
+		err := l.Replace(q.Slot, q.Path, q.Rate)
+		if err == nil {
+			saveSpec(func(s *SpecFile) { s.Members = specMembers(vol.Status()) })
+		}
+		return err
+	})
 	post("/rebuild", func(q engineReq) error { return l.Rebuild(q.Rate) })
 	post("/scrub", func(q engineReq) error { return l.Scrub(q.Repair, q.Rate) })
 	post("/stop", func(engineReq) error {
@@ -106,6 +148,9 @@ func ServeEngine(ctx context.Context, members []string, ublkID int, socket strin
 	srv := &http.Server{Handler: mux}
 	go srv.Serve(ln)
 	log.Info("engine serving", "volume", vol.Name(), "ublk", l.Device().BlockPath(), "socket", socket)
+	if o.Ready != nil {
+		o.Ready(l.Device().BlockPath())
+	}
 	select {
 	case <-ctx.Done():
 	case <-stop:
@@ -117,6 +162,48 @@ func ServeEngine(ctx context.Context, members []string, ublkID int, socket strin
 	cancel()
 	os.Remove(socket)
 	return l.Stop()
+}
+
+// childEnv is the daemon's environment without systemd's per-service
+// variables: a child must not send notifications on the daemon's behalf
+// (systemd would log them as refused, or take them for the daemon's).
+func childEnv(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		switch k {
+		case "NOTIFY_SOCKET", "WATCHDOG_PID", "WATCHDOG_USEC", "LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES":
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+// presentMembers leaves out member paths whose device node is gone (a
+// pulled drive): assembly decides whether the others suffice.
+func presentMembers(paths []string, log *slog.Logger) []string {
+	var out []string
+	for _, p := range paths {
+		if _, err := os.Stat(p); err != nil {
+			log.Warn("member device gone; assembling without it", "member", p, "err", err)
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// specMembers is the member list a restart should assemble from: the
+// devices of the members that are not failed.
+func specMembers(st engine.Status) []string {
+	var out []string
+	for _, m := range st.Members {
+		if m.Device != "" && m.Role != superblock.RoleFailed {
+			out = append(out, m.Device)
+		}
+	}
+	return out
 }
 
 // child is an Engine in another process, reached through its socket.
@@ -203,6 +290,7 @@ func ChildStarter(binary, runDir string, log *slog.Logger, onExit func(u [16]byt
 		}
 		defer logf.Close()
 		cmd.Stdout, cmd.Stderr = logf, logf
+		cmd.Env = childEnv(os.Environ())
 		stderr := func() string {
 			b, _ := os.ReadFile(logPath)
 			if len(b) > 2048 {

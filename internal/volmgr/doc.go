@@ -30,5 +30,8 @@
 // # Engines
 //
 // Each volume's engine (engine.Volume + ublk.Device) runs behind the Engine
-// interface: in this process (Local) or in a supervised child process.
+// interface: in this process (Local), in a supervised child process
+// (ChildStarter), or as the systemd unit fabraid-engine@<volume> started over
+// D-Bus (SystemdStarter, reading its spec file, see SpecFile).
+// ChooseEngineMode picks between the last two.
 package volmgr

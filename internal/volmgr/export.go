@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fabraid/fabraid/kernel/nvmet"
@@ -28,6 +29,22 @@ type Export struct {
 func FormatUUID(u [16]byte) string {
 	h := hex.EncodeToString(u[:])
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// ParseUUID parses the dashed form FormatUUID writes.
+func ParseUUID(s string) ([16]byte, error) {
+	var u [16]byte
+	h := strings.ReplaceAll(s, "-", "")
+	if len(s) != 36 || len(h) != 32 {
+		return u, fmt.Errorf("%q is not a UUID", s)
+	}
+	if _, err := hex.Decode(u[:], []byte(h)); err != nil {
+		return u, fmt.Errorf("%q is not a UUID", s)
+	}
+	if FormatUUID(u) != strings.ToLower(s) {
+		return u, fmt.Errorf("%q is not a UUID", s)
+	}
+	return u, nil
 }
 
 // NQN returns the subsystem NQN of the volume with UUID u.

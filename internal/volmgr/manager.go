@@ -359,8 +359,8 @@ func pickDrives(free []drive.Drive, want []string, n int) ([]string, error) {
 func (m *Manager) Create(ctx context.Context, r CreateRequest) (Info, error) {
 	m.op.Lock()
 	defer m.op.Unlock()
-	if r.Name == "" || len(r.Name) > 32 || strings.ContainsAny(r.Name, " /\t\n") {
-		return Info{}, fmt.Errorf("%w: volume name %q: want 1-32 characters without spaces or '/'", ErrInvalid, r.Name)
+	if err := CheckVolumeName(r.Name); err != nil {
+		return Info{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	vols, err := m.scan()
 	if err != nil {
