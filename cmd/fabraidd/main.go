@@ -28,6 +28,7 @@ import (
 
 	"github.com/fabraid/fabraid/internal/config"
 	"github.com/fabraid/fabraid/internal/daemon"
+	"github.com/fabraid/fabraid/internal/logging"
 	"github.com/fabraid/fabraid/internal/volmgr"
 )
 
@@ -37,7 +38,7 @@ var version = "dev"
 type usageError struct{ error }
 
 func main() {
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	log := logging.New(os.Stderr, logging.Options{})
 	err := newRootCmd(log).Execute()
 	if err == nil {
 		return
