@@ -26,7 +26,15 @@ type GuestConfig struct {
 	CPUs     int // default 1
 	// Files are extra files for the initramfs: guest path -> host path
 	// (e.g. "/usr/bin/fabraid": BuildBinary(t, ".../cmd/fabraid")).
+	// Files are written 0755, except under /etc/ and the systemd library
+	// directory (/usr/lib/systemd/, /lib/systemd/), where files whose host
+	// copy is not executable are 0644 (unit files, configuration).
 	Files map[string]string
+	// Systemd boots the guest with Debian 12's systemd as PID 1 and dbus
+	// (system bus), see the package documentation: the payload then runs
+	// as vmtest-payload.service once journald and dbus are up. Unit files
+	// go into Files under /etc/systemd/system/ or /usr/lib/systemd/system/.
+	Systemd bool
 }
 
 // Options configures one Run.

@@ -186,6 +186,7 @@ func prepareGuests(cfg BootConfig, work, shared string) ([]*qemuGuest, error) {
 		addrs[i] = g.Name + "=" + guestAddr(i)
 	}
 	kernels := map[string]*Kernel{}
+	var sysroot *sysRoot
 	var guests []*qemuGuest
 	for i, gc := range cfg.Guests {
 		k := kernels[gc.Kernel]
@@ -200,8 +201,13 @@ func prepareGuests(cfg BootConfig, work, shared string) ([]*qemuGuest, error) {
 		if err != nil {
 			return nil, fmt.Errorf("guest %s: %w", gc.Name, err)
 		}
+		if gc.Systemd && sysroot == nil {
+			if sysroot, err = getSystemdRoot(); err != nil {
+				return nil, fmt.Errorf("guest %s: %w", gc.Name, err)
+			}
+		}
 		g := &qemuGuest{
-			name: gc.Name, kernel: k, shared: shared, memoryMB: gc.MemoryMB, cpus: gc.CPUs,
+			name: gc.Name, kernel: k, shared: shared, memoryMB: gc.MemoryMB, cpus: gc.CPUs, systemd: gc.Systemd,
 			qmp:   filepath.Join(work, gc.Name+".qmp"),
 			nonce: hex.EncodeToString(nonce), mac: fmt.Sprintf("52:54:00:fa:00:%02x", i+1),
 		}
@@ -250,7 +256,10 @@ func prepareGuests(cfg BootConfig, work, shared string) ([]*qemuGuest, error) {
 			args = append([]string{"/vmtest/payload"}, cfg.Args...)
 		}
 		g.initrd = filepath.Join(work, gc.Name+"-initrd.cpio")
-		img := guestImage{conf: conf, modules: mods, files: files, args: args}
+		img := guestImage{conf: conf, modules: mods, files: files, args: args, guest: gc.Name}
+		if gc.Systemd {
+			img.systemd = sysroot
+		}
 		if err := writeInitramfs(g.initrd, img); err != nil {
 			return nil, err
 		}

@@ -69,10 +69,13 @@ func (c *cpioWriter) File(name string, perm uint32, data []byte) {
 	c.pad(len(data))
 }
 
-// Symlink adds a symbolic link name -> target.
+// Symlink adds a symbolic link name -> target. A later path under name is
+// written through the link (no directory is created over it), which is
+// how a usr-merged tree's /bin -> usr/bin works.
 func (c *cpioWriter) Symlink(name, target string) {
 	name = strings.TrimPrefix(path.Clean("/"+name), "/")
 	c.mkdirAll(path.Dir(name))
+	c.dirs[name] = true
 	c.header(name, modeLink|0o777, len(target))
 	if c.err == nil {
 		_, c.err = io.WriteString(c.w, target)

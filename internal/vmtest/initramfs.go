@@ -23,19 +23,12 @@ const markerPrefix = "FABRAID-VMTEST-VERDICT"
 // initScript is the guest's /init (busybox sh). It mounts the basics, loads
 // modules in dependency order, configures the network and the 9p share,
 // runs the payload and reports a verdict on the console and through the
-// isa-debug-exit port.
+// isa-debug-exit port. In systemd guests (VMTEST_SYSTEMD=1) it execs
+// systemd after the preparation instead; systemd's vmtest-payload.service
+// then runs "/init vmtest-payload", the same payload and verdict code, and
+// "/init vmtest-payload-died" if that service ends without a verdict.
 const initScript = `#!/bin/busybox sh
-/bin/busybox mkdir -p /proc /sys /dev /tmp /run /mnt/host /etc /usr/bin /sbin /usr/sbin
-/bin/busybox --install -s /bin
 export PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin HOME=/root
-mount -t proc proc /proc
-mount -t sysfs sysfs /sys
-mount -t devtmpfs devtmpfs /dev
-mkdir -p /dev/pts /dev/shm /root
-mount -t tmpfs tmpfs /tmp
-mount -t tmpfs tmpfs /run
-mount -t tmpfs tmpfs /dev/shm
-. /etc/vmtest/guest.conf
 
 verdict() {
 	echo "` + markerPrefix + ` $VMTEST_NONCE $1 $2"
@@ -48,6 +41,45 @@ verdict() {
 	sync
 	poweroff -f
 }
+
+run_payload() {
+	. /etc/vmtest/guest.conf
+	cd /tmp
+	rm -f /mnt/host/$FABRAID_VMTEST_GUEST.status
+	"$@" </dev/null 2>&1
+	rc=$?
+	status=$(cat /mnt/host/$FABRAID_VMTEST_GUEST.status 2>/dev/null)
+	if [ -n "$VMTEST_RAW" ]; then
+		[ $rc -eq 0 ] && verdict pass "" || verdict fail "command exited $rc"
+	fi
+	case "$rc:$status" in
+	0:pass*) verdict pass "" ;;
+	0:skip*) verdict skip "" ;;
+	0:) verdict fail "test binary exited 0 without running the guest function (is -test.run right?)" ;;
+	*) verdict fail "test binary exited $rc" ;;
+	esac
+}
+
+case "$1" in
+vmtest-payload)
+	run_payload
+	;;
+vmtest-payload-died)
+	. /etc/vmtest/guest.conf
+	verdict fail "vmtest-payload.service ended without a verdict ($SERVICE_RESULT, $EXIT_CODE $EXIT_STATUS)"
+	;;
+esac
+
+/bin/busybox mkdir -p /proc /sys /dev /tmp /run /mnt/host /etc /usr/bin /sbin /usr/sbin
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mkdir -p /dev/pts /dev/shm /root
+mount -t tmpfs tmpfs /tmp
+mount -t tmpfs tmpfs /run
+mount -t tmpfs tmpfs /dev/shm
+. /etc/vmtest/guest.conf
 
 for m in $VMTEST_MODULES; do
 	if ! out=$(insmod /lib/modules/vmtest/$m.ko 2>&1); then
@@ -65,20 +97,12 @@ ip link set lo up
 if [ -n "$VMTEST_IP" ]; then
 	ip addr add "$VMTEST_IP/16" dev eth0 && ip link set eth0 up || verdict fail "cannot configure eth0 with $VMTEST_IP"
 fi
-cd /tmp
-rm -f /mnt/host/$FABRAID_VMTEST_GUEST.status
-"$@" </dev/null 2>&1
-rc=$?
-status=$(cat /mnt/host/$FABRAID_VMTEST_GUEST.status 2>/dev/null)
-if [ -n "$VMTEST_RAW" ]; then
-	[ $rc -eq 0 ] && verdict pass "" || verdict fail "command exited $rc"
+if [ -n "$VMTEST_SYSTEMD" ]; then
+	echo "vmtest: starting systemd"
+	exec /lib/systemd/systemd
+	verdict fail "cannot exec /lib/systemd/systemd"
 fi
-case "$rc:$status" in
-0:pass*) verdict pass "" ;;
-0:skip*) verdict skip "" ;;
-0:) verdict fail "test binary exited 0 without running the guest function (is -test.run right?)" ;;
-*) verdict fail "test binary exited $rc" ;;
-esac
+run_payload
 `
 
 // baseModules are loaded in every guest: the virtio PCI transport (built in
@@ -91,6 +115,8 @@ type guestImage struct {
 	modules []loadedModule
 	files   map[string]string // guest path -> host path
 	args    []string          // payload argv
+	systemd *sysRoot          // systemd and dbus tree for systemd guests; nil otherwise
+	guest   string            // guest name (hostname of systemd guests)
 }
 
 // writeInitramfs writes the guest's initramfs. Uncompressed by default: the
@@ -111,40 +137,8 @@ func writeInitramfs(path string, img guestImage) error {
 	} else {
 		c = newCPIOWriter(bw)
 	}
-	busybox, err := os.ReadFile("/bin/busybox")
-	if err != nil {
-		return fmt.Errorf("vmtest: busybox: %w (apt-get install busybox-static)", err)
-	}
-	if err := requireStatic(busybox, "/bin/busybox"); err != nil {
+	if err := writeImage(c, img); err != nil {
 		return err
-	}
-	c.File("bin/busybox", 0o755, busybox)
-	c.Symlink("bin/sh", "busybox")
-	c.File("init", 0o755, []byte(initScript))
-	var names []string
-	for _, m := range img.modules {
-		c.File("lib/modules/vmtest/"+m.Name+".ko", 0o644, m.Object)
-		names = append(names, m.Name)
-	}
-	img.conf["VMTEST_MODULES"] = strings.Join(names, " ")
-	var conf strings.Builder
-	for _, k := range sortedKeys(img.conf) {
-		fmt.Fprintf(&conf, "export %s=%s\n", k, shellQuote(img.conf[k]))
-	}
-	conf.WriteString("set --")
-	for _, a := range img.args {
-		conf.WriteString(" " + shellQuote(a))
-	}
-	conf.WriteString("\n")
-	c.File("etc/vmtest/guest.conf", 0o644, []byte(conf.String()))
-	c.File("etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/bin/sh\n"))
-	c.File("etc/group", 0o644, []byte("root:x:0:\n"))
-	for _, gp := range sortedKeys(img.files) {
-		b, err := os.ReadFile(img.files[gp])
-		if err != nil {
-			return fmt.Errorf("vmtest: guest file %s: %w", gp, err)
-		}
-		c.File(gp, 0o755, b)
 	}
 	if err := c.Close(); err != nil {
 		return fmt.Errorf("vmtest: write initramfs: %w", err)
@@ -158,6 +152,65 @@ func writeInitramfs(path string, img guestImage) error {
 		return err
 	}
 	return f.Close()
+}
+
+// writeImage writes the guest's files: for systemd guests the systemd tree
+// first (its /bin, /lib, ... are symlinks into /usr), then busybox, /init,
+// the modules, guest.conf and the test's files.
+func writeImage(c *cpioWriter, img guestImage) error {
+	gp := func(p string) string { return p }
+	if img.systemd != nil {
+		if err := writeSystemdRoot(c, img.systemd, img.guest); err != nil {
+			return err
+		}
+		img.conf["VMTEST_SYSTEMD"] = "1"
+		gp = usrMerge
+	}
+	busybox, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		return fmt.Errorf("vmtest: busybox: %w (apt-get install busybox-static)", err)
+	}
+	if err := requireStatic(busybox, "/bin/busybox"); err != nil {
+		return err
+	}
+	c.File(gp("bin/busybox"), 0o755, busybox)
+	c.Symlink(gp("bin/sh"), "busybox")
+	c.File("init", 0o755, []byte(initScript))
+	var names []string
+	for _, m := range img.modules {
+		c.File(gp("lib/modules/vmtest/"+m.Name+".ko"), 0o644, m.Object)
+		names = append(names, m.Name)
+	}
+	img.conf["VMTEST_MODULES"] = strings.Join(names, " ")
+	var conf strings.Builder
+	for _, k := range sortedKeys(img.conf) {
+		fmt.Fprintf(&conf, "export %s=%s\n", k, shellQuote(img.conf[k]))
+	}
+	conf.WriteString("set --")
+	for _, a := range img.args {
+		conf.WriteString(" " + shellQuote(a))
+	}
+	conf.WriteString("\n")
+	c.File("etc/vmtest/guest.conf", 0o644, []byte(conf.String()))
+	if img.systemd == nil {
+		c.File("etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/bin/sh\n"))
+		c.File("etc/group", 0o644, []byte("root:x:0:\n"))
+	} else {
+		c.File("etc/passwd", 0o644, []byte(systemdPasswd))
+		c.File("etc/group", 0o644, []byte(systemdGroup))
+	}
+	for _, p := range sortedKeys(img.files) {
+		st, err := os.Stat(img.files[p])
+		if err != nil {
+			return fmt.Errorf("vmtest: guest file %s: %w", p, err)
+		}
+		b, err := os.ReadFile(img.files[p])
+		if err != nil {
+			return fmt.Errorf("vmtest: guest file %s: %w", p, err)
+		}
+		c.File(gp(strings.TrimPrefix(p, "/")), guestFileMode(p, st.Mode()), b)
+	}
+	return nil
 }
 
 func shellQuote(s string) string {

@@ -67,6 +67,18 @@ type qemuGuest struct {
 	nonce     string
 	log       func(string)
 	qmp       string // path of the QMP control socket
+	systemd   bool   // boots systemd as PID 1 (GuestConfig.Systemd)
+}
+
+// cmdline is the guest kernel's command line. systemd guests reboot (so
+// qemu, with -no-reboot, exits without a verdict) instead of freezing
+// when systemd crashes.
+func (g *qemuGuest) cmdline() string {
+	c := fmt.Sprintf("console=ttyS0 quiet loglevel=4 panic=-1 oops=panic mitigations=off fabraid.guest=%s", g.name)
+	if g.systemd {
+		c += " systemd.crash_reboot=1 systemd.show_status=error"
+	}
+	return c
 }
 
 // args builds the qemu command line.
@@ -78,7 +90,7 @@ func (g *qemuGuest) args() []string {
 		"-nographic", "-no-reboot", "-nodefaults", "-serial", "stdio",
 		"-device", "isa-debug-exit,iobase=0xf4,iosize=4",
 		"-kernel", g.kernel.Vmlinuz, "-initrd", g.initrd,
-		"-append", fmt.Sprintf("console=ttyS0 quiet loglevel=4 panic=-1 oops=panic mitigations=off fabraid.guest=%s", g.name),
+		"-append", g.cmdline(),
 		"-virtfs", fmt.Sprintf("local,path=%s,mount_tag=host0,security_model=none", g.shared),
 		"-qmp", fmt.Sprintf("unix:%s,server=on,wait=off", g.qmp),
 	)

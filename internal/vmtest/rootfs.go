@@ -1,0 +1,276 @@
+package vmtest
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// systemdRoots are the packages a systemd guest is built from; their
+// Depends/Pre-Depends closure (minus debStopList) is fetched.
+var systemdRoots = []string{"systemd", "dbus"}
+
+// rootfsLayout versions the way an extracted tree is merged and pruned;
+// bump it when that changes so cached trees are rebuilt.
+const rootfsLayout = "1"
+
+// sysRoot is an extracted, usr-merged and pruned tree of Debian packages,
+// cached under <cache>/rootfs/<key>/root.
+type sysRoot struct {
+	Dir      string   // the tree; bin, sbin, lib, lib64 are symlinks into usr
+	Packages []string // name=version, sorted
+}
+
+// usrMergedDirs are the top-level directories that are symlinks into /usr
+// in a merged tree.
+var usrMergedDirs = []string{"bin", "sbin", "lib", "lib64"}
+
+// prunedPaths are left out of the tree (prefixes of usr-merged relative
+// paths): documentation, translations, shell completions and glibc's
+// charset converters, none needed to boot or by the tests.
+var prunedPaths = []string{
+	"usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale",
+	"usr/share/lintian", "usr/share/bash-completion", "usr/share/zsh",
+	"usr/share/bug", "usr/share/doc-base", "usr/share/gcc", "usr/share/gdb",
+	"usr/lib/x86_64-linux-gnu/gconv", "usr/share/polkit-1",
+}
+
+// usrMerge maps a package path ("lib/systemd/systemd") to its place in a
+// merged tree ("usr/lib/systemd/systemd").
+func usrMerge(rel string) string {
+	rel = strings.TrimPrefix(path.Clean("/"+rel), "/")
+	first, _, _ := strings.Cut(rel, "/")
+	for _, d := range usrMergedDirs {
+		if first == d {
+			return "usr/" + rel
+		}
+	}
+	return rel
+}
+
+// pruned reports whether the merged path is left out.
+func pruned(rel string) bool {
+	for _, p := range prunedPaths {
+		if rel == p || strings.HasPrefix(rel, p+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// rootfsKey names a tree by its package versions and the layout version.
+func rootfsKey(pkgs []debPackage) (key string, list []string) {
+	for _, p := range pkgs {
+		list = append(list, p.Name+"="+p.Version)
+	}
+	sort.Strings(list)
+	h := sha256.Sum256([]byte("layout " + rootfsLayout + "\n" + strings.Join(list, "\n")))
+	return hex.EncodeToString(h[:8]), list
+}
+
+// getSystemdRoot returns the cached tree of systemd, dbus and their
+// library closure, fetching it with apt-get download and dpkg -x on first
+// use. When apt's lists cannot be read the newest cached tree is used.
+func getSystemdRoot() (*sysRoot, error) {
+	cache, err := CacheDir()
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := lockFile(filepath.Join(cache, "rootfs.lock"))
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	base := filepath.Join(cache, "rootfs")
+	pkgs, err := resolveClosure(systemdRoots, debStopList, aptCacheShow)
+	if err != nil {
+		if r, cerr := newestCachedRoot(base); cerr == nil {
+			return r, nil
+		}
+		return nil, fmt.Errorf("vmtest: systemd guest packages: %w", err)
+	}
+	key, list := rootfsKey(pkgs)
+	dir := filepath.Join(base, key)
+	if _, err := os.Stat(filepath.Join(dir, ".complete")); err == nil {
+		return &sysRoot{Dir: filepath.Join(dir, "root"), Packages: list}, nil
+	}
+	if err := buildRoot(dir, list); err != nil {
+		return nil, err
+	}
+	return &sysRoot{Dir: filepath.Join(dir, "root"), Packages: list}, nil
+}
+
+// newestCachedRoot finds the most recently built complete tree.
+func newestCachedRoot(base string) (*sysRoot, error) {
+	entries, _ := os.ReadDir(base)
+	var best string
+	var bestTime time.Time
+	for _, e := range entries {
+		st, err := os.Stat(filepath.Join(base, e.Name(), ".complete"))
+		if err == nil && st.ModTime().After(bestTime) {
+			best, bestTime = e.Name(), st.ModTime()
+		}
+	}
+	if best == "" {
+		return nil, errors.New("vmtest: no cached systemd tree")
+	}
+	b, _ := os.ReadFile(filepath.Join(base, best, ".complete"))
+	return &sysRoot{Dir: filepath.Join(base, best, "root"), Packages: strings.Fields(string(b))}, nil
+}
+
+// buildRoot downloads the packages (name=version), extracts each, merges
+// them into dir/root, checks the ELF closure and marks dir complete.
+func buildRoot(dir string, list []string) error {
+	tmp := dir + ".tmp"
+	os.RemoveAll(tmp)
+	debs := filepath.Join(tmp, "debs")
+	if err := os.MkdirAll(debs, 0o755); err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	cmd := exec.Command("apt-get", append([]string{"download", "-q"}, list...)...)
+	cmd.Dir = debs
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("vmtest: apt-get download (systemd guest packages): %w\n%s", err, out)
+	}
+	root := filepath.Join(tmp, "root")
+	owners := map[string]string{}
+	for _, nv := range list {
+		name, _, _ := strings.Cut(nv, "=")
+		deb, err := findDeb(debs, name)
+		if err != nil {
+			return err
+		}
+		x := filepath.Join(tmp, "x", name)
+		if err := os.MkdirAll(x, 0o755); err != nil {
+			return err
+		}
+		if out, err := exec.Command("dpkg-deb", "-x", deb, x).CombinedOutput(); err != nil {
+			return fmt.Errorf("vmtest: dpkg-deb -x %s: %w\n%s", deb, err, out)
+		}
+		if err := mergeTree(x, root, name, owners); err != nil {
+			return fmt.Errorf("vmtest: merge package %s: %w", name, err)
+		}
+	}
+	for _, d := range usrMergedDirs {
+		if err := os.MkdirAll(filepath.Join(root, "usr", d), 0o755); err != nil {
+			return err
+		}
+		if err := os.Symlink("usr/"+d, filepath.Join(root, d)); err != nil {
+			return err
+		}
+	}
+	if err := checkELFClosure(root, owners); err != nil {
+		return err
+	}
+	if err := writeOwners(filepath.Join(tmp, "owners"), owners); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(tmp, ".complete"), []byte(strings.Join(list, "\n")+"\n"), 0o644); err != nil {
+		return err
+	}
+	os.RemoveAll(filepath.Join(tmp, "x"))
+	os.RemoveAll(debs)
+	os.RemoveAll(dir)
+	return os.Rename(tmp, dir)
+}
+
+// findDeb finds the one downloaded .deb of a package.
+func findDeb(dir, name string) (string, error) {
+	m, _ := filepath.Glob(filepath.Join(dir, name+"_*.deb"))
+	if len(m) != 1 {
+		return "", fmt.Errorf("vmtest: apt-get download left %d .deb files for %s", len(m), name)
+	}
+	return m[0], nil
+}
+
+// mergeTree moves the extracted package tree src into root at usr-merged
+// paths, leaving out pruned paths. Symbolic links are re-pointed so that
+// they resolve to the same (merged) place. owners records which package
+// each path came from.
+func mergeTree(src, root, pkg string, owners map[string]string) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		if rel == "." {
+			return nil
+		}
+		rel = filepath.ToSlash(rel)
+		merged := usrMerge(rel)
+		if pruned(merged) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		dst := filepath.Join(root, merged)
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(dst, 0o755)
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			os.Remove(dst)
+			owners[merged] = pkg
+			return os.Symlink(mergedLinkTarget(rel, target), dst)
+		case d.Type().IsRegular():
+			owners[merged] = pkg
+			return os.Rename(p, dst)
+		}
+		return nil // device nodes, fifos: none in these packages
+	})
+}
+
+// mergedLinkTarget re-points a link at rel (package path) with target so
+// it resolves in the merged tree to where it resolved in the package.
+func mergedLinkTarget(rel, target string) string {
+	if path.IsAbs(target) {
+		return "/" + usrMerge(target)
+	}
+	abs := path.Join("/", path.Dir(rel), target)
+	to := "/" + usrMerge(abs)
+	from := "/" + path.Dir(usrMerge(rel))
+	if r, err := filepath.Rel(from, to); err == nil {
+		return filepath.ToSlash(r)
+	}
+	return to
+}
+
+func writeOwners(p string, owners map[string]string) error {
+	var b strings.Builder
+	for _, k := range sortedKeys(owners) {
+		fmt.Fprintf(&b, "%s\t%s\n", k, owners[k])
+	}
+	return os.WriteFile(p, []byte(b.String()), 0o644)
+}
+
+// readOwners reads what writeOwners wrote (empty when missing).
+func readOwners(p string) map[string]string {
+	owners := map[string]string{}
+	f, err := os.Open(p)
+	if err != nil {
+		return owners
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), "\t"); ok {
+			owners[k] = v
+		}
+	}
+	return owners
+}
