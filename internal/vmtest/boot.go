@@ -197,7 +197,11 @@ func prepareGuests(cfg BootConfig, work, shared string) ([]*qemuGuest, error) {
 			}
 			kernels[gc.Kernel] = k
 		}
-		mods, err := k.resolveModules(append(append([]string{}, baseModules...), gc.Modules...))
+		want := append([]string{}, baseModules...)
+		if gc.Systemd {
+			want = append(want, systemdModules...)
+		}
+		mods, err := k.resolveModules(append(want, gc.Modules...))
 		if err != nil {
 			return nil, fmt.Errorf("guest %s: %w", gc.Name, err)
 		}

@@ -98,7 +98,8 @@ if [ -n "$VMTEST_IP" ]; then
 	ip addr add "$VMTEST_IP/16" dev eth0 && ip link set eth0 up || verdict fail "cannot configure eth0 with $VMTEST_IP"
 fi
 if [ -n "$VMTEST_SYSTEMD" ]; then
-	echo "vmtest: starting systemd"
+	read up _ </proc/uptime
+	echo "vmtest: starting systemd at uptime ${up}s"
 	exec /lib/systemd/systemd
 	verdict fail "cannot exec /lib/systemd/systemd"
 fi

@@ -1,6 +1,7 @@
 package vmtest
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -161,4 +162,37 @@ func checkServices(t *testing.T) {
 	waitJournal(t, "_SYSTEMD_UNIT=vmtest-hello.service", "hello-from-a-unit-file")
 	run(t, "systemd-run", "--unit=vmtest-transient", "--wait", "--quiet", "/bin/echo", "hello-from-systemd-run")
 	waitJournal(t, "_SYSTEMD_UNIT=vmtest-transient.service", "hello-from-systemd-run")
+}
+
+// A systemd guest fails without a verdict when systemd (PID 1) crashes,
+// and with a named reason when the payload service is killed before it
+// reported; neither leaves qemu or temporary files behind.
+func TestIntegrationBrokenSystemdGuest(t *testing.T) {
+	requireVM(t)
+	for _, tc := range []struct {
+		name, cmd, reason string
+	}{
+		{"crash", "kill -SEGV 1; sleep 120", "without a verdict"},
+		{"payload-killed", "kill -9 $PPID; sleep 120", "vmtest-payload.service ended without a verdict"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			check := isolatedTemp(t)
+			start := time.Now()
+			outs, err := Boot(context.Background(), BootConfig{
+				Guests:  []GuestConfig{{Name: "broken", Systemd: true}},
+				Timeout: 90 * time.Second,
+				Command: []string{"sh", "-c", tc.cmd},
+				Log:     func(g, l string) { t.Logf("[%s] %s", g, l) },
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			o := outs[0]
+			if o.Passed || o.Skipped || !strings.Contains(o.Reason, tc.reason) || strings.Contains(o.Reason, "timed out") {
+				t.Errorf("outcome %+v, want a failure with %q", o, tc.reason)
+			}
+			t.Logf("failed as expected after %v: %s", time.Since(start).Round(time.Millisecond), o.Reason)
+			check()
+		})
+	}
 }
