@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs what fabraid's build, tests and demo need on a Debian/Ubuntu host,
 # as root, idempotently: qemu (TCG guests), static busybox (guest userland)
-# and fresh apt lists so the guest kernels (linux-image-6.12.*, 6.1.0-*)
-# can be fetched with apt-get download by the test harness. Go must already
-# be installed (the Go toolchain is the only prerequisite).
+# and fresh apt lists so the guest kernels (linux-image-6.12.*, 6.1.0-*) and
+# the packages of systemd guests (systemd, dbus and their libraries) can be
+# fetched with apt-get download and unpacked with dpkg-deb by the test
+# harness. Go must already be installed (the Go toolchain is the only
+# prerequisite).
 set -euo pipefail
 
 need=()
@@ -13,11 +15,17 @@ if ! dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'install 
 	need+=(busybox-static)
 fi
 
+# dpkg-deb unpacks the systemd guests' packages (part of dpkg, so always there on Debian).
+command -v dpkg-deb >/dev/null || need+=(dpkg)
+
 lists_fresh() {
-	local a b
+	local a b s
 	a=$(apt-cache pkgnames linux-image-6.12 2>/dev/null || true)
 	b=$(apt-cache pkgnames linux-image-6.1.0 2>/dev/null || true)
-	[[ $a == *deb12-amd64-unsigned* && $b == *amd64-unsigned* ]]
+	# systemd guests: apt must be able to download systemd and dbus (a
+	# candidate version, i.e. a package list that names them).
+	s=$(apt-cache show --no-all-versions systemd dbus 2>/dev/null | grep -c '^Filename:' || true)
+	[[ $a == *deb12-amd64-unsigned* && $b == *amd64-unsigned* && $s == 2 ]]
 }
 
 if [ ${#need[@]} -gt 0 ] || ! lists_fresh; then
