@@ -93,3 +93,12 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestParseEngineMode(t *testing.T) {
+	for _, m := range []string{EngineAuto, EngineSystemd, EngineProcess} {
+		c, err := Parse(strings.NewReader("engine_mode = "+m+"\n"), "t.conf")
+		if err != nil || c.EngineMode != m {
+			t.Errorf("engine_mode = %s: %q %v", m, c.EngineMode, err)
+		}
+	}
+}
