@@ -59,6 +59,24 @@
 // static link-local (Env.Addr). Guests have busybox at /bin. Env.RemoveDisk
 // hot-unplugs a disk from the running guest through qemu's QMP socket.
 //
+// # Systemd guests
+//
+// GuestConfig.Systemd boots the guest with Debian 12's systemd as PID 1 and
+// dbus-daemon on the system bus, for tests of units, D-Bus and the journal.
+// The Depends/Pre-Depends closure of the systemd and dbus packages (minus
+// install-time packages such as perl, debconf and dpkg) is fetched once with
+// apt-get download, unpacked with dpkg-deb into a usr-merged tree under the
+// cache (keyed by the package versions), pruned of documentation and
+// checked with debug/elf: every interpreter and DT_NEEDED library must be
+// in the tree. /init prepares the guest as usual and execs systemd, whose
+// default target (vmtest.target) is basic.target plus dbus.service and
+// vmtest-payload.service; that service runs the payload with the same
+// environment and verdict logic as plain guests, its output on the
+// console. Units a test brings go into Files under /usr/lib/systemd/system/
+// or /etc/systemd/system/ (written 0644); start them with systemctl or over
+// D-Bus. journald forwards warnings and worse to the console. See
+// docs/testing.md for what is masked and the boot times.
+//
 // Guests run under qemu TCG (KVM only where it really works); the serial
 // console streams into the test log prefixed with the guest name. A guest
 // passes only when qemu exits through isa-debug-exit with the pass code AND

@@ -162,6 +162,13 @@ func checkServices(t *testing.T) {
 	waitJournal(t, "_SYSTEMD_UNIT=vmtest-hello.service", "hello-from-a-unit-file")
 	run(t, "systemd-run", "--unit=vmtest-transient", "--wait", "--quiet", "/bin/echo", "hello-from-systemd-run")
 	waitJournal(t, "_SYSTEMD_UNIT=vmtest-transient.service", "hello-from-systemd-run")
+	// The sandboxing packaged units use needs mount namespaces on the
+	// initramfs root.
+	run(t, "systemd-run", "--unit=vmtest-sandboxed", "--wait", "--quiet",
+		"-p", "PrivateTmp=yes", "-p", "ProtectSystem=strict", "-p", "ProtectHome=yes",
+		"-p", "PrivateNetwork=yes", "-p", "NoNewPrivileges=yes", "-p", "MemoryDenyWriteExecute=yes",
+		"/bin/sh", "-c", "touch /usr/x 2>/dev/null && echo writable || echo sandboxed-ok")
+	waitJournal(t, "_SYSTEMD_UNIT=vmtest-sandboxed.service", "sandboxed-ok")
 }
 
 // A systemd guest fails without a verdict when systemd (PID 1) crashes,
