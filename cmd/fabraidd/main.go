@@ -129,7 +129,7 @@ func serveUnit(ctx context.Context, cmd *cobra.Command, volume, cfgPath string, 
 	if err != nil {
 		return usageError{fmt.Errorf("volume %s: %w (written by fabraidd before it starts the unit)", volume, err)}
 	}
-	log = log.With("engine", spec.UUID, "volume", volume, "pid", os.Getpid())
+	log = log.With("engine", spec.UUID, "pid", os.Getpid())
 	sddaemon.SdNotify(false, "STATUS=assembling "+volume)
 	defer sddaemon.SdNotify(false, sddaemon.SdNotifyStopping)
 	return volmgr.ServeEngine(ctx, volmgr.ServeOptions{

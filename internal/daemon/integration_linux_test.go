@@ -35,20 +35,26 @@ import (
 // fail a member and replace it with a rate-limited rebuild whose progress
 // the metrics endpoint shows, scrub clean, delete.
 func TestIntegrationDaemon(t *testing.T) {
+	vmtest.Run(t, vmtest.Options{
+		Guests:  []vmtest.GuestConfig{oneNode(t, "/usr/bin/fabraidd")},
+		Timeout: 170 * time.Second,
+	}, daemonGuest)
+}
+
+// oneNode is the guest of the daemon tests: 6.12 with ublk and NVMe/TCP,
+// 7 disks of 32 MiB, the fabraid CLI and fabraidd installed at daemonPath.
+func oneNode(t *testing.T, daemonPath string) vmtest.GuestConfig {
 	disks := make([]vmtest.Disk, 7)
 	for i := range disks {
 		disks[i] = vmtest.Disk{Size: 32 << 20}
 	}
-	vmtest.Run(t, vmtest.Options{
-		Guests: []vmtest.GuestConfig{{
-			Name: "a", Kernel: vmtest.Kernel612, Modules: []string{"ublk_drv", "nvmet_tcp", "nvme_tcp"}, Disks: disks,
-			Files: map[string]string{
-				"/usr/bin/fabraid":  vmtest.BuildBinary(t, "github.com/fabraid/fabraid/cmd/fabraid"),
-				"/usr/bin/fabraidd": vmtest.BuildBinary(t, "github.com/fabraid/fabraid/cmd/fabraidd"),
-			},
-		}},
-		Timeout: 170 * time.Second,
-	}, daemonGuest)
+	return vmtest.GuestConfig{
+		Name: "a", Kernel: vmtest.Kernel612, Modules: []string{"ublk_drv", "nvmet_tcp", "nvme_tcp"}, Disks: disks,
+		Files: map[string]string{
+			"/usr/bin/fabraid": vmtest.BuildBinary(t, "github.com/fabraid/fabraid/cmd/fabraid"),
+			daemonPath:         vmtest.BuildBinary(t, "github.com/fabraid/fabraid/cmd/fabraidd"),
+		},
+	}
 }
 
 func run(t *testing.T, args ...string) (string, error) {
@@ -213,6 +219,24 @@ func (v *verifier) start() {
 	}()
 }
 
+// startVerifier opens dev with O_DIRECT, writes its first vsize bytes and
+// starts the verifier on it.
+func startVerifier(t *testing.T, dev string) *verifier {
+	t.Helper()
+	f, err := os.OpenFile(dev, os.O_RDWR|syscall.O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &verifier{f: f, want: map[int64]uint64{}}
+	for blk := int64(0); blk < vsize/vblock; blk++ {
+		if err := v.op(blk, uint64(blk), true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v.start()
+	return v
+}
+
 func (v *verifier) check(t *testing.T) {
 	t.Helper()
 	v.mu.Lock()
@@ -277,21 +301,15 @@ func daemonGuest(t *testing.T, g *vmtest.Env) {
 	if !strings.HasPrefix(in.Device, "/dev/nvme") || in.State != "optimal" || in.EnginePID == 0 {
 		t.Fatalf("created: %+v", in)
 	}
-	f, err := os.OpenFile(in.Device, os.O_RDWR|syscall.O_DIRECT, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := &verifier{f: f, want: map[int64]uint64{}}
-	for blk := int64(0); blk < vsize/vblock; blk++ {
-		if err := v.op(blk, uint64(blk), true); err != nil {
-			t.Fatal(err)
-		}
-	}
-	v.start()
+	v := startVerifier(t, in.Device)
+	f := v.f
 
 	// kill -9 the engine under load: the supervisor starts a new one that
 	// re-attaches to the ublk device.
 	time.Sleep(time.Second)
+	v.mu.Lock()
+	v.maxLat = 0 // the slowest I/O from here on is the consumer's pause
+	v.mu.Unlock()
 	t0 = time.Now()
 	syscall.Kill(in.EnginePID, syscall.SIGKILL)
 	var after volmgr.Info
@@ -305,12 +323,16 @@ func daemonGuest(t *testing.T, g *vmtest.Env) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Logf("engine %d killed; engine %d serving %s after %v", in.EnginePID, after.EnginePID, after.Ublk, time.Since(t0))
+	took := time.Since(t0)
 	if after.Ublk != in.Ublk || after.Device != in.Device {
 		t.Errorf("after engine restart: ublk %s device %s, want %s %s", after.Ublk, after.Device, in.Ublk, in.Device)
 	}
 	time.Sleep(time.Second)
 	v.check(t)
+	v.mu.Lock()
+	t.Logf("child engine restart: engine %d killed; engine %d serving %s after %v; slowest verifier I/O meanwhile %v",
+		in.EnginePID, after.EnginePID, after.Ublk, took, v.maxLat)
+	v.mu.Unlock()
 	// The new engine's I/O counters start now: everything the verifier
 	// moves from here on goes through it.
 	v.mu.Lock()

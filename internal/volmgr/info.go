@@ -68,17 +68,21 @@ func State(s engine.Status) string {
 // Info returns the volume named ref (name or UUID).
 func (m *Manager) Info(ref string) (Info, error) {
 	u, e, err := m.resolve(ref)
-	if e == nil {
-		if u == ([16]byte{}) {
-			return Info{}, err
+	if e == nil && u == ([16]byte{}) {
+		return Info{}, err
+	}
+	var st EngineStatus
+	if e != nil {
+		// An engine that does not answer has died and is being restarted
+		// (by the daemon or by systemd): the volume is stopped until then.
+		if st, err = e.Status(); err != nil {
+			err = fmt.Errorf("volume %s: engine does not answer (restarting?): %w", ref, err)
 		}
+	}
+	if err != nil {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		return Info{Name: m.names[u], UUID: FormatUUID(u), NQN: NQN(u), State: "stopped", Error: err.Error()}, nil
-	}
-	st, err := e.Status()
-	if err != nil {
-		return Info{}, fmt.Errorf("volume %s: %w", ref, err)
 	}
 	m.mu.Lock()
 	head := m.heads[u]
