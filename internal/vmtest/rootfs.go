@@ -1,7 +1,6 @@
 package vmtest
 
 import (
-	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -78,9 +77,37 @@ func rootfsKey(pkgs []debPackage) (key string, list []string) {
 	return hex.EncodeToString(h[:8]), list
 }
 
+// aptStateFiles are the files whose change can change apt's candidate
+// versions: the package lists and the pinning preferences.
+var aptStateFiles = []string{
+	"/var/lib/apt/lists/*_Packages*", "/etc/apt/preferences", "/etc/apt/preferences.d/*",
+}
+
+// aptStamp hashes the names, sizes and modification times of the files
+// matching globs; "" when none exists. Asking apt-cache for the closure
+// takes seconds, so a tree is reused without asking while this is the same.
+func aptStamp(globs []string) string {
+	h := sha256.New()
+	n := 0
+	for _, g := range globs {
+		matches, _ := filepath.Glob(g)
+		for _, m := range matches {
+			if st, err := os.Stat(m); err == nil {
+				fmt.Fprintf(h, "%s %d %d\n", m, st.Size(), st.ModTime().UnixNano())
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
 // getSystemdRoot returns the cached tree of systemd, dbus and their
-// library closure, fetching it with apt-get download and dpkg -x on first
-// use. When apt's lists cannot be read the newest cached tree is used.
+// library closure, fetching it with apt-get download and dpkg-deb on first
+// use. The closure is resolved again only when apt's lists changed. When
+// apt's lists cannot be read the newest cached tree is used.
 func getSystemdRoot() (*sysRoot, error) {
 	cache, err := CacheDir()
 	if err != nil {
@@ -92,6 +119,15 @@ func getSystemdRoot() (*sysRoot, error) {
 	}
 	defer unlock()
 	base := filepath.Join(cache, "rootfs")
+	stampFile := ""
+	if stamp := aptStamp(aptStateFiles); stamp != "" {
+		stampFile = filepath.Join(base, "apt-"+stamp)
+		if key, err := os.ReadFile(stampFile); err == nil {
+			if r, err := cachedRoot(base, strings.TrimSpace(string(key))); err == nil {
+				return r, nil
+			}
+		}
+	}
 	pkgs, err := resolveClosure(systemdRoots, debStopList, aptCacheShow)
 	if err != nil {
 		if r, cerr := newestCachedRoot(base); cerr == nil {
@@ -100,14 +136,24 @@ func getSystemdRoot() (*sysRoot, error) {
 		return nil, fmt.Errorf("vmtest: systemd guest packages: %w", err)
 	}
 	key, list := rootfsKey(pkgs)
-	dir := filepath.Join(base, key)
-	if _, err := os.Stat(filepath.Join(dir, ".complete")); err == nil {
-		return &sysRoot{Dir: filepath.Join(dir, "root"), Packages: list}, nil
+	if _, err := cachedRoot(base, key); err != nil {
+		if err := buildRoot(filepath.Join(base, key), list); err != nil {
+			return nil, err
+		}
 	}
-	if err := buildRoot(dir, list); err != nil {
+	if stampFile != "" {
+		os.WriteFile(stampFile, []byte(key+"\n"), 0o644)
+	}
+	return cachedRoot(base, key)
+}
+
+// cachedRoot returns the complete tree named key.
+func cachedRoot(base, key string) (*sysRoot, error) {
+	b, err := os.ReadFile(filepath.Join(base, key, ".complete"))
+	if err != nil {
 		return nil, err
 	}
-	return &sysRoot{Dir: filepath.Join(dir, "root"), Packages: list}, nil
+	return &sysRoot{Dir: filepath.Join(base, key, "root"), Packages: strings.Fields(string(b))}, nil
 }
 
 // newestCachedRoot finds the most recently built complete tree.
@@ -124,8 +170,7 @@ func newestCachedRoot(base string) (*sysRoot, error) {
 	if best == "" {
 		return nil, errors.New("vmtest: no cached systemd tree")
 	}
-	b, _ := os.ReadFile(filepath.Join(base, best, ".complete"))
-	return &sysRoot{Dir: filepath.Join(base, best, "root"), Packages: strings.Fields(string(b))}, nil
+	return cachedRoot(base, best)
 }
 
 // buildRoot downloads the packages (name=version), extracts each, merges
@@ -256,21 +301,4 @@ func writeOwners(p string, owners map[string]string) error {
 		fmt.Fprintf(&b, "%s\t%s\n", k, owners[k])
 	}
 	return os.WriteFile(p, []byte(b.String()), 0o644)
-}
-
-// readOwners reads what writeOwners wrote (empty when missing).
-func readOwners(p string) map[string]string {
-	owners := map[string]string{}
-	f, err := os.Open(p)
-	if err != nil {
-		return owners
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), "\t"); ok {
-			owners[k] = v
-		}
-	}
-	return owners
 }

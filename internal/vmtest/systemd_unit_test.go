@@ -280,3 +280,19 @@ func TestWriteImageSystemd(t *testing.T) {
 		t.Errorf("machine-id %q", id)
 	}
 }
+
+// The apt stamp changes when a list changes and is empty without lists.
+func TestAptStamp(t *testing.T) {
+	dir := t.TempDir()
+	glob := []string{filepath.Join(dir, "*_Packages*")}
+	if s := aptStamp(glob); s != "" {
+		t.Errorf("stamp without lists: %q", s)
+	}
+	p := filepath.Join(dir, "deb_dists_bookworm_main_binary-amd64_Packages")
+	os.WriteFile(p, []byte("Package: a\n"), 0o644)
+	s1 := aptStamp(glob)
+	os.WriteFile(p, []byte("Package: a\nVersion: 2\n"), 0o644)
+	if s2 := aptStamp(glob); s1 == "" || s1 == s2 {
+		t.Errorf("stamps %q, %q: want different and not empty", s1, s2)
+	}
+}
