@@ -72,11 +72,15 @@ type qemuGuest struct {
 
 // cmdline is the guest kernel's command line. systemd guests reboot (so
 // qemu, with -no-reboot, exits without a verdict) instead of freezing
-// when systemd crashes.
+// when systemd crashes; FABRAID_VMTEST_SYSTEMD_DEBUG=1 makes systemd log
+// at debug level straight to the console.
 func (g *qemuGuest) cmdline() string {
 	c := fmt.Sprintf("console=ttyS0 quiet loglevel=4 panic=-1 oops=panic mitigations=off fabraid.guest=%s", g.name)
 	if g.systemd {
 		c += " systemd.crash_reboot=1 systemd.show_status=error"
+		if os.Getenv("FABRAID_VMTEST_SYSTEMD_DEBUG") == "1" {
+			c += " systemd.log_level=debug systemd.log_target=console"
+		}
 	}
 	return c
 }

@@ -21,7 +21,7 @@ var systemdRoots = []string{"systemd", "dbus"}
 
 // rootfsLayout versions the way an extracted tree is merged and pruned;
 // bump it when that changes so cached trees are rebuilt.
-const rootfsLayout = "1"
+const rootfsLayout = "2"
 
 // sysRoot is an extracted, usr-merged and pruned tree of Debian packages,
 // cached under <cache>/rootfs/<key>/root.
@@ -121,7 +121,7 @@ func getSystemdRoot() (*sysRoot, error) {
 	base := filepath.Join(cache, "rootfs")
 	stampFile := ""
 	if stamp := aptStamp(aptStateFiles); stamp != "" {
-		stampFile = filepath.Join(base, "apt-"+stamp)
+		stampFile = filepath.Join(base, "apt-"+rootfsLayout+"-"+stamp)
 		if key, err := os.ReadFile(stampFile); err == nil {
 			if r, err := cachedRoot(base, strings.TrimSpace(string(key))); err == nil {
 				return r, nil
@@ -215,6 +215,9 @@ func buildRoot(dir string, list []string) error {
 			return err
 		}
 	}
+	if err := checkRequired(root); err != nil {
+		return err
+	}
 	if err := checkELFClosure(root, owners); err != nil {
 		return err
 	}
@@ -228,6 +231,32 @@ func buildRoot(dir string, list []string) error {
 	os.RemoveAll(debs)
 	os.RemoveAll(dir)
 	return os.Rename(tmp, dir)
+}
+
+// requiredFiles must be in a systemd guest's tree (guest paths): what /init
+// execs, the loader, the tools tests and units use, and util-linux's mount
+// and umount, which busybox's applet links must not replace.
+var requiredFiles = []string{
+	"/lib/systemd/systemd", "/lib64/ld-linux-x86-64.so.2", "/usr/lib/systemd/systemd-journald",
+	"/usr/bin/dbus-daemon", "/usr/share/dbus-1/system.conf", "/usr/bin/dbus-send",
+	"/usr/bin/systemctl", "/usr/bin/journalctl", "/usr/bin/busctl", "/usr/bin/systemd-cat",
+	"/usr/bin/systemd-run", "/usr/bin/mount", "/usr/bin/umount",
+	"/usr/lib/systemd/system/basic.target", "/usr/lib/systemd/system/dbus.socket",
+}
+
+// checkRequired fails naming every required file the tree lacks.
+func checkRequired(root string) error {
+	var missing []string
+	for _, f := range requiredFiles {
+		if !existsInRoot(root, f) {
+			missing = append(missing, f)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("vmtest: systemd guest tree (packages %s and their closure) lacks %s",
+			strings.Join(systemdRoots, ", "), strings.Join(missing, ", "))
+	}
+	return nil
 }
 
 // findDeb finds the one downloaded .deb of a package.
