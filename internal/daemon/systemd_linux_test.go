@@ -125,10 +125,16 @@ func killEngine(t *testing.T, v *verifier, vol, unit string, old volmgr.Info) vo
 // engines'), selected by the VOLUME= field the engines' and the daemon's
 // attributes become under systemd.
 func journal(t *testing.T, vol string) {
+	for _, u := range []string{"fabraidd.service", volmgr.EngineUnit(vol)} {
+		out, err := exec.Command("journalctl", "--no-pager", "-o", "verbose", "-n", "1", "-u", u).CombinedOutput()
+		t.Logf("journalctl -u %s: %v\n%s", u, err, out)
+	}
 	out, err := exec.Command("journalctl", "--no-pager", "-o", "short-monotonic", "VOLUME="+vol).CombinedOutput()
 	t.Logf("journalctl VOLUME=%s: %v\n%s", vol, err, out)
-	if err != nil || !strings.Contains(string(out), "engine serving") {
-		t.Errorf("journalctl VOLUME=%s: no engine entries", vol)
+	for _, want := range []string{"engine serving", "resetting and starting it again"} {
+		if err != nil || !strings.Contains(string(out), want) {
+			t.Errorf("journalctl VOLUME=%s: no entry %q", vol, want)
+		}
 	}
 }
 
@@ -239,6 +245,50 @@ func systemdGuest(t *testing.T, g *vmtest.Env) {
 
 	v.halt(t)
 	t.Logf("verifier: %d ops", v.ops)
+	for blk := int64(0); blk < vsize/vblock; blk++ {
+		if err := v.op(blk, 0, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A crash loop: after 5 starts in 60 s systemd leaves the unit failed
+	// (StartLimitBurst); fabraidd's next reconcile resets it and starts it
+	// again, and the engine recovers the same ublk device.
+	cur := after2.EnginePID
+	for i := 0; unitProp(t, unit, "ActiveState") != "failed"; i++ {
+		if i == 8 {
+			t.Fatalf("%s not failed after %d kills", unit, i)
+		}
+		systemctl(t, "kill", "-s", "KILL", unit)
+		for j := 0; ; j++ {
+			if st := unitProp(t, unit, "ActiveState"); st == "failed" {
+				break
+			}
+			if in := showVol(t, vol); in.EnginePID != 0 && in.EnginePID != cur {
+				cur = in.EnginePID
+				break
+			}
+			if j > 300 {
+				t.Fatalf("no new engine and no failed unit 30s after kill %d", i+1)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	t.Logf("%s failed: %s", unit, unitProp(t, unit, "Result"))
+	t0 = time.Now()
+	for i := 0; ; i++ {
+		if in := showVol(t, vol); in.EnginePID != 0 && in.EnginePID != cur {
+			t.Logf("fabraidd restarted the failed unit after %v: engine %d on %s", time.Since(t0), in.EnginePID, in.Ublk)
+			if in.Ublk != after2.Ublk || in.Device != after2.Device || unitProp(t, unit, "ActiveState") != "active" {
+				t.Errorf("after reset-failed: %+v, unit %s", in, unitProp(t, unit, "ActiveState"))
+			}
+			break
+		}
+		if i > 300 {
+			t.Fatal("fabraidd did not restart the failed engine unit within 30s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	for blk := int64(0); blk < vsize/vblock; blk++ {
 		if err := v.op(blk, 0, false); err != nil {
 			t.Fatal(err)
