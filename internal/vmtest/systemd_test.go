@@ -42,6 +42,7 @@ func TestIntegrationSystemd(t *testing.T) {
 		}
 		checkSystemRunning(t)
 		logUptime(t, "boot finished")
+		checkLayout(t)
 		checkBus(t)
 		checkJournalFields(t)
 		checkServices(t)
@@ -52,6 +53,23 @@ func TestIntegrationSystemd(t *testing.T) {
 			t.Logf("systemd-analyze time: %s", strings.TrimSpace(string(out)))
 		}
 	})
+}
+
+// checkLayout checks the usr-merged layout: the loader at /lib64, and
+// util-linux's mount and systemd's tools not replaced by busybox links.
+func checkLayout(t *testing.T) {
+	for _, p := range []string{"/bin/mount", "/usr/bin/umount", "/bin/systemctl", "/lib/systemd/systemd"} {
+		st, err := os.Lstat(p)
+		if err != nil {
+			t.Errorf("%s: %v", p, err)
+		} else if !st.Mode().IsRegular() {
+			target, _ := os.Readlink(p)
+			t.Errorf("%s is a %v (-> %q), want the packaged binary", p, st.Mode().Type(), target)
+		}
+	}
+	if _, err := os.Stat("/lib64/ld-linux-x86-64.so.2"); err != nil {
+		t.Errorf("loader: %v", err)
+	}
 }
 
 // logUptime logs the guest's uptime (seconds since the kernel started).
