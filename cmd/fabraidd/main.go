@@ -132,12 +132,16 @@ func serveUnit(ctx context.Context, cmd *cobra.Command, volume, cfgPath string, 
 	log = log.With("engine", spec.UUID, "pid", os.Getpid())
 	sddaemon.SdNotify(false, "STATUS=assembling "+volume)
 	defer sddaemon.SdNotify(false, sddaemon.SdNotifyStopping)
-	return volmgr.ServeEngine(ctx, volmgr.ServeOptions{
+	err = volmgr.ServeEngine(ctx, volmgr.ServeOptions{
 		Members: spec.Members, UblkID: spec.UblkID, Socket: spec.Socket, SpecPath: path, Log: log,
 		Ready: func(ublkPath string) {
 			sddaemon.SdNotify(false, sddaemon.SdNotifyReady+"\nSTATUS=serving "+volume+" on "+ublkPath)
 		},
 	})
+	if err != nil {
+		log.Error("engine failed", "volume", volume, "err", err) // an error entry in the journal, with its fields
+	}
+	return err
 }
 
 // loadConfig reads the configuration: the file given with --config must

@@ -26,9 +26,23 @@ import (
 // of the engine (systemd restarts it, ublk user recovery, no I/O error),
 // systemctl restart fabraidd (the engine unit keeps its PID, the volume its
 // identity), fail + replace (the engine records the new member list in its
-// spec, and a second kill assembles from it), then delete stops the unit
+// spec, and a second kill assembles from it), a crash loop until the unit
+// is failed (fabraidd resets and restarts it), then delete stops the unit
 // and removes the spec.
 func TestIntegrationSystemdEngine(t *testing.T) {
+	vmtest.Run(t, vmtest.Options{Guests: []vmtest.GuestConfig{systemdNode(t)}, Timeout: 280 * time.Second}, systemdGuest)
+}
+
+// TestIntegrationSystemdProcessMode runs fabraidd.service with
+// engine_mode = process: the engine is a child in fabraidd's cgroup, and
+// KillMode=process keeps it serving (same PID, no verifier error) through
+// systemctl restart fabraidd; the new daemon adopts it.
+func TestIntegrationSystemdProcessMode(t *testing.T) {
+	vmtest.Run(t, vmtest.Options{Guests: []vmtest.GuestConfig{systemdNode(t)}, Timeout: 200 * time.Second}, processModeGuest)
+}
+
+// systemdNode is oneNode booting systemd, with the packaged units installed.
+func systemdNode(t *testing.T) vmtest.GuestConfig {
 	g := oneNode(t, "/usr/sbin/fabraidd")
 	g.Systemd = true
 	for _, u := range []string{"fabraidd.service", "fabraid-engine@.service"} {
@@ -38,7 +52,62 @@ func TestIntegrationSystemdEngine(t *testing.T) {
 		}
 		g.Files["/usr/lib/systemd/system/"+u] = p
 	}
-	vmtest.Run(t, vmtest.Options{Guests: []vmtest.GuestConfig{g}, Timeout: 280 * time.Second}, systemdGuest)
+	return g
+}
+
+// startUnitDaemon writes the configuration (plus extra lines), claims the
+// disks and starts fabraidd.service; it returns the daemon's MainPID.
+func startUnitDaemon(t *testing.T, g *vmtest.Env, extra string) int {
+	os.MkdirAll("/etc/fabraid", 0o755)
+	conf := "node_name = a\nmetrics_address = 127.0.0.1:9436\n" + extra
+	if err := os.WriteFile("/etc/fabraid/fabraid.conf", []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := systemctl(t, "daemon-reload"); err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, append([]string{"drive", "claim"}, g.Disks...)...)
+	t0 := time.Now()
+	if _, err := systemctl(t, "start", "fabraidd"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("systemctl start fabraidd: %v", time.Since(t0))
+	if _, err := exec.Command("/usr/bin/fabraid", "volume", "list").Output(); err != nil {
+		t.Fatalf("API not answering right after systemctl start (Type=notify): %v", err)
+	}
+	pid, _ := strconv.Atoi(unitProp(t, "fabraidd.service", "MainPID"))
+	return pid
+}
+
+func processModeGuest(t *testing.T, g *vmtest.Env) {
+	daemonPID := startUnitDaemon(t, g, "engine_mode = process\n")
+	var in volmgr.Info
+	if err := json.Unmarshal([]byte(mustRun(t, "volume", "create", "vol0", "--data", "4", "--parity", "2", "--json")), &in); err != nil {
+		t.Fatal(err)
+	}
+	if p := ppid(t, in.EnginePID); p != daemonPID {
+		t.Errorf("engine %d has parent %d, want fabraidd %d", in.EnginePID, p, daemonPID)
+	}
+	if st, _ := systemctl(t, "is-active", volmgr.EngineUnit("vol0")); st == "active" {
+		t.Error("engine unit active in process mode")
+	}
+	v := startVerifier(t, in.Device)
+	time.Sleep(time.Second)
+	if _, err := systemctl(t, "restart", "fabraidd"); err != nil {
+		t.Fatal(err)
+	}
+	re := show(t)
+	if re.EnginePID != in.EnginePID || re.Ublk != in.Ublk || re.Device != in.Device {
+		t.Errorf("after systemctl restart fabraidd: %+v, want engine %d on %s", re, in.EnginePID, in.Ublk)
+	}
+	time.Sleep(time.Second)
+	v.halt(t)
+	v.f.Close()
+	mustRun(t, "volume", "delete", "vol0", "--yes")
+	if ids, err := ublk.List(); err != nil || len(ids) != 0 {
+		t.Errorf("ublk devices after delete: %v %v", ids, err)
+	}
+	systemctl(t, "stop", "fabraidd")
 }
 
 // systemctl runs systemctl and returns its trimmed output.
@@ -121,19 +190,20 @@ func killEngine(t *testing.T, v *verifier, vol, unit string, old volmgr.Info) vo
 	}
 }
 
-// journal logs the journal entries about the volume (fabraidd's and its
-// engines'), selected by the VOLUME= field the engines' and the daemon's
-// attributes become under systemd.
+// journal logs the journal of fabraidd and the volume's engine unit and
+// checks that the entries carry the attributes as fields (VOLUME=) and are
+// attributed to their units.
 func journal(t *testing.T, vol string) {
-	for _, u := range []string{"fabraidd.service", volmgr.EngineUnit(vol)} {
-		out, err := exec.Command("journalctl", "--no-pager", "-o", "verbose", "-n", "1", "-u", u).CombinedOutput()
-		t.Logf("journalctl -u %s: %v\n%s", u, err, out)
-	}
-	out, err := exec.Command("journalctl", "--no-pager", "-o", "short-monotonic", "VOLUME="+vol).CombinedOutput()
-	t.Logf("journalctl VOLUME=%s: %v\n%s", vol, err, out)
-	for _, want := range []string{"engine serving", "resetting and starting it again"} {
-		if err != nil || !strings.Contains(string(out), want) {
-			t.Errorf("journalctl VOLUME=%s: no entry %q", vol, want)
+	out, err := exec.Command("journalctl", "--no-pager", "-o", "short-monotonic", "-u", "fabraidd", "-u", volmgr.EngineUnit(vol)).CombinedOutput()
+	t.Logf("journalctl -u fabraidd -u %s: %v\n%s", volmgr.EngineUnit(vol), err, out)
+	for _, c := range []struct{ match, want string }{
+		{"VOLUME=" + vol, "engine serving"},
+		{"_SYSTEMD_UNIT=" + volmgr.EngineUnit(vol), "engine serving"},
+		{"_SYSTEMD_UNIT=fabraidd.service", "resetting and starting it again"},
+	} {
+		out, err := exec.Command("journalctl", "--no-pager", "-o", "cat", c.match).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), c.want) {
+			t.Errorf("journalctl %s: no entry %q (%v)", c.match, c.want, err)
 		}
 	}
 }
@@ -142,29 +212,9 @@ func systemdGuest(t *testing.T, g *vmtest.Env) {
 	const vol = "vol-0" // '-' is escaped in the unit name
 	unit := volmgr.EngineUnit(vol)
 	spec := volmgr.SpecPath("/run/fabraid", vol)
-	os.MkdirAll("/etc/fabraid", 0o755)
-	// engine_mode is not set: auto must choose systemd here.
-	conf := "node_name = a\nmetrics_address = 127.0.0.1:9436\n"
-	if err := os.WriteFile("/etc/fabraid/fabraid.conf", []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// The journal (fabraidd and the engine units) is forwarded to the
-	// console, which the host prints.
-	if _, err := systemctl(t, "daemon-reload"); err != nil {
-		t.Fatal(err)
-	}
-	mustRun(t, append([]string{"drive", "claim"}, g.Disks...)...)
-	t0 := time.Now()
-	if _, err := systemctl(t, "start", "fabraidd"); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("systemctl start fabraidd: %v", time.Since(t0))
-	if _, err := exec.Command("/usr/bin/fabraid", "volume", "list").Output(); err != nil {
-		t.Fatalf("API not answering right after systemctl start (Type=notify): %v", err)
-	}
-	daemonPID, _ := strconv.Atoi(unitProp(t, "fabraidd.service", "MainPID"))
+	daemonPID := startUnitDaemon(t, g, "") // engine_mode not set: auto must choose systemd here
 
-	t0 = time.Now()
+	t0 := time.Now()
 	var in volmgr.Info
 	if err := json.Unmarshal([]byte(mustRun(t, "volume", "create", vol, "--data", "4", "--parity", "2", "--drives",
 		strings.Join(g.Disks[:6], ","), "--json")), &in); err != nil {

@@ -1,9 +1,13 @@
 package volmgr
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/fabraid/fabraid/engine"
 )
@@ -18,11 +22,28 @@ func openMember(path string) (*engine.FileMember, error) {
 	return engine.NewFileMember(f), nil
 }
 
+// openMemberWait is openMember, retried for up to memberBusyTimeout while
+// the device is busy: the members of an engine that was just killed are
+// released once the kernel has torn down its io_uring, asynchronously
+// after the exit.
+func openMemberWait(path string) (*engine.FileMember, error) {
+	deadline := time.Now().Add(memberBusyTimeout)
+	for {
+		m, err := openMember(path)
+		if err == nil || !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+			return m, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+const memberBusyTimeout = 10 * time.Second
+
 // assemble opens the members exclusively and assembles the volume.
 func assemble(paths []string, log *slog.Logger) (*engine.Volume, error) {
 	var devs []engine.Member
 	for _, p := range paths {
-		m, err := openMember(p)
+		m, err := openMemberWait(p)
 		if err != nil {
 			for _, d := range devs {
 				d.(*engine.FileMember).Close()

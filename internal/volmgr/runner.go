@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -92,6 +94,7 @@ func StartLocal(vol *engine.Volume, ublkID int, log *slog.Logger) (*Local, error
 	var dev *ublk.Device
 	if ublkID >= 0 {
 		if info, err := ctl.Info(ublkID); err == nil {
+			info = awaitServerExit(ctl, info, log)
 			if info.State != ublk.StateQuiesced && info.State != ublk.StateDead {
 				return nil, fmt.Errorf("volume %s: ublk device %d is %s (served by pid %d)", vol.Name(), ublkID, info.State, info.PID)
 			}
@@ -115,6 +118,45 @@ func StartLocal(vol *engine.Volume, ublkID int, log *slog.Logger) (*Local, error
 	}
 	ok = true // the device uses ctl until it is closed
 	return &Local{vol: vol, dev: dev, ctl: ctl, started: time.Now(), log: log}, nil
+}
+
+// serverExitTimeout bounds how long a new engine waits for the kernel to
+// notice that the previous server of its ublk device is gone.
+const serverExitTimeout = 10 * time.Second
+
+// awaitServerExit waits while the device is live but its server process
+// has exited: the kernel quiesces the device only once the dead server's
+// io_uring is torn down, which happens asynchronously after the exit, and a
+// new engine started at once (systemd's RestartSec=100ms) can be faster.
+// It returns the device's latest info.
+func awaitServerExit(ctl *ublk.Control, info *ublk.DevInfo, log *slog.Logger) *ublk.DevInfo {
+	deadline := time.Now().Add(serverExitTimeout)
+	if info.State == ublk.StateLive && !processAlive(info.PID) {
+		log.Info("waiting for the kernel to release the previous server", "ublk", info.ID, "pid", info.PID)
+	}
+	for info.State == ublk.StateLive && !processAlive(info.PID) && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		next, err := ctl.Info(info.ID)
+		if err != nil {
+			break
+		}
+		info = next
+	}
+	return info
+}
+
+// processAlive reports whether pid is a running process (not a zombie).
+func processAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
 }
 
 // Volume returns the engine volume.
