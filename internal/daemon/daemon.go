@@ -193,6 +193,29 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	tick := time.NewTicker(d.opts.Interval)
 	defer tick.Stop()
+	// Reconciles run one at a time in their own goroutine, so the
+	// watchdog keeps being fed while one waits for an engine to start
+	// (assembly and resync can take minutes); only a reconcile stuck for
+	// longer than maxReconcile stops the pings.
+	var (
+		running time.Time // start of the running reconcile; zero: none
+		again   bool      // a tick or kick came while one ran
+		done    = make(chan struct{}, 1)
+	)
+	start := func() {
+		running = time.Now()
+		go func() {
+			d.reconcile(ctx)
+			done <- struct{}{}
+		}()
+	}
+	trigger := func() {
+		if running.IsZero() {
+			start()
+		} else {
+			again = true
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -200,14 +223,29 @@ func (d *Daemon) Run(ctx context.Context) error {
 			d.log.Info("fabraidd stopping; volumes keep running")
 			return nil
 		case <-wd:
-			sddaemon.SdNotify(false, sddaemon.SdNotifyWatchdog)
+			if running.IsZero() || time.Since(running) < maxReconcile {
+				sddaemon.SdNotify(false, sddaemon.SdNotifyWatchdog)
+			} else {
+				d.log.Error("reconcile stuck; not feeding the watchdog", "running_for", time.Since(running).String())
+			}
+		case <-done:
+			running = time.Time{}
+			if again {
+				again = false
+				start()
+			}
 		case <-tick.C:
-			d.reconcile(ctx)
+			trigger()
 		case <-d.kick:
-			d.reconcile(ctx)
+			trigger()
 		}
 	}
 }
+
+// maxReconcile is how long one reconcile may run before fabraidd stops
+// feeding systemd's watchdog: longer than an engine start may take
+// (volmgr waits up to 150 s for one), shorter than forever.
+const maxReconcile = 10 * time.Minute
 
 // Handler is the API (see package api).
 func (d *Daemon) Handler() http.Handler {

@@ -13,7 +13,9 @@
 //
 // With NOTIFY_SOCKET set (Type=notify), READY=1 is sent after the first
 // reconcile, STATUS= after each one ("3 volumes: 2 optimal, 1 degraded"), and
-// WATCHDOG=1 at half of WatchdogSec when the unit sets it. Without
+// WATCHDOG=1 at half of WatchdogSec when the unit sets it. Reconciles run in
+// their own goroutine, one at a time, so a slow engine start does not starve
+// the watchdog; one running longer than 10 minutes stops the pings. Without
 // NOTIFY_SOCKET nothing is sent.
 //
 // # Metrics
