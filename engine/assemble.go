@@ -33,6 +33,11 @@ type AssemblyPlan struct {
 	Stale []bool
 	// Warnings lists devices that were ignored and why.
 	Warnings []string
+	// Recorded is the member table as the authoritative superblock
+	// recorded it before this assembly changed any role: which members
+	// were in sync when the volume stopped (the stripe journal covers
+	// only the others).
+	Recorded []superblock.Member
 }
 
 func refuse(format string, args ...any) error {
@@ -45,7 +50,8 @@ func immutableEqual(a, b *superblock.Superblock) bool {
 	return a.VolumeUUID == b.VolumeUUID && a.Geometry == b.Geometry && a.Codec == b.Codec &&
 		a.DataOffset == b.DataOffset && a.BitmapOffset == b.BitmapOffset &&
 		a.BitmapBytes == b.BitmapBytes && a.RegionRows == b.RegionRows && a.Name == b.Name &&
-		a.Flags == b.Flags && a.CTime == b.CTime
+		a.Flags == b.Flags && a.CTime == b.CTime && a.Version == b.Version &&
+		a.JournalOffset == b.JournalOffset && a.JournalBytes == b.JournalBytes
 }
 
 // PlanAssembly decides whether cands form a startable volume. The newest
@@ -104,7 +110,8 @@ func PlanAssembly(cands []Candidate) (*AssemblyPlan, error) {
 		}
 	}
 	g := auth.Geometry
-	plan := &AssemblyPlan{SB: auth.Clone(), Device: make([]int, g.Members()), Stale: make([]bool, g.Members()), Warnings: warnings}
+	plan := &AssemblyPlan{SB: auth.Clone(), Device: make([]int, g.Members()), Stale: make([]bool, g.Members()), Warnings: warnings,
+		Recorded: append([]superblock.Member(nil), auth.Members...)}
 	for i := range plan.Device {
 		plan.Device[i] = -1
 	}

@@ -328,12 +328,24 @@ func (v *Volume) writeStripe(op *stripeOp, p []byte, r layout.StripeReq) error {
 		if v.failed.Load() {
 			return ErrVolumeFailed
 		}
-		unreadable, unwritable := v.masks(r.Group, r.Row)
+		gen := v.failGen.Load()
+		unreadable, unwritable, journal := v.writeMasks(r.Group, r.Row)
+		lost := journal | unwritable
+		if v.jrn == nil {
+			journal = 0
+		} else {
+			// Chunks that are readable now but not durably so (rows a
+			// rebuild passed since its last checkpoint) are planned as
+			// unreadable: they are reconstructed, so their post-write
+			// contents are at hand for the journal.
+			journal &= v.geo.DataMask()
+			unreadable |= journal
+		}
 		plan, err := layout.PlanWrite(v.geo, r, unreadable, unwritable)
 		if err != nil {
 			return err
 		}
-		err = v.execWrite(op, p, r, plan)
+		err = v.execWrite(op, p, r, plan, journal, lost, gen)
 		op.release()
 		if errors.Is(err, errRetry) {
 			continue
@@ -343,7 +355,12 @@ func (v *Volume) writeStripe(op *stripeOp, p []byte, r layout.StripeReq) error {
 	return fmt.Errorf("stripe %d: %w", r.Stripe, ErrTooManyFailures)
 }
 
-func (v *Volume) execWrite(op *stripeOp, p []byte, r layout.StripeReq, plan layout.WritePlan) error {
+// execWrite performs plan. journal is the set of data positions whose
+// post-write contents must be journaled before anything is written (zero
+// without a journal or when every data chunk is durably readable); lost
+// is every position not durably in sync or not writable; failGen is the member failure counter when the plan was made.
+func (v *Volume) execWrite(op *stripeOp, p []byte, r layout.StripeReq, plan layout.WritePlan,
+	journal, lost uint64, failGen int64) error {
 	g := v.geo
 	mo := g.MemberOffset(r.Row)
 	n := r.Hi - r.Lo
@@ -416,6 +433,19 @@ func (v *Volume) execWrite(op *stripeOp, p []byte, r layout.StripeReq, plan layo
 		}
 	}
 
+	// Journal phase: the stripe is degraded, so a crash during the write
+	// phase would leave parity that defines the chunks that cannot be
+	// read neither old nor new. Log their contents after this write
+	// (op.shards holds every data position over [Lo, Hi) in every mode
+	// but RMW, which is only planned when nothing is unreadable).
+	if journal != 0 {
+		seq, err := v.jrn.append(r, journal, op.shards, v.journalSlots(r, lost), v.epoch.Load())
+		if err != nil {
+			return err
+		}
+		defer v.jrn.done(seq)
+	}
+
 	// Write phase. Writes go to every writable member; a member failing
 	// here leaves the survivors consistent (its chunk is what the new
 	// parity implies), so the write succeeds if the stripe still has at
@@ -430,13 +460,59 @@ func (v *Volume) execWrite(op *stripeOp, p []byte, r layout.StripeReq, plan layo
 			op.add(v.slotAt(r, pos), true, op.shards[pos], mo+lo)
 		}
 	}
-	if !op.run() {
+	ok := op.run()
+	if !ok {
 		unreadable, unwritable := v.masks(r.Group, r.Row)
 		if bitsCount(unreadable|unwritable) > g.M {
 			return fmt.Errorf("stripe %d: %w", r.Stripe, ErrTooManyFailures)
 		}
 	}
+	if !ok || v.failGen.Load() != failGen {
+		// A member failed while this write ran, so this write was
+		// planned (and not journaled) as if it were in sync, and the
+		// metadata write recording the failure may have flushed before
+		// this write's chunks landed. Make them durable before the
+		// write completes: an assembly after a crash treats the failed
+		// member's rows as journaled.
+		v.flushGroup(r.Group)
+	}
 	return nil
+}
+
+// flushGroup flushes the writable members of group; failures mark them
+// failed.
+func (v *Volume) flushGroup(group int) {
+	for mem := 0; mem < v.geo.Width(); mem++ {
+		slot := v.geo.Slot(group, mem)
+		if d := v.dev(slot); d != nil && v.writable(slot) {
+			if err := d.Flush(); err != nil {
+				v.failMemberDev(slot, d, fmt.Errorf("flush: %w", err))
+			}
+		}
+	}
+}
+
+// journalSlots picks the members of r's group that receive a journal
+// record: m-f+1 of them, where f counts the positions not durably in sync
+// (lost), so that as long as the group keeps k members at least one copy
+// survives. Members in sync are preferred; the choice rotates with the
+// stripe to spread the load.
+func (v *Volume) journalSlots(r layout.StripeReq, lost uint64) []int {
+	g := v.geo
+	want := max(1, g.M-bitsCount(lost)+1)
+	w := g.Width()
+	var picked []int
+	for pass := 0; pass < 2 && len(picked) < want; pass++ {
+		for i := 0; i < w && len(picked) < want; i++ {
+			pos := int((r.Stripe + int64(i)) % int64(w))
+			slot := v.slotAt(r, pos)
+			if !v.writable(slot) || (pass == 0) == (lost&(1<<uint(pos)) != 0) {
+				continue
+			}
+			picked = append(picked, slot)
+		}
+	}
+	return picked
 }
 
 func bitsCount(x uint64) int {

@@ -108,14 +108,30 @@ func Assemble(devs []Member, names []string, opts Options) (*Volume, error) {
 			v.slots[slot].resync.Store(&rs)
 		}
 	}
+	// Which rows of each member were durably in sync when the volume
+	// stopped: writes to the others were journaled.
+	v.crashJcp = make([]int64, len(bySlot))
+	for slot, m := range plan.Recorded {
+		v.crashJcp[slot] = durableRows(m, g.Rows)
+	}
 	if !sb.Clean && dirty.any() && opts.RefuseUnsafeStart {
 		for slot := range bySlot {
-			if r := v.slotRole(slot); r != superblock.RoleActive && r != superblock.RoleSpare {
-				closeAll(bySlot)
-				return nil, fmt.Errorf("%w: unclean stop while degraded (slot %d %s, %d dirty regions): "+
-					"stripes written at the crash may be torn and cannot be repaired (write hole); start without RefuseUnsafeStart to accept",
-					ErrAssembly, slot, r, dirty.count())
+			r := v.slotRole(slot)
+			if r == superblock.RoleActive || r == superblock.RoleSpare {
+				continue
 			}
+			if v.jrn != nil && v.crashJcp[slot] == 0 {
+				continue // every write its absence made unsafe was journaled
+			}
+			closeAll(bySlot)
+			why := "the volume has no stripe journal"
+			if v.jrn != nil {
+				why = fmt.Sprintf("the member was in sync (%s on disk) when the volume stopped, so writes in flight were not journaled",
+					plan.Recorded[slot].Role)
+			}
+			return nil, fmt.Errorf("%w: unclean stop, slot %d is now %s and %s (%d dirty regions): "+
+				"stripes written at the crash may be torn and cannot be repaired (write hole); start without RefuseUnsafeStart to accept",
+				ErrAssembly, slot, r, why, dirty.count())
 		}
 	}
 	// Every writable member gets the merged bitmap (stale ones had an old
@@ -130,18 +146,77 @@ func Assemble(devs []Member, names []string, opts Options) (*Volume, error) {
 		closeAll(bySlot)
 		return nil, err
 	}
+	holes := map[int64]bool{}
+	if v.jrn != nil {
+		js, err := scanJournal(bySlot, sb)
+		if err != nil {
+			closeAll(bySlot)
+			return nil, fmt.Errorf("%w: journal: %w", ErrAssembly, err)
+		}
+		v.jrn.next = max(js.maxSeq, js.retired) + 1
+		v.jrn.gen = js.gen + 1
+		switch {
+		case sb.Clean || !dirty.any():
+		case !js.headers:
+			// Without a header nothing says which records are retired;
+			// replaying old ones could undo flushed writes. Count every
+			// stripe that cannot be resynced as a write hole.
+			v.log.Warn("stripe journal has no valid header on any member: not replayed")
+			for slot := range v.crashJcp {
+				v.crashJcp[slot] = g.Rows
+			}
+		case len(js.records) > 0:
+			v.log.Info("unclean stop: replaying the stripe journal", "records", len(js.records))
+			if err := v.replayJournal(js.records, dirty, holes); err != nil {
+				closeAll(bySlot)
+				return nil, fmt.Errorf("journal replay after unclean stop: %w", err)
+			}
+		}
+	}
 	if !sb.Clean && dirty.any() {
 		v.log.Info("unclean stop: resyncing dirty regions", "regions", dirty.count())
-		if err := v.resyncParity(context.Background(), dirty); err != nil {
+		if err := v.resyncParity(context.Background(), dirty, func(grp int, row int64, unreadable uint64) bool {
+			return v.unprotected(grp, row, unreadable, holes)
+		}); err != nil {
 			closeAll(bySlot)
 			return nil, fmt.Errorf("resync after unclean stop: %w", err)
 		}
 	}
+	if v.jrn != nil {
+		// Everything replayed and resynced is durable before the
+		// records are retired.
+		if err := v.flushMembers(); err == nil {
+			err = v.jrn.reset()
+		}
+		if err != nil {
+			closeAll(bySlot)
+			return nil, fmt.Errorf("%w: journal: %w", ErrAssembly, err)
+		}
+	}
+	v.crashJcp = nil
 	if v.failed.Load() {
 		closeAll(bySlot)
 		return nil, fmt.Errorf("%w: %w", ErrAssembly, ErrVolumeFailed)
 	}
 	return v, nil
+}
+
+// unprotected reports whether a dirty stripe whose parity cannot be
+// recomputed (unreadable data positions) may be torn: without a journal
+// always; with one when replay could not repair it, or when one of its
+// unreadable data chunks was in sync when the volume stopped (the member
+// was lost with the crash, and writes to it were not journaled).
+func (v *Volume) unprotected(grp int, row int64, unreadable uint64, holes map[int64]bool) bool {
+	g := v.geo
+	if v.jrn == nil || holes[g.StripeOf(grp, row)] {
+		return true
+	}
+	for pos := 0; pos < g.K; pos++ {
+		if unreadable&(1<<uint(pos)) != 0 && row < v.crashJcp[g.Slot(grp, g.MemberOf(row, pos))] {
+			return true
+		}
+	}
+	return false
 }
 
 func closeAll(devs []Member) {

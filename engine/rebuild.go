@@ -132,9 +132,10 @@ func (v *Volume) forRows(ctx context.Context, o RebuildOptions, from, to int64,
 
 // resyncParity recomputes the parity of every row in the dirty regions from
 // the data (after an unclean stop, and the initial sync). Rows where a data
-// chunk cannot be read are left alone and counted: that is the write hole
-// documented in docs/engine.md.
-func (v *Volume) resyncParity(ctx context.Context, dirty bitset) error {
+// chunk cannot be read are left alone; those for which unprotected (nil:
+// all) reports that the journal did not cover them are counted: that is
+// the write hole documented in docs/engine.md.
+func (v *Volume) resyncParity(ctx context.Context, dirty bitset, unprotected func(grp int, row int64, unreadable uint64) bool) error {
 	o := RebuildOptions{YieldDelay: -1}
 	o.defaults()
 	g := v.geo
@@ -145,6 +146,10 @@ func (v *Volume) resyncParity(ctx context.Context, dirty bitset) error {
 			func(row int64) bool { return dirty.test(row / v.bm.regionRows) },
 			func(row int64) error {
 				ok, err := v.resyncRow(grp, row)
+				if !ok && err == nil && unprotected != nil {
+					unreadable, _ := v.masks(grp, row)
+					ok = !unprotected(grp, row, unreadable)
+				}
 				if !ok {
 					mu.Lock()
 					skipped++
@@ -467,6 +472,12 @@ func (v *Volume) installLocked(slot int, dev Member, name string, resync bitset)
 			return err
 		}
 	}
+	if v.jrn != nil {
+		if err := v.jrn.install(slot, dev); err != nil {
+			return err
+		}
+	}
+	v.slots[slot].jcp.Store(0)
 	if old := v.dev(slot); old != nil && old != dev {
 		// Requests still in flight on the old member fail; their errors
 		// are ignored because the slot no longer holds it.

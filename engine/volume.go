@@ -27,7 +27,13 @@ const (
 	// ~8 million bitmap bits.
 	DefaultDataOffset   = 1 << 20
 	defaultBitmapOffset = 32 << 10
-	lockShards          = 4096
+	// defaultBitmapRoom is the bitmap room a default data offset leaves:
+	// 16 KiB, 131072 regions (8 TiB of member data at 64 MiB regions).
+	defaultBitmapRoom = 16 << 10
+	// DefaultJournalRecords is how many records of the largest size (a
+	// full chunk of m positions) the default data offset leaves room for.
+	DefaultJournalRecords = 3
+	lockShards            = 4096
 )
 
 // Errors.
@@ -80,6 +86,11 @@ type Options struct {
 	// a volume starts and Status().WriteHoleStripes counts the stripes
 	// whose parity could not be recomputed.
 	RefuseUnsafeStart bool
+
+	// journalOff runs a version 2 volume without its stripe journal (the
+	// write hole is open again); for tests that show what the journal
+	// prevents.
+	journalOff bool
 }
 
 // Volume is an assembled fabraid volume: k+m parity over member devices.
@@ -110,9 +121,19 @@ type Volume struct {
 	inflight   atomic.Int64
 	background atomic.Bool
 	writeHole  atomic.Int64 // stripes left inconsistent by an unclean degraded stop
-	failed     atomic.Bool
-	fenced     atomic.Bool
-	closed     atomic.Bool
+	// failGen counts member failures; a write that sees it change while it
+	// ran flushes its group before it completes (see execWrite).
+	failGen atomic.Int64
+	epoch   atomic.Uint64 // owner epoch of this assembly (journal records carry it)
+	jrn     *journal      // nil: no journal (version 1 volume, or too little room)
+	// crashJcp[slot] is, after an unclean stop, the first row at which
+	// the slot's chunks were not durably in sync when the volume stopped
+	// (0 failed, checkpoint rebuilding, rows active): below it, a write
+	// was not journaled. Nil outside Assemble.
+	crashJcp []int64
+	failed   atomic.Bool
+	fenced   atomic.Bool
+	closed   atomic.Bool
 
 	metaMu sync.Mutex // guards meta and metadata writes; never taken under bm.mu by I/O
 	meta   *superblock.Superblock
@@ -129,6 +150,23 @@ type slotState struct {
 	role       atomic.Uint32
 	checkpoint atomic.Int64
 	resync     atomic.Pointer[bitset] // regions to resync for a returning member
+	// jcp is the first row at which the slot's chunk is not durably
+	// readable: what an assembly after a crash would read from the
+	// superblock on disk (rows if active, the persisted checkpoint if
+	// rebuilding, 0 if failed). It only grows after a metadata write.
+	// Writes to rows at or above it are journaled.
+	jcp atomic.Int64
+}
+
+// durableRows is the jcp of a member table entry.
+func durableRows(m superblock.Member, rows int64) int64 {
+	switch m.Role {
+	case superblock.RoleActive:
+		return rows
+	case superblock.RoleRebuilding:
+		return m.Checkpoint
+	}
+	return 0
 }
 
 type memberRef struct{ Member }
@@ -201,12 +239,16 @@ func Create(cfg Config, devs []Member, names []string, opts Options) (*Volume, e
 	if cfg.RegionSize == 0 {
 		cfg.RegionSize = DefaultRegionSize
 	}
-	if cfg.DataOffset == 0 {
-		cfg.DataOffset = DefaultDataOffset
-	}
 	g := layout.Geometry{K: cfg.K, M: cfg.M, Groups: cfg.Groups, ChunkSize: cfg.ChunkSize, Rows: 1}
 	if err := g.Validate(); err != nil {
 		return nil, fmt.Errorf("create volume %q: %w", cfg.Name, err)
+	}
+	if cfg.DataOffset == 0 {
+		// Room for the bitmap of a large member and a journal of
+		// DefaultJournalRecords records of the largest size.
+		need := int64(defaultBitmapOffset + defaultBitmapRoom + journalHdrBlocks*journalBlock +
+			DefaultJournalRecords*maxRecordSize(g))
+		cfg.DataOffset = max(DefaultDataOffset, (need+DefaultDataOffset-1)/DefaultDataOffset*DefaultDataOffset)
 	}
 	if len(devs) != g.Members() {
 		return nil, fmt.Errorf("create volume %q: %d devices for %d members", cfg.Name, len(devs), g.Members())
@@ -261,8 +303,23 @@ func Create(cfg Config, devs []Member, names []string, opts Options) (*Volume, e
 		n := (g.Rows + regionRows - 1) / regionRows
 		return ((n+7)/8 + bitmapBlock - 1) / bitmapBlock * bitmapBlock
 	}
-	for defaultBitmapOffset+bitmapBytes() > cfg.DataOffset {
+	// Coarser regions keep the bitmap small enough to leave room for the
+	// journal (when the data offset allows one at all).
+	limit := cfg.DataOffset
+	if jmin := journalHdrBlocks*journalBlock + maxRecordSize(g); limit-jmin >= defaultBitmapOffset+bitmapBlock {
+		limit -= jmin
+	}
+	for defaultBitmapOffset+bitmapBytes() > limit {
 		regionRows *= 2
+	}
+	// The journal takes the room between the bitmap and the data; it
+	// needs at least one record of the largest size.
+	journalOff := defaultBitmapOffset + bitmapBytes()
+	journalBytes := cfg.DataOffset - journalOff
+	if journalBytes < journalHdrBlocks*journalBlock+maxRecordSize(g) {
+		log.Warn("no room for the stripe journal between bitmap and data: the write hole stays open while degraded",
+			"volume", cfg.Name, "data_offset", cfg.DataOffset, "needed", journalOff+journalHdrBlocks*journalBlock+maxRecordSize(g))
+		journalOff, journalBytes = 0, 0
 	}
 	codec := superblock.CodecRS
 	if g.M == 1 {
@@ -272,6 +329,7 @@ func Create(cfg Config, devs []Member, names []string, opts Options) (*Volume, e
 		Flags: flags, VolumeUUID: newUUID(), Name: cfg.Name, Geometry: g, Codec: codec,
 		DataOffset: cfg.DataOffset, BitmapOffset: defaultBitmapOffset, BitmapBytes: uint32(bitmapBytes()),
 		RegionRows: regionRows, Events: 1, Epoch: 0, Clean: true, CTime: cfg.CTime,
+		Version: superblock.Version, JournalOffset: journalOff, JournalBytes: journalBytes,
 	}
 	for i := range devs {
 		sb.Members = append(sb.Members, superblock.Member{UUID: newUUID(), Domain: cfg.Domains[i], Role: superblock.RoleActive})
@@ -291,6 +349,11 @@ func Create(cfg Config, devs []Member, names []string, opts Options) (*Volume, e
 			return nil, fmt.Errorf("create volume %q: %w", cfg.Name, err)
 		}
 	}
+	if v.jrn != nil {
+		if err := v.jrn.reset(); err != nil {
+			return nil, fmt.Errorf("create volume %q: journal: %w", cfg.Name, err)
+		}
+	}
 	v.metaMu.Lock()
 	err = v.writeMetaLocked()
 	v.metaMu.Unlock()
@@ -305,7 +368,7 @@ func Create(cfg Config, devs []Member, names []string, opts Options) (*Volume, e
 		for r := int64(0); r < sb.RegionCount(); r++ {
 			all.set(r)
 		}
-		if err := v.resyncParity(context.Background(), all); err != nil {
+		if err := v.resyncParity(context.Background(), all, nil); err != nil {
 			return nil, fmt.Errorf("create volume %q: initial sync: %w", cfg.Name, err)
 		}
 	}
@@ -340,8 +403,12 @@ func newVolume(sb *superblock.Superblock, devs []Member, names []string, opts Op
 		}
 		v.slots[i].role.Store(uint32(m.Role))
 		v.slots[i].checkpoint.Store(m.Checkpoint)
+		v.slots[i].jcp.Store(durableRows(m, g.Rows))
 	}
 	v.bm = newWriteIntent(sb.RegionRows, g.Rows, nil, v.persistBitmap)
+	if sb.JournalBytes > 0 && !opts.journalOff {
+		v.jrn = newJournal(v, sb)
+	}
 	return v, nil
 }
 
@@ -358,6 +425,7 @@ func (v *Volume) start(opts Options) error {
 		v.meta.Epoch++
 	}
 	v.meta.Clean = false
+	v.epoch.Store(v.meta.Epoch)
 	return v.writeMetaLocked()
 }
 
@@ -424,6 +492,27 @@ func (v *Volume) masks(group int, row int64) (unreadable, unwritable uint64) {
 	return unreadable, unwritable
 }
 
+// writeMasks is masks plus the positions whose chunk is not durably
+// readable (jcp): a crash now would leave them unreadable at assembly, so
+// a write must journal them.
+func (v *Volume) writeMasks(group int, row int64) (unreadable, unwritable, journal uint64) {
+	for pos := 0; pos < v.geo.Width(); pos++ {
+		slot := v.geo.Slot(group, v.geo.MemberOf(row, pos))
+		bit := uint64(1) << uint(pos)
+		if !v.readable(slot, row) {
+			unreadable |= bit
+			journal |= bit
+		}
+		if !v.writable(slot) {
+			unwritable |= bit
+		}
+		if row >= v.slots[slot].jcp.Load() {
+			journal |= bit
+		}
+	}
+	return unreadable, unwritable, journal
+}
+
 // writeMetaLocked bumps the event counter and writes both superblock
 // copies to every writable member: copy A everywhere, flush, copy B
 // everywhere, flush. A member that fails is marked failed and the write is
@@ -467,6 +556,12 @@ func (v *Volume) writeMetaLocked() error {
 			}
 		}
 		if failedSlot < 0 {
+			// The roles and checkpoints written are what an assembly
+			// after a crash reads: from now on, rows below them need no
+			// journal.
+			for slot := range v.slots {
+				v.slots[slot].jcp.Store(durableRows(v.meta.Members[slot], v.geo.Rows))
+			}
 			return nil
 		}
 		v.stats.memberErrors.Add(1)
@@ -509,6 +604,8 @@ func (v *Volume) markFailedLocked(slot int, cause error) {
 		return
 	}
 	v.log.Error("member failed", "slot", slot, "device", v.names[slot], "err", cause)
+	v.failGen.Add(1)
+	v.slots[slot].jcp.Store(0)
 	v.slots[slot].role.Store(uint32(superblock.RoleFailed))
 	v.slots[slot].resync.Store(nil)
 	v.slots[slot].checkpoint.Store(0)
@@ -611,7 +708,13 @@ func (v *Volume) flush() error {
 	if v.allInSync() {
 		idle = v.bm.idleCandidates()
 	}
-	if err := v.flushMembers(); err != nil {
+	var err error
+	if v.jrn != nil {
+		err = v.jrn.retire()
+	} else {
+		err = v.flushMembers()
+	}
+	if err != nil {
 		return err
 	}
 	if len(idle) > 0 && v.allInSync() {
@@ -663,7 +766,11 @@ func (v *Volume) Close() error {
 	v.rebuildMu.Unlock() //nolint:staticcheck // waiting for the holder is the point
 	var err error
 	if !v.failed.Load() {
-		err = v.flushMembers()
+		if v.jrn != nil {
+			err = v.jrn.retire()
+		} else {
+			err = v.flushMembers()
+		}
 		if err == nil && v.allInSync() {
 			v.bm.idleCandidates() // forget the write history: nothing is in flight
 			err = v.bm.clear(v.bm.allSet())
@@ -719,8 +826,15 @@ type Status struct {
 	// while degraded: their parity could not be recomputed, so the chunks
 	// reconstructed there may be wrong (docs/engine.md, "write hole").
 	WriteHoleStripes int64
-	Members          []MemberStatus
-	Progress         *Progress // current rebuild or scrub, if any
+	// Journal reports whether the stripe journal protects degraded writes
+	// (format version 2 with a journal area).
+	Journal bool
+	// JournalRecords counts the records written since assembly (one per
+	// write to a stripe with a data chunk that is not durably readable);
+	// JournalReplayed the records replayed by assembly.
+	JournalRecords, JournalReplayed int64
+	Members                         []MemberStatus
+	Progress                        *Progress // current rebuild or scrub, if any
 }
 
 // Status returns a snapshot of the volume's state.
@@ -732,6 +846,10 @@ func (v *Volume) Status() Status {
 		Events: v.meta.Events, Epoch: v.meta.Epoch, Failed: v.failed.Load(),
 		Degraded: !v.allInSync(), DirtyRegions: v.bm.snapshot().count(), Progress: v.progress.Load(),
 		WriteHoleStripes: v.writeHole.Load(),
+	}
+	if v.jrn != nil {
+		st.Journal = true
+		st.JournalRecords, st.JournalReplayed = v.jrn.records.Load(), v.jrn.replayed.Load()
 	}
 	for slot := range v.slots {
 		st.Members = append(st.Members, MemberStatus{

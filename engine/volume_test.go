@@ -417,41 +417,69 @@ func TestCloseStopsRebuild(t *testing.T) {
 	}
 }
 
-// An unclean stop while degraded is refused on request and otherwise
-// reported as write-hole stripes.
+// An unclean stop that may have torn stripes the journal does not cover is
+// refused on request and otherwise reported as write-hole stripes: a
+// volume without a journal that stopped degraded, or a member lost with
+// the crash (in sync on disk, so its writes were not journaled). A member
+// that failed before the crash is covered by the journal.
 func TestUnsafeStart(t *testing.T) {
-	v, mm := newTestVolume(t, Config{Name: "hole", K: 2, M: 1, ChunkSize: 4096}, 1<<20)
-	mm[2].SetFailed(true)
-	p := bytes.Repeat([]byte{1}, 64<<10)
-	if _, err := v.WriteAt(p, 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := v.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	v.Abandon() // crash while degraded, regions dirty
-	for _, m := range mm[:2] {
-		m.Crash(func() bool { return true })
-		m.Reopen()
-	}
-	_, err := Assemble([]Member{mm[0], mm[1]}, nil, Options{Logger: quietLogger(), RefuseUnsafeStart: true})
-	if !errors.Is(err, ErrAssembly) || !strings.Contains(err.Error(), "write hole") {
-		t.Fatalf("unsafe start: %v", err)
-	}
-	for _, m := range mm[:2] {
-		m.Reopen()
-	}
-	v, err = Assemble([]Member{mm[0], mm[1]}, nil, Options{Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := v.Status().WriteHoleStripes; n == 0 {
-		t.Fatal("no write-hole stripes reported")
-	}
-	// Everything was flushed before the crash, so the data is intact.
-	got := make([]byte, len(p))
-	if _, err := v.ReadAt(got, 0); err != nil || !bytes.Equal(got, p) {
-		t.Fatalf("read: %v", err)
+	for _, tc := range []struct {
+		name        string
+		noJournal   bool
+		lostAtCrash bool
+		unsafe      bool
+	}{
+		{name: "journal, failed before the crash"},
+		{name: "no journal, failed before the crash", noJournal: true, unsafe: true},
+		{name: "journal, lost with the crash", lostAtCrash: true, unsafe: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Config{Name: "hole", K: 2, M: 1, ChunkSize: 4096, RegionSize: 256 << 10, DataOffset: 256 << 10}
+			mm, devs := memMembers(3, 1<<20)
+			v, err := Create(cfg, devs, nil, Options{Logger: quietLogger(), journalOff: tc.noJournal})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.lostAtCrash {
+				mm[2].SetFailed(true)
+			}
+			p := bytes.Repeat([]byte{1}, 64<<10)
+			if _, err := v.WriteAt(p, 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := v.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			v.Abandon() // crash, regions dirty
+			for _, m := range mm[:2] {
+				m.Crash(func() bool { return true })
+				m.Reopen()
+			}
+			opts := Options{Logger: quietLogger(), RefuseUnsafeStart: true, journalOff: tc.noJournal}
+			_, err = Assemble([]Member{mm[0], mm[1]}, nil, opts)
+			if tc.unsafe != (err != nil) {
+				t.Fatalf("RefuseUnsafeStart: %v, want refusal %v", err, tc.unsafe)
+			}
+			if err != nil && (!errors.Is(err, ErrAssembly) || !strings.Contains(err.Error(), "write hole")) {
+				t.Fatalf("unsafe start: %v", err)
+			}
+			for _, m := range mm[:2] {
+				m.Reopen()
+			}
+			opts.RefuseUnsafeStart = false
+			v, err = Assemble([]Member{mm[0], mm[1]}, nil, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := v.Status().WriteHoleStripes; (n > 0) != tc.unsafe {
+				t.Fatalf("%d write-hole stripes reported", n)
+			}
+			// Everything was flushed before the crash, so the data is intact.
+			got := make([]byte, len(p))
+			if _, err := v.ReadAt(got, 0); err != nil || !bytes.Equal(got, p) {
+				t.Fatalf("read: %v", err)
+			}
+		})
 	}
 }
 

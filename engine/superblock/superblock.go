@@ -14,8 +14,14 @@ import (
 
 // On-disk constants. Changing any of them changes the format.
 const (
-	Magic   = "FABRAIDv" // 8 bytes at offset 0 of each copy
-	Version = 1
+	Magic = "FABRAIDv" // 8 bytes at offset 0 of each copy
+	// Version is the format this build writes for new volumes. Version 2
+	// adds the stripe journal (JournalOffset, JournalBytes); version 1
+	// volumes are still assembled and written back as version 1, without
+	// a journal.
+	Version = 2
+	// VersionNoJournal is the first format: no journal area.
+	VersionNoJournal = 1
 
 	CopySize    = 8192  // bytes per superblock copy
 	CopyAOffset = 4096  // first copy; bytes 0..4095 are left alone (partition tables, md 1.2 habit)
@@ -90,6 +96,8 @@ type Member struct {
 
 // Superblock is the decoded metadata of one member.
 type Superblock struct {
+	// Version is the format version (1 or 2); zero means Version.
+	Version    uint32
 	Flags      uint32
 	VolumeUUID [16]byte
 	Name       string
@@ -100,6 +108,10 @@ type Superblock struct {
 	BitmapOffset int64  // bytes
 	BitmapBytes  uint32 // bytes reserved for the write-intent bitmap
 	RegionRows   int64  // rows per bitmap bit
+	// JournalOffset and JournalBytes place the stripe journal (version 2;
+	// zero: no journal). The area lies between the bitmap and the data.
+	JournalOffset int64
+	JournalBytes  int64
 
 	Events uint64 // bumped on every metadata change
 	Epoch  uint64 // owner epoch: bumped by every new owner
@@ -189,7 +201,36 @@ func (sb *Superblock) Validate() error {
 	if sb.DataOffset > (1<<62)-g.MemberDataBytes() {
 		return invalid("data area overflows")
 	}
+	switch sb.version() {
+	case VersionNoJournal:
+		if sb.JournalOffset != 0 || sb.JournalBytes != 0 {
+			return invalid("journal area in a version 1 superblock")
+		}
+	case Version:
+		if sb.JournalBytes == 0 && sb.JournalOffset == 0 {
+			break
+		}
+		if sb.JournalOffset%SectorAlign != 0 || sb.JournalBytes%SectorAlign != 0 ||
+			sb.JournalBytes < MinJournalBytes || sb.JournalOffset < sb.BitmapOffset+int64(sb.BitmapBytes) ||
+			sb.JournalOffset > sb.DataOffset || sb.JournalBytes > sb.DataOffset-sb.JournalOffset {
+			return invalid("journal area [%d, +%d) outside [bitmap end %d, data offset %d) or unaligned",
+				sb.JournalOffset, sb.JournalBytes, sb.BitmapOffset+int64(sb.BitmapBytes), sb.DataOffset)
+		}
+	default:
+		return invalid("format version %d", sb.Version)
+	}
 	return nil
+}
+
+// MinJournalBytes is the smallest journal area: two header blocks and one
+// record block.
+const MinJournalBytes = 3 * SectorAlign
+
+func (sb *Superblock) version() uint32 {
+	if sb.Version == 0 {
+		return Version
+	}
+	return sb.Version
 }
 
 // Marshal encodes one superblock copy (CopySize bytes).
@@ -200,7 +241,7 @@ func (sb *Superblock) Marshal() ([]byte, error) {
 	b := make([]byte, CopySize)
 	le := binary.LittleEndian
 	copy(b[0:8], Magic)
-	le.PutUint32(b[8:], Version)
+	le.PutUint32(b[8:], sb.version())
 	le.PutUint32(b[12:], sb.Flags)
 	copy(b[16:32], sb.VolumeUUID[:])
 	copy(b[32:96], sb.Name)
@@ -227,6 +268,8 @@ func (sb *Superblock) Marshal() ([]byte, error) {
 	copy(b[184:200], sb.MemberUUID[:])
 	le.PutUint64(b[200:], uint64(sb.CTime))
 	le.PutUint32(b[208:], uint32(len(sb.Members)))
+	le.PutUint64(b[212:], uint64(sb.JournalOffset))
+	le.PutUint64(b[220:], uint64(sb.JournalBytes))
 	for i, m := range sb.Members {
 		e := b[headerSize+i*entrySize : headerSize+(i+1)*entrySize]
 		copy(e[0:16], m.UUID[:])
@@ -263,15 +306,17 @@ func Unmarshal(b []byte) (*Superblock, error) {
 	if got, want := le.Uint32(b[crcOffset:]), crc32.Checksum(b[:crcOffset], castagnoli); got != want {
 		return nil, invalid("crc32c %08x, computed %08x", got, want)
 	}
-	if v := le.Uint32(b[8:]); v != Version {
-		return nil, invalid("format version %d, this build reads %d", v, Version)
+	version := le.Uint32(b[8:])
+	if version != Version && version != VersionNoJournal {
+		return nil, invalid("format version %d, this build reads %d and %d", version, VersionNoJournal, Version)
 	}
 	if bs := le.Uint32(b[120:]); bs != layout.BlockSize {
 		return nil, invalid("block size %d", bs)
 	}
 	sb := &Superblock{
-		Flags: le.Uint32(b[12:]),
-		Name:  cstring(b[32:96]),
+		Version: version,
+		Flags:   le.Uint32(b[12:]),
+		Name:    cstring(b[32:96]),
 		Geometry: layout.Geometry{
 			K:         int(le.Uint32(b[96:]) & 0xffff),
 			M:         int(le.Uint32(b[100:]) & 0xffff),
@@ -279,15 +324,17 @@ func Unmarshal(b []byte) (*Superblock, error) {
 			ChunkSize: int(le.Uint32(b[108:]) & 0x7fffffff),
 			Rows:      int64(le.Uint64(b[112:]) & (1<<62 - 1)),
 		},
-		Codec:        Codec(le.Uint32(b[124:])),
-		DataOffset:   int64(le.Uint64(b[128:]) & (1<<62 - 1)),
-		BitmapOffset: int64(le.Uint64(b[136:]) & (1<<62 - 1)),
-		BitmapBytes:  le.Uint32(b[144:]),
-		RegionRows:   int64(le.Uint64(b[152:]) & (1<<62 - 1)),
-		Events:       le.Uint64(b[160:]),
-		Epoch:        le.Uint64(b[168:]),
-		Slot:         int(le.Uint32(b[180:]) & 0xffff),
-		CTime:        int64(le.Uint64(b[200:])),
+		Codec:         Codec(le.Uint32(b[124:])),
+		DataOffset:    int64(le.Uint64(b[128:]) & (1<<62 - 1)),
+		BitmapOffset:  int64(le.Uint64(b[136:]) & (1<<62 - 1)),
+		BitmapBytes:   le.Uint32(b[144:]),
+		RegionRows:    int64(le.Uint64(b[152:]) & (1<<62 - 1)),
+		Events:        le.Uint64(b[160:]),
+		Epoch:         le.Uint64(b[168:]),
+		Slot:          int(le.Uint32(b[180:]) & 0xffff),
+		CTime:         int64(le.Uint64(b[200:])),
+		JournalOffset: int64(le.Uint64(b[212:]) & (1<<62 - 1)),
+		JournalBytes:  int64(le.Uint64(b[220:]) & (1<<62 - 1)),
 	}
 	// Reject values the masks above would have silently changed.
 	for _, c := range []struct {
@@ -304,6 +351,8 @@ func Unmarshal(b []byte) (*Superblock, error) {
 		{"bitmap offset", le.Uint64(b[136:]), uint64(sb.BitmapOffset)},
 		{"region rows", le.Uint64(b[152:]), uint64(sb.RegionRows)},
 		{"slot", uint64(le.Uint32(b[180:])), uint64(sb.Slot)},
+		{"journal offset", le.Uint64(b[212:]), uint64(sb.JournalOffset)},
+		{"journal bytes", le.Uint64(b[220:]), uint64(sb.JournalBytes)},
 	} {
 		if c.raw != c.got {
 			return nil, invalid("%s %d out of range", c.name, c.raw)

@@ -12,19 +12,22 @@ import (
 func sample() *Superblock {
 	g := layout.Geometry{K: 4, M: 2, Groups: 2, ChunkSize: 64 << 10, Rows: 1000}
 	sb := &Superblock{
-		VolumeUUID:   [16]byte{1, 2, 3},
-		Name:         "vol0",
-		Geometry:     g,
-		Codec:        CodecRS,
-		DataOffset:   1 << 20,
-		BitmapOffset: 32768,
-		BitmapBytes:  4096,
-		RegionRows:   16,
-		Events:       7,
-		Epoch:        3,
-		Clean:        true,
-		Slot:         5,
-		CTime:        1700000000,
+		Version:       Version,
+		JournalOffset: 36864,
+		JournalBytes:  512 << 10,
+		VolumeUUID:    [16]byte{1, 2, 3},
+		Name:          "vol0",
+		Geometry:      g,
+		Codec:         CodecRS,
+		DataOffset:    1 << 20,
+		BitmapOffset:  32768,
+		BitmapBytes:   4096,
+		RegionRows:    16,
+		Events:        7,
+		Epoch:         3,
+		Clean:         true,
+		Slot:          5,
+		CTime:         1700000000,
 	}
 	for i := 0; i < g.Members(); i++ {
 		sb.Members = append(sb.Members, Member{UUID: [16]byte{9, byte(i)}, Domain: "node" + string(rune('a'+i%6)), Role: RoleActive})
@@ -37,18 +40,27 @@ func sample() *Superblock {
 	return sb
 }
 
+// Both formats round-trip: version 2 with a journal area, and version 1
+// (no journal), which decodes and re-encodes as version 1.
 func TestRoundTrip(t *testing.T) {
-	sb := sample()
-	b, err := sb.Marshal()
-	if err != nil {
-		t.Fatal(err)
+	v1 := sample()
+	v1.Version, v1.JournalOffset, v1.JournalBytes = VersionNoJournal, 0, 0
+	for _, sb := range []*Superblock{sample(), v1} {
+		b, err := sb.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := Unmarshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(sb, got) {
+			t.Fatalf("round trip:\nwant %+v\n got %+v", sb, got)
+		}
 	}
-	got, err := Unmarshal(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(sb, got) {
-		t.Fatalf("round trip:\nwant %+v\n got %+v", sb, got)
+	v1.Version = Version
+	if _, err := v1.Marshal(); err != nil {
+		t.Fatalf("version 2 without journal: %v", err)
 	}
 }
 
@@ -71,17 +83,23 @@ func TestCorruptionDetected(t *testing.T) {
 
 func TestValidateRefuses(t *testing.T) {
 	for name, mut := range map[string]func(*Superblock){
-		"slot":       func(sb *Superblock) { sb.Slot = 99 },
-		"uuid":       func(sb *Superblock) { sb.MemberUUID[0] ^= 1 },
-		"dupuuid":    func(sb *Superblock) { sb.Members[1].UUID = sb.Members[0].UUID },
-		"members":    func(sb *Superblock) { sb.Members = sb.Members[:3]; sb.Slot = 0; sb.MemberUUID = sb.Members[0].UUID },
-		"bitmap":     func(sb *Superblock) { sb.BitmapBytes = 0 },
-		"overlap":    func(sb *Superblock) { sb.DataOffset = 32768 },
-		"role":       func(sb *Superblock) { sb.Members[0].Role = 9 },
-		"checkpoint": func(sb *Superblock) { sb.Members[0].Checkpoint = 5000 },
-		"resync":     func(sb *Superblock) { sb.Members[0].Resync = true },
-		"codec":      func(sb *Superblock) { sb.Codec = CodecXOR },
-		"geometry":   func(sb *Superblock) { sb.Geometry.K = 1 },
+		"slot":                    func(sb *Superblock) { sb.Slot = 99 },
+		"uuid":                    func(sb *Superblock) { sb.MemberUUID[0] ^= 1 },
+		"dupuuid":                 func(sb *Superblock) { sb.Members[1].UUID = sb.Members[0].UUID },
+		"members":                 func(sb *Superblock) { sb.Members = sb.Members[:3]; sb.Slot = 0; sb.MemberUUID = sb.Members[0].UUID },
+		"bitmap":                  func(sb *Superblock) { sb.BitmapBytes = 0 },
+		"overlap":                 func(sb *Superblock) { sb.DataOffset = 32768 },
+		"role":                    func(sb *Superblock) { sb.Members[0].Role = 9 },
+		"checkpoint":              func(sb *Superblock) { sb.Members[0].Checkpoint = 5000 },
+		"resync":                  func(sb *Superblock) { sb.Members[0].Resync = true },
+		"codec":                   func(sb *Superblock) { sb.Codec = CodecXOR },
+		"geometry":                func(sb *Superblock) { sb.Geometry.K = 1 },
+		"journal overlaps bitmap": func(sb *Superblock) { sb.JournalOffset = 32768 },
+		"journal overlaps data":   func(sb *Superblock) { sb.JournalBytes = 1 << 20 },
+		"journal unaligned":       func(sb *Superblock) { sb.JournalBytes = 512<<10 + 1 },
+		"journal too small":       func(sb *Superblock) { sb.JournalBytes = 4096 },
+		"journal in version 1":    func(sb *Superblock) { sb.Version = VersionNoJournal },
+		"version 3":               func(sb *Superblock) { sb.Version = 3 },
 	} {
 		sb := sample()
 		mut(sb)
