@@ -3,7 +3,11 @@ package engine
 import (
 	"math/rand/v2"
 	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/fabraid/fabraid/engine/layout"
 )
@@ -11,6 +15,10 @@ import (
 // benchVolume builds a 4+2 volume on files in /dev/shm (or the test's temp
 // directory when /dev/shm is missing).
 func benchVolume(b *testing.B, chunk int) (*Volume, []Member) {
+	return benchVolumeOpts(b, chunk, Options{Logger: quietLogger()})
+}
+
+func benchVolumeOpts(b *testing.B, chunk int, opts Options) (*Volume, []Member) {
 	b.Helper()
 	dir := "/dev/shm"
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
@@ -33,7 +41,7 @@ func benchVolume(b *testing.B, chunk int) (*Volume, []Member) {
 		}
 		devs[i] = NewFileMember(f)
 	}
-	v, err := Create(Config{Name: "bench", K: 4, M: 2, ChunkSize: chunk, AssumeZeroed: true}, devs, nil, Options{Logger: quietLogger()})
+	v, err := Create(Config{Name: "bench", K: 4, M: 2, ChunkSize: chunk, AssumeZeroed: true}, devs, nil, opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -135,3 +143,82 @@ func BenchmarkRawRandomRead4K(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkDegradedWriteJournal measures the stripe journal's cost: two
+// 4+2 volumes (64 KiB chunks, files in /dev/shm) with member 0 failed, one
+// with the journal and one without, written in alternating rounds of
+// 300 ms (best round of each kept, so that other load hits both alike),
+// GOMAXPROCS writers each. It reports the IOPS (4 KiB random writes) or
+// MiB/s (full-stripe writes) of both and their ratio. Run with
+// -benchtime=1x:
+//
+//	go test ./engine -run XXX -bench DegradedWriteJournal -benchtime=1x
+func BenchmarkDegradedWriteJournal(b *testing.B) {
+	for _, tc := range []struct {
+		name   string
+		stripe bool
+	}{{"random4K", false}, {"stripe", true}} {
+		b.Run(tc.name, func(b *testing.B) {
+			vj, _ := benchVolumeOpts(b, DefaultChunkSize, Options{Logger: quietLogger()})
+			vn, _ := benchVolumeOpts(b, DefaultChunkSize, Options{Logger: quietLogger(), journalOff: true})
+			for _, v := range []*Volume{vj, vn} {
+				if err := v.FailMember(0); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if vj.jrn == nil || vn.jrn != nil {
+				b.Fatal("journal switch not effective")
+			}
+			size := int64(layout.BlockSize)
+			if tc.stripe {
+				size = vj.Geometry().StripeBytes()
+			}
+			var best [2]float64
+			for i := 0; i < b.N; i++ {
+				for round := 0; round < 4; round++ {
+					for k, v := range []*Volume{vj, vn} {
+						best[k] = max(best[k], benchWriteRate(b, v, size, 300*time.Millisecond))
+					}
+				}
+			}
+			unit := "IOPS"
+			if tc.stripe {
+				unit = "MiB/s"
+				best[0] *= float64(size) / (1 << 20)
+				best[1] *= float64(size) / (1 << 20)
+			}
+			b.ReportMetric(best[0], "journal-"+unit)
+			b.ReportMetric(best[1], "nojournal-"+unit)
+			b.ReportMetric(best[0]/best[1], "ratio")
+			b.ReportMetric(float64(vj.jrn.forced.Load()), "forced-retires")
+		})
+	}
+}
+
+// benchWriteRate writes size-byte aligned random writes to v from
+// GOMAXPROCS goroutines for d and returns writes per second.
+func benchWriteRate(b *testing.B, v *Volume, size int64, d time.Duration) float64 {
+	n := v.Size() / size
+	var ops atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := 0; w < runtimeProcs(); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(rand.Uint64(), 1))
+			p := make([]byte, size)
+			for time.Since(start) < d {
+				if _, err := v.WriteAt(p, rng.Int64N(n)*size); err != nil {
+					b.Error(err)
+					return
+				}
+				ops.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(ops.Load()) / time.Since(start).Seconds()
+}
+
+func runtimeProcs() int { return runtime.GOMAXPROCS(0) }

@@ -438,8 +438,10 @@ func (v *Volume) execWrite(op *stripeOp, p []byte, r layout.StripeReq, plan layo
 	// read neither old nor new. Log their contents after this write
 	// (op.shards holds every data position over [Lo, Hi) in every mode
 	// but RMW, which is only planned when nothing is unreadable).
+	var seq uint64
 	if journal != 0 {
-		seq, err := v.jrn.append(r, journal, op.shards, v.journalSlots(r, lost), v.epoch.Load())
+		var err error
+		seq, err = v.jrn.append(r, journal, op.shards, v.journalSlot(r, lost), v.epoch.Load())
 		if err != nil {
 			return err
 		}
@@ -475,6 +477,14 @@ func (v *Volume) execWrite(op *stripeOp, p []byte, r layout.StripeReq, plan layo
 		// write completes: an assembly after a crash treats the failed
 		// member's rows as journaled.
 		v.flushGroup(r.Group)
+		if seq != 0 {
+			// The record lacks the chunk of the member that failed; it
+			// is not needed any more (the write is durable), and an
+			// assembly would take it for a torn stripe.
+			if err := v.jrn.retireThrough(seq); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -492,27 +502,29 @@ func (v *Volume) flushGroup(group int) {
 	}
 }
 
-// journalSlots picks the members of r's group that receive a journal
-// record: m-f+1 of them, where f counts the positions not durably in sync
-// (lost), so that as long as the group keeps k members at least one copy
-// survives. Members in sync are preferred; the choice rotates with the
-// stripe to spread the load.
-func (v *Volume) journalSlots(r layout.StripeReq, lost uint64) []int {
+// journalSlot picks the member of r's group that receives a journal
+// record: one holding a data chunk of the stripe that is durably in sync
+// (rotating with the stripe to spread the load). A second copy would not
+// help: if that member is lost as well, its chunk is missing from the
+// record and the stripe cannot be repaired either way. Only when no data
+// chunk is in sync (m >= k) does a parity member, or any writable one,
+// take the record.
+func (v *Volume) journalSlot(r layout.StripeReq, lost uint64) []int {
 	g := v.geo
-	want := max(1, g.M-bitsCount(lost)+1)
-	w := g.Width()
-	var picked []int
-	for pass := 0; pass < 2 && len(picked) < want; pass++ {
-		for i := 0; i < w && len(picked) < want; i++ {
-			pos := int((r.Stripe + int64(i)) % int64(w))
-			slot := v.slotAt(r, pos)
-			if !v.writable(slot) || (pass == 0) == (lost&(1<<uint(pos)) != 0) {
-				continue
+	for _, span := range []int{g.K, g.Width()} {
+		for i := 0; i < span; i++ {
+			pos := int((r.Stripe + int64(i)) % int64(span))
+			if slot := v.slotAt(r, pos); lost&(1<<uint(pos)) == 0 && v.writable(slot) {
+				return []int{slot}
 			}
-			picked = append(picked, slot)
 		}
 	}
-	return picked
+	for pos := 0; pos < g.Width(); pos++ {
+		if slot := v.slotAt(r, pos); v.writable(slot) {
+			return []int{slot}
+		}
+	}
+	return nil
 }
 
 func bitsCount(x uint64) int {

@@ -193,7 +193,8 @@ type journal struct {
 	ringOff int64 // record area [ringOff, ringEnd) on every member
 	ringEnd int64
 
-	retireMu sync.Mutex // serialises retire (member flush + header write)
+	retireMu sync.Mutex  // serialises retire (member flush + header write)
+	again    atomic.Bool // a retire was asked for while one ran
 
 	mu       sync.Mutex // guards the fields below; never held during I/O
 	cond     sync.Cond  // signalled when a logged write completes or records retire
@@ -325,20 +326,23 @@ func (j *journal) append(r layout.StripeReq, mask uint64, shards [][]byte, slots
 			crc = crc32.Update(crc, castagnoli, shards[p][:span])
 		}
 	}
-	hdrs := make([]byte, journalBlock*len(slots))
+	// One write per copy: header and payload in one buffer.
+	buf := make([]byte, size)
+	k := 0
+	for p := 0; p < j.v.geo.K; p++ {
+		if mask&(1<<uint(p)) != 0 {
+			copy(buf[journalBlock+k*span:], shards[p][:span])
+			k++
+		}
+	}
 	var ios []IO
 	for i, slot := range slots {
-		dev := j.v.dev(slot)
-		h := hdrs[i*journalBlock : (i+1)*journalBlock]
-		encodeRecordHeader(h, j.v.base.VolumeUUID, offs[i], rec, crc)
-		ios = append(ios, IO{Dev: dev, Write: true, Buf: h, Off: offs[i]})
-		k := 0
-		for p := 0; p < j.v.geo.K; p++ {
-			if mask&(1<<uint(p)) != 0 {
-				ios = append(ios, IO{Dev: dev, Write: true, Buf: shards[p][:span], Off: offs[i] + journalBlock + int64(k*span)})
-				k++
-			}
+		b := buf
+		if i > 0 {
+			b = bytes.Clone(buf)
 		}
+		encodeRecordHeader(b, j.v.base.VolumeUUID, offs[i], rec, crc)
+		ios = append(ios, IO{Dev: j.v.dev(slot), Write: true, Buf: b, Off: offs[i]})
 	}
 	j.v.exec.Execute(ios)
 	failed := false
@@ -383,6 +387,52 @@ func (j *journal) done(seq uint64) {
 func (j *journal) retire() error {
 	j.retireMu.Lock()
 	defer j.retireMu.Unlock()
+	for {
+		j.again.Store(false)
+		if err := j.retireLocked(); err != nil {
+			return err
+		}
+		if !j.again.Load() {
+			return nil
+		}
+	}
+}
+
+// retireSoon retires now, or, when a retire is running (possibly further
+// up this goroutine's stack: a member failing during a retire), makes it
+// run once more.
+func (j *journal) retireSoon() {
+	j.again.Store(true)
+	if !j.retireMu.TryLock() {
+		return
+	}
+	j.retireMu.Unlock()
+	if err := j.retire(); err != nil {
+		j.v.log.Error("journal retire after member failure", "err", err)
+	}
+}
+
+// retireThrough returns once record seq (whose write completed) is
+// retired: it retires, waiting for earlier logged writes still in flight.
+func (j *journal) retireThrough(seq uint64) error {
+	j.done(seq)
+	for {
+		if err := j.retire(); err != nil {
+			return err
+		}
+		j.mu.Lock()
+		if j.retired >= seq {
+			j.mu.Unlock()
+			return nil
+		}
+		if j.retirable() < seq {
+			j.cond.Wait() // an earlier logged write is still in flight
+		}
+		j.mu.Unlock()
+	}
+}
+
+func (j *journal) retireLocked() error {
 	j.mu.Lock()
 	rp := j.retirable() // before the flush: these writes completed before it
 	need := rp > j.retired

@@ -635,18 +635,29 @@ func (v *Volume) failMember(slot int, cause error) { v.failMemberDev(slot, nil, 
 // failMemberDev is failMember after an I/O error on dev: it does nothing
 // when slot no longer holds dev (the member was replaced meanwhile).
 func (v *Volume) failMemberDev(slot int, dev Member, cause error) {
+	if v.failMemberDevMeta(slot, dev, cause) && v.jrn != nil {
+		// Writes that completed before the failure are durable now (the
+		// metadata write flushed every member); retire their records,
+		// which lack the newly failed member's chunk, so that an
+		// assembly never mistakes them for torn stripes.
+		v.jrn.retireSoon()
+	}
+}
+
+func (v *Volume) failMemberDevMeta(slot int, dev Member, cause error) bool {
 	v.metaMu.Lock()
 	defer v.metaMu.Unlock()
 	if dev != nil {
 		v.stats.memberErrors.Add(1)
 	}
 	if v.slotRole(slot) == superblock.RoleFailed || (dev != nil && v.dev(slot) != dev) {
-		return
+		return false
 	}
 	v.markFailedLocked(slot, cause)
 	if err := v.writeMetaLocked(); err != nil {
 		v.log.Error("cannot record member failure", "err", err)
 	}
+	return true
 }
 
 // persistBitmap writes bitmap block blk to every writable member and
