@@ -204,6 +204,8 @@ type journal struct {
 	inflight map[uint64]struct{}
 	rings    []jring // by slot
 
+	bufs sync.Pool // *[]byte of maxRecordSize bytes
+
 	records  atomic.Int64 // records written since assembly
 	bytes    atomic.Int64
 	forced   atomic.Int64 // retires forced by a full ring
@@ -227,6 +229,8 @@ func newJournal(v *Volume, sb *superblock.Superblock) *journal {
 		inflight: map[uint64]struct{}{}, rings: make([]jring, sb.Geometry.Members()),
 	}
 	j.cond.L = &j.mu
+	n := maxRecordSize(sb.Geometry)
+	j.bufs.New = func() any { b := make([]byte, n); return &b }
 	return j
 }
 
@@ -326,8 +330,10 @@ func (j *journal) append(r layout.StripeReq, mask uint64, shards [][]byte, slots
 			crc = crc32.Update(crc, castagnoli, shards[p][:span])
 		}
 	}
-	// One write per copy: header and payload in one buffer.
-	buf := make([]byte, size)
+	// One write per copy: header and payload in one (pooled) buffer.
+	bp := j.bufs.Get().(*[]byte)
+	defer j.bufs.Put(bp)
+	buf := (*bp)[:size]
 	k := 0
 	for p := 0; p < j.v.geo.K; p++ {
 		if mask&(1<<uint(p)) != 0 {
