@@ -346,8 +346,8 @@ func systemdGuest(t *testing.T, g *vmtest.Env) {
 			}
 			break
 		}
-		if i > 300 {
-			t.Fatal("fabraidd did not restart the failed engine unit within 30s")
+		if i > 600 { // its next reconcile (10 s) plus the restart with resync
+			t.Fatal("fabraidd did not restart the failed engine unit within 60s")
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
