@@ -168,7 +168,7 @@ func killEngine(t *testing.T, v *verifier, vol, unit string, old volmgr.Info) vo
 		t.Fatal(err)
 	}
 	var respawn time.Duration
-	for i := 0; ; i++ {
+	for {
 		if mp := unitProp(t, unit, "MainPID"); respawn == 0 && mp != "0" && mp != strconv.Itoa(old.EnginePID) {
 			respawn = time.Since(t0)
 		}
@@ -183,8 +183,8 @@ func killEngine(t *testing.T, v *verifier, vol, unit string, old volmgr.Info) vo
 				old.EnginePID, respawn, in.EnginePID, in.Ublk, took, lat)
 			return in
 		}
-		if i > 300 {
-			t.Fatalf("no new engine 30s after systemctl kill: %+v", in)
+		if time.Since(t0) > time.Minute {
+			t.Fatalf("no new engine 60s after systemctl kill: %+v", in)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -330,8 +330,8 @@ func systemdGuest(t *testing.T, g *vmtest.Env) {
 				cur = in.EnginePID
 				break
 			}
-			if j > 300 {
-				t.Fatalf("no new engine and no failed unit 30s after kill %d", i+1)
+			if j > 600 {
+				t.Fatalf("no new engine and no failed unit 60s after kill %d", i+1)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
