@@ -50,6 +50,10 @@
 // A write-intent bitmap (one bit per region of member data) is set durably
 // before a region is written and cleared lazily after flushes. After an
 // unclean stop only dirty regions are resynced, and a returning member is
-// resynced only for regions written while it was away. A crash while the
-// volume is degraded stays unprotected: see docs/engine.md.
+// resynced only for regions written while it was away. While a group is
+// degraded, a stripe journal on the surviving members logs the contents
+// of the chunks that cannot be read before every write to their stripes,
+// and assembly replays it, so a crash while degraded loses no flushed data
+// either. A member lost at the crash itself while in sync stays
+// unprotected: see docs/engine.md.
 package engine
