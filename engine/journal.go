@@ -34,6 +34,14 @@ const (
 	jCRC             = journalBlock - 4
 )
 
+// journalSeqGap separates the sequence numbers of successive assemblies:
+// it exceeds the number of records that can be unretired at once (every
+// member's journal area full of 4 KiB records), so records left on a
+// member that missed an assembly are always retired by it.
+func journalSeqGap(sb *superblock.Superblock) uint64 {
+	return uint64(sb.Geometry.Members())*uint64(sb.JournalBytes/journalBlock) + 1
+}
+
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // jrecord is one decoded journal record.

@@ -341,3 +341,58 @@ func TestJournalCrashWithoutJournal(t *testing.T) {
 		t.Fatal("no run lost data without the journal: the crash test does not reach the write hole")
 	}
 }
+
+// Records left on a member that misses an assembly (it was lost with the
+// crash and returns later) must be retired by that assembly although it
+// never saw them: their sequence numbers are below the new retired number.
+func TestJournalSeqGapCoversAbsentMember(t *testing.T) {
+	cfg := Config{Name: "gap", K: 2, M: 2, ChunkSize: 4096, RegionSize: 32 << 10, DataOffset: 256 << 10, AssumeZeroed: true}
+	mm, devs := memMembers(4, 1<<20)
+	v, err := Create(cfg, devs, nil, Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mm[0].SetFailed(true)
+	if err := v.FailMember(0); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 40; i++ {
+		p := make([]byte, layout.BlockSize)
+		p[0] = byte(i + 1)
+		if _, err := v.WriteAt(p, rng.Int64N(v.Size()/layout.BlockSize)*layout.BlockSize); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v.Status().JournalRecords == 0 {
+		t.Fatal("no journal records written")
+	}
+	// The member with the highest record goes missing.
+	absent, top := -1, uint64(0)
+	for slot := 1; slot < 4; slot++ {
+		js, err := scanJournal([]Member{mm[slot]}, v.base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if js.maxSeq > top {
+			absent, top = slot, js.maxSeq
+		}
+	}
+	v.Abandon()
+	var use []Member
+	for slot, m := range mm {
+		m.Crash(func() bool { return true })
+		m.Reopen()
+		if slot != 0 && slot != absent {
+			use = append(use, m)
+		}
+	}
+	v, err = Assemble(use, nil, Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	if v.jrn.retired < top || v.jrn.next <= top {
+		t.Fatalf("absent member %d holds record %d; assembly retired %d, continues at %d", absent, top, v.jrn.retired, v.jrn.next)
+	}
+}

@@ -153,7 +153,11 @@ func Assemble(devs []Member, names []string, opts Options) (*Volume, error) {
 			closeAll(bySlot)
 			return nil, fmt.Errorf("%w: journal: %w", ErrAssembly, err)
 		}
-		v.jrn.next = max(js.maxSeq, js.retired) + 1
+		// Sequence numbers jump by journalSeqGap at every assembly: a
+		// member missing now may hold unretired records of the last
+		// owner with numbers above any seen here; when it returns, those
+		// must be below the retired number, never taken for new ones.
+		v.jrn.next = max(js.maxSeq, js.retired) + journalSeqGap(sb)
 		v.jrn.gen = js.gen + 1
 		switch {
 		case sb.Clean || !dirty.any():
