@@ -144,7 +144,7 @@ func PlanAssembly(cands []Candidate) (*AssemblyPlan, error) {
 				plan.Warnings = append(plan.Warnings, fmt.Sprintf("slot %d: member %x missing; marked failed", slot, m.UUID))
 			}
 			m.Role, m.Resync, m.Checkpoint = superblock.RoleFailed, false, 0
-		case !sameVersion(cands[i].SB, auth) || m.Role == superblock.RoleFailed:
+		case !(sameVersion(cands[i].SB, auth) || tornBehind(cands[i].SB, auth, slot)) || m.Role == superblock.RoleFailed:
 			plan.Stale[slot] = true
 			if m.Role != superblock.RoleRebuilding {
 				// A returning member: only regions dirty in the bitmap
@@ -183,6 +183,19 @@ func newer(a, b *superblock.Superblock) bool {
 		return a.Epoch > b.Epoch
 	}
 	return a.Events > b.Events
+}
+
+// tornBehind reports whether c missed only the newest metadata write,
+// which a crash interrupted: same owner epoch, one event behind, and the
+// newest version does not record c's slot as failed. Metadata writes are
+// serialised and each starts only after the previous one reached every
+// writable member, and a member whose I/O fails is marked failed by the
+// very next metadata write, so such a member received every data write:
+// it is current, not stale, and the newest version's role and checkpoint
+// apply (a rebuild flushes its target before it records a checkpoint or
+// the end of the rebuild).
+func tornBehind(c, auth *superblock.Superblock, slot int) bool {
+	return c.Epoch == auth.Epoch && c.Events+1 == auth.Events && auth.Members[slot].Role != superblock.RoleFailed
 }
 
 func sameVersion(a, b *superblock.Superblock) bool {

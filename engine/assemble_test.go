@@ -63,6 +63,38 @@ func TestPlanAssembly(t *testing.T) {
 				t.Fatalf("stale member not resync target: %+v", p.SB.Members[0])
 			}
 		}},
+		{name: "one write behind (torn metadata write)", mutate: func(c []Candidate) []Candidate {
+			for _, x := range c[1:] {
+				x.SB.Events = 6
+				x.SB.Members[0].Role, x.SB.Members[0].Checkpoint = superblock.RoleRebuilding, 7
+			}
+			return c
+		}, check: func(t *testing.T, p *AssemblyPlan) {
+			if p.Stale[0] || p.SB.Members[0].Role != superblock.RoleRebuilding || p.SB.Members[0].Checkpoint != 7 {
+				t.Fatalf("member one write behind not current with the newest role: %+v stale %v", p.SB.Members[0], p.Stale[0])
+			}
+		}},
+		{name: "one write behind, failed in the newest", mutate: func(c []Candidate) []Candidate {
+			for _, x := range c[1:] {
+				x.SB.Events = 6
+				x.SB.Members[0].Role = superblock.RoleFailed
+			}
+			return c
+		}, check: func(t *testing.T, p *AssemblyPlan) {
+			if !p.Stale[0] {
+				t.Fatal("failed member trusted")
+			}
+		}},
+		{name: "one write behind, older owner epoch", mutate: func(c []Candidate) []Candidate {
+			for _, x := range c[1:] {
+				x.SB.Events, x.SB.Epoch = 6, 2
+			}
+			return c
+		}, check: func(t *testing.T, p *AssemblyPlan) {
+			if !p.Stale[0] {
+				t.Fatal("member of an older owner epoch trusted")
+			}
+		}},
 		{name: "three stale", mutate: func(c []Candidate) []Candidate {
 			for _, x := range c[3:] {
 				x.SB.Events = 9
@@ -205,7 +237,9 @@ func FuzzPlanAssembly(f *testing.F) {
 			if c.Size < p.SB.MinDeviceSize() {
 				t.Fatalf("slot %d: device too small", slot)
 			}
-			if !p.Stale[slot] && (c.SB.Events != p.SB.Events || c.SB.Epoch != p.SB.Epoch) {
+			// Current: the newest version, or one metadata write behind it
+			// (a torn write) in the same epoch.
+			if !p.Stale[slot] && (c.SB.Epoch != p.SB.Epoch || (c.SB.Events != p.SB.Events && c.SB.Events+1 != p.SB.Events)) {
 				t.Fatalf("slot %d: stale device trusted", slot)
 			}
 			if p.Stale[slot] && p.SB.Members[slot].Role == superblock.RoleActive {

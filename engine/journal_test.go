@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -165,6 +166,7 @@ func degradedCrash(t *testing.T, rng *rand.Rand, journalOff bool) (int, string) 
 	// Degrade: in every group lose 1..m members, some of them replaced
 	// by an empty member that is not rebuilt yet.
 	lost := map[int]bool{}
+	replaced := false
 	desc := fmt.Sprintf("%d+%dx%d chunk %d:", k, m, cfg.Groups, cfg.ChunkSize)
 	for grp := 0; grp < g.Groups; grp++ {
 		for _, mem := range rng.Perm(g.Width())[:1+rng.IntN(m)] {
@@ -179,6 +181,7 @@ func degradedCrash(t *testing.T, rng *rand.Rand, journalOff bool) (int, string) 
 					t.Fatal(err)
 				}
 				mems[slot] = nm
+				replaced = true
 				desc += fmt.Sprintf(" slot %d replaced", slot)
 			} else {
 				lost[slot] = true
@@ -195,6 +198,19 @@ func degradedCrash(t *testing.T, rng *rand.Rand, journalOff bool) (int, string) 
 	// Concurrent partial and full-stripe writes in rounds, flushes
 	// between some rounds, until the power is cut.
 	pw.arm(int64(rng.IntN(400)))
+	// Sometimes the replacements are being rebuilt meanwhile, with
+	// checkpoints persisted every two rows (metadata writes the cut can
+	// land in, rows readable before their checkpoint is durable).
+	var rebuildDone chan error
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if replaced && rng.IntN(2) == 0 {
+		desc += " rebuilding"
+		rebuildDone = make(chan error, 1)
+		go func() {
+			rebuildDone <- v.Rebuild(ctx, RebuildOptions{CheckpointRows: 2, YieldDelay: -1, Workers: 1})
+		}()
+	}
 	sb := v.Geometry().StripeBytes()
 	blocks := v.Size() / layout.BlockSize
 	// Workers own slices of the volume whose edges are not stripe
@@ -252,6 +268,10 @@ func degradedCrash(t *testing.T, rng *rand.Rand, journalOff bool) (int, string) 
 		}
 	}
 
+	if rebuildDone != nil {
+		cancel()
+		<-rebuildDone
+	}
 	// The crash: unflushed member writes survive at random.
 	v.Abandon()
 	var use []Member

@@ -323,14 +323,16 @@ func (v *Volume) persistCheckpointsLocked(slots []int, current func(int) bool, d
 			continue
 		}
 		m := &v.meta.Members[slot]
+		// Flush the rebuilt data before the superblock claims it: the
+		// metadata write's own flush comes after its first copy is
+		// written, and a crash could keep that copy but lose the data.
+		if err := v.dev(slot).Flush(); err != nil {
+			v.stats.memberErrors.Add(1)
+			v.markFailedLocked(slot, fmt.Errorf("rebuild flush: %w", err))
+			changed = true
+			continue
+		}
 		if done {
-			// Flush the rebuilt data before the member claims to be in sync.
-			if err := v.dev(slot).Flush(); err != nil {
-				v.stats.memberErrors.Add(1)
-				v.markFailedLocked(slot, fmt.Errorf("rebuild flush: %w", err))
-				changed = true
-				continue
-			}
 			v.slots[slot].role.Store(uint32(superblock.RoleActive))
 			v.slots[slot].resync.Store(nil)
 			v.slots[slot].checkpoint.Store(0)
