@@ -175,7 +175,17 @@ func degradedCrash(t *testing.T, rng *rand.Rand, journalOff bool) (int, string) 
 			if err := v.FailMember(slot); err != nil {
 				t.Fatal(err)
 			}
-			if rng.IntN(3) == 0 {
+			switch rng.IntN(4) {
+			case 0: // the member returns (its node rebooted): resync target
+				mems[slot].Crash(func() bool { return rng.IntN(2) == 0 })
+				mems[slot].Reopen()
+				mems[slot].SetFailed(false)
+				if err := v.ReAdd(&cutMember{mems[slot], pw}, "returned"); err != nil {
+					t.Fatal(err)
+				}
+				replaced = true
+				desc += fmt.Sprintf(" slot %d re-added", slot)
+			case 1:
 				nm := NewMemMember(size)
 				if err := v.Replace(slot, &cutMember{nm, pw}, "replacement"); err != nil {
 					t.Fatal(err)
@@ -183,7 +193,7 @@ func degradedCrash(t *testing.T, rng *rand.Rand, journalOff bool) (int, string) 
 				mems[slot] = nm
 				replaced = true
 				desc += fmt.Sprintf(" slot %d replaced", slot)
-			} else {
+			default:
 				lost[slot] = true
 				desc += fmt.Sprintf(" slot %d lost", slot)
 			}
@@ -310,9 +320,10 @@ func degradedCrash(t *testing.T, rng *rand.Rand, journalOff bool) (int, string) 
 }
 
 // TestJournalCrash cuts the power in the middle of concurrent partial- and
-// full-stripe writes to degraded volumes (up to m members lost or being
-// rebuilt per group; the cut lands anywhere: in journal records, bitmap
-// blocks, data or parity), drops a random subset of the unflushed member
+// full-stripe writes to degraded volumes (up to m members per group lost,
+// replaced or returned and not yet rebuilt, sometimes being rebuilt
+// meanwhile; the cut lands anywhere: in journal records, bitmap blocks,
+// superblocks, data or parity), drops a random subset of the unflushed member
 // writes, reassembles without the lost members and reads everything back.
 // Every 4 KiB block must hold its value at the last flush or a value
 // written since — including the blocks of the lost members, which are
