@@ -427,3 +427,64 @@ func TestJournalSeqGapCoversAbsentMember(t *testing.T) {
 		t.Fatalf("absent member %d holds record %d; assembly retired %d, continues at %d", absent, top, v.jrn.retired, v.jrn.next)
 	}
 }
+
+// A version 1 volume (made before the journal existed) still assembles,
+// runs without a journal, stays version 1 on disk, and reports a crash
+// while degraded as write-hole stripes as before.
+func TestVersion1VolumeRunsWithoutJournal(t *testing.T) {
+	cfg := Config{Name: "old", K: 2, M: 1, ChunkSize: 4096, RegionSize: 32 << 10, DataOffset: 256 << 10, AssumeZeroed: true}
+	mm, devs := memMembers(3, 1<<20)
+	v, err := Create(cfg, devs, nil, Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range mm {
+		m.Reopen()
+		sb, err := superblock.ReadCopies(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb.Version, sb.JournalOffset, sb.JournalBytes = superblock.VersionNoJournal, 0, 0
+		b, err := sb.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Corrupt(superblock.CopyAOffset, b)
+		m.Corrupt(superblock.CopyBOffset, b)
+	}
+	v, err = Assemble([]Member{mm[0], mm[1], mm[2]}, nil, Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := v.Status(); st.Journal {
+		t.Fatal("version 1 volume runs with a journal")
+	}
+	mm[2].SetFailed(true)
+	p := bytes.Repeat([]byte{7}, 16<<10)
+	if _, err := v.WriteAt(p, 0); err != nil {
+		t.Fatal(err)
+	}
+	if v.Status().JournalRecords != 0 {
+		t.Fatal("journal records on a version 1 volume")
+	}
+	v.Abandon()
+	for _, m := range mm[:2] {
+		m.Crash(func() bool { return true })
+		m.Reopen()
+		sb, err := superblock.ReadCopies(m)
+		if err != nil || sb.Version != superblock.VersionNoJournal {
+			t.Fatalf("superblock after writes: version %v, %v", sb, err)
+		}
+	}
+	v, err = Assemble([]Member{mm[0], mm[1]}, nil, Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	if v.Status().WriteHoleStripes == 0 {
+		t.Fatal("crash while degraded without a journal not reported")
+	}
+}
