@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 
@@ -282,6 +283,9 @@ func degradedCrash(t *testing.T, rng *rand.Rand, journalOff bool) (int, string) 
 		cancel()
 		<-rebuildDone
 	}
+	if pw.isCut() {
+		desc += " power cut during the writes;"
+	}
 	// The crash: unflushed member writes survive at random.
 	v.Abandon()
 	var use []Member
@@ -338,6 +342,8 @@ func TestJournalCrash(t *testing.T) {
 	if testing.Short() {
 		iters = 10
 	}
+	cuts := 0
+	defer func() { t.Logf("%d of %d runs had the power cut in the middle of the writes", cuts, iters) }()
 	for i := 0; i < iters; i++ {
 		bad, desc := degradedCrash(t, rng, false)
 		if bad > 0 {
@@ -345,6 +351,9 @@ func TestJournalCrash(t *testing.T) {
 		}
 		if i < 3 {
 			t.Logf("iteration %d: %s", i, desc)
+		}
+		if strings.Contains(desc, "power cut") {
+			cuts++
 		}
 	}
 }
