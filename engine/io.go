@@ -358,7 +358,8 @@ func (v *Volume) writeStripe(op *stripeOp, p []byte, r layout.StripeReq) error {
 // execWrite performs plan. journal is the set of data positions whose
 // post-write contents must be journaled before anything is written (zero
 // without a journal or when every data chunk is durably readable); lost
-// is every position not durably in sync or not writable; failGen is the member failure counter when the plan was made.
+// is every position not durably in sync or not writable; failGen is the
+// member failure counter when the plan was made.
 func (v *Volume) execWrite(op *stripeOp, p []byte, r layout.StripeReq, plan layout.WritePlan,
 	journal, lost uint64, failGen int64) error {
 	g := v.geo
@@ -433,11 +434,12 @@ func (v *Volume) execWrite(op *stripeOp, p []byte, r layout.StripeReq, plan layo
 		}
 	}
 
-	// Journal phase: the stripe is degraded, so a crash during the write
-	// phase would leave parity that defines the chunks that cannot be
-	// read neither old nor new. Log their contents after this write
-	// (op.shards holds every data position over [Lo, Hi) in every mode
-	// but RMW, which is only planned when nothing is unreadable).
+	// Journal phase: the stripe is degraded, and a crash during the
+	// write phase would leave parity from which the chunks that cannot be
+	// read reconstruct to neither their old nor their new contents. Log
+	// their contents after this write first (op.shards holds every data
+	// position over [Lo, Hi) in every mode but RMW, which is only planned
+	// when nothing is unreadable).
 	var seq uint64
 	if journal != 0 {
 		var err error
