@@ -179,6 +179,13 @@ func newVolumeShowCmd() *cobra.Command {
 			if v.Error != "" {
 				fmt.Fprintf(w, "error:    %s\n", v.Error)
 			}
+			if v.State != "stopped" {
+				fmt.Fprintf(w, "journal:  %s\n", journalText(v.Journal))
+			}
+			if v.WriteHoleStripes > 0 {
+				fmt.Fprintf(w, "WARNING:  up to %d stripe(s) could not be made consistent after an unclean stop with a member lost\n"+
+					"          at the crash: chunks reconstructed there may be wrong (docs/engine.md, write hole)\n", v.WriteHoleStripes)
+			}
 			if v.Task != "" {
 				fmt.Fprintf(w, "running:  %s\n", v.Task)
 			}
@@ -405,4 +412,11 @@ device is mounted or open. Asks for the volume name unless --yes.` + volumeExitC
 	}
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask")
 	return cmd
+}
+
+func journalText(on bool) string {
+	if on {
+		return "on (writes while degraded survive a crash)"
+	}
+	return "off (format version 1: a crash while degraded can lose data; docs/engine.md)"
 }

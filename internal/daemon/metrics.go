@@ -15,6 +15,7 @@ var (
 	descStale    = prometheus.NewDesc("fabraid_volume_stale_members", "Members being rebuilt or resynced.", []string{"volume"}, nil)
 	descProgress = prometheus.NewDesc("fabraid_volume_task_progress_ratio", "Progress of the running rebuild, resync or scrub (0..1).", []string{"volume", "kind"}, nil)
 	descScrub    = prometheus.NewDesc("fabraid_volume_scrub_mismatches", "Parity mismatches found by the last scrub.", []string{"volume"}, nil)
+	descHole     = prometheus.NewDesc("fabraid_volume_write_hole_stripes", "Stripes whose lost chunks may read back wrong after the last unclean stop (a member lost at the crash itself); normally 0.", []string{"volume"}, nil)
 	descErrors   = prometheus.NewDesc("fabraid_reconcile_errors_total", "Reconcile runs that ended with an error.", nil, nil)
 
 	// I/O counters of the volume's engine, reset when its process restarts.
@@ -37,7 +38,7 @@ type collector struct {
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInfo, descState, descSize, descFailed, descStale, descProgress, descScrub, descErrors,
+	for _, d := range []*prometheus.Desc{descInfo, descState, descSize, descFailed, descStale, descProgress, descScrub, descHole, descErrors,
 		descRequests, descReadBytes, descWriteBytes, descIOErrors, descMemberErrors, descDuration} {
 		ch <- d
 	}
@@ -66,6 +67,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if t := v.LastTask; t != nil && t.Scrub != nil {
 			ch <- prometheus.MustNewConstMetric(descScrub, prometheus.GaugeValue, float64(t.Scrub.Mismatches), v.Name)
+		}
+		if v.State != "stopped" {
+			ch <- prometheus.MustNewConstMetric(descHole, prometheus.GaugeValue, float64(v.WriteHoleStripes), v.Name)
 		}
 		if v.IO != nil {
 			collectIO(ch, v.Name, v.IO)

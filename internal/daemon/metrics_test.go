@@ -78,3 +78,22 @@ func histLines(op, sum string, count uint64, buckets []uint64) string {
 	b.WriteString(`fabraid_volume_request_duration_seconds_count{op="` + op + `",volume="v0"} ` + strconv.FormatUint(count, 10) + "\n")
 	return b.String()
 }
+
+func TestMetricsWriteHole(t *testing.T) {
+	vols := []volmgr.Info{
+		{Name: "v0", State: "degraded", WriteHoleStripes: 7},
+		{Name: "v1", State: "optimal"},
+		{Name: "v2", State: "stopped"}, // engine not answering: nothing known
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(&collector{d: testDaemon(t), list: func() []volmgr.Info { return vols }})
+	want := `
+# HELP fabraid_volume_write_hole_stripes Stripes whose lost chunks may read back wrong after the last unclean stop (a member lost at the crash itself); normally 0.
+# TYPE fabraid_volume_write_hole_stripes gauge
+fabraid_volume_write_hole_stripes{volume="v0"} 7
+fabraid_volume_write_hole_stripes{volume="v1"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "fabraid_volume_write_hole_stripes"); err != nil {
+		t.Error(err)
+	}
+}

@@ -32,6 +32,13 @@ type Info struct {
 	// IO are the engine's request counters since it started (reset when
 	// the engine process restarts).
 	IO *engine.IOStats `json:"io,omitempty"`
+	// Journal says whether the stripe journal protects writes while the
+	// volume is degraded (on-disk format version 2).
+	Journal bool `json:"journal"`
+	// WriteHoleStripes counts stripes whose lost chunks may read back
+	// wrong after the last unclean stop (a member lost at the crash
+	// itself; docs/engine.md, "write hole"). 0 is the normal case.
+	WriteHoleStripes int64 `json:"write_hole_stripes,omitempty"`
 }
 
 // MemberInfo is one member slot.
@@ -90,7 +97,8 @@ func (m *Manager) Info(ref string) (Info, error) {
 	s := st.Engine
 	in := Info{Name: s.Name, UUID: FormatUUID(u), State: State(s), Size: s.Size, K: s.Geometry.K, M: s.Geometry.M,
 		Groups: s.Geometry.Groups, ChunkSize: s.Geometry.ChunkSize, Device: head, NQN: NQN(u), Ublk: st.UblkPath,
-		EnginePID: st.PID, Task: st.Task, LastTask: st.LastTask, IO: &st.IO}
+		EnginePID: st.PID, Task: st.Task, LastTask: st.LastTask, IO: &st.IO,
+		Journal: s.Journal, WriteHoleStripes: s.WriteHoleStripes}
 	for _, ms := range s.Members {
 		role := strings.ToLower(ms.Role.String())
 		in.Members = append(in.Members, MemberInfo{Slot: ms.Slot, Device: ms.Device, Domain: ms.Domain, Role: role, Resync: ms.Resync, Checkpoint: ms.Checkpoint})
