@@ -324,6 +324,15 @@ func (v *Volume) writeStripe(op *stripeOp, p []byte, r layout.StripeReq) error {
 	lk := v.lockFor(r.Stripe)
 	lk.Lock()
 	defer lk.Unlock()
+	if rs := v.rs.Load(); rs != nil {
+		// After an unclean stop the background resync may not have
+		// reached this stripe: its parity may be torn. Recompute it from
+		// the data before a read-modify-write or a degraded write
+		// combines it with anything.
+		if err := v.resyncPendingLocked(rs, r.Group, r.Row, v.skipDemandResync); err != nil {
+			return fmt.Errorf("stripe %d: resync: %w", r.Stripe, err)
+		}
+	}
 	for attempt := 0; attempt <= v.geo.Width(); attempt++ {
 		if v.failed.Load() {
 			return ErrVolumeFailed

@@ -30,7 +30,9 @@ func Open(paths []string, opts Options) (*Volume, error) {
 // recorded as failed, stale members become resync targets (call Rebuild),
 // the owner epoch and event counter are bumped, and after an unclean stop
 // the parity of every region dirty in the write-intent bitmap is
-// recomputed before Assemble returns. Assemble takes ownership of devs: the
+// recomputed: in the background by default (writes to a row it has not
+// reached resync that row first), before Assemble returns with
+// Options.SyncResync. Assemble takes ownership of devs: the
 // ones it does not use are closed, the others are closed by Volume.Close.
 func Assemble(devs []Member, names []string, opts Options) (*Volume, error) {
 	if names == nil {
@@ -177,18 +179,31 @@ func Assemble(devs []Member, names []string, opts Options) (*Volume, error) {
 			}
 		}
 	}
+	var rs *resyncState
 	if !sb.Clean && dirty.any() {
-		v.log.Info("unclean stop: resyncing dirty regions", "regions", dirty.count())
-		if err := v.resyncParity(context.Background(), dirty, func(grp int, row int64, unreadable uint64) bool {
-			return v.unprotected(grp, row, unreadable, holes)
-		}); err != nil {
-			closeAll(bySlot)
-			return nil, fmt.Errorf("resync after unclean stop: %w", err)
+		crashJcp := v.crashJcp
+		unprotected := func(grp int, row int64, unreadable uint64) bool {
+			return v.unprotectedAt(crashJcp, grp, row, unreadable, holes)
+		}
+		if opts.SyncResync {
+			v.log.Info("unclean stop: resyncing dirty regions", "regions", dirty.count())
+			if err := v.resyncParity(context.Background(), dirty, unprotected); err != nil {
+				closeAll(bySlot)
+				return nil, fmt.Errorf("resync after unclean stop: %w", err)
+			}
+		} else {
+			// From here on every write to a row the resync has not
+			// reached resyncs that row first (writeStripe).
+			rs = newResyncState(v, dirty, unprotected)
+			v.rs.Store(rs)
 		}
 	}
 	if v.jrn != nil {
-		// Everything replayed and resynced is durable before the
-		// records are retired.
+		// Everything replayed (and, with SyncResync, resynced) is
+		// durable before the records are retired. The background resync
+		// needs no record: the replay made every stripe with an
+		// unreadable data chunk consistent, and the resync recomputes
+		// the others from their data alone.
 		if err := v.flushMembers(); err == nil {
 			err = v.jrn.reset()
 		}
@@ -202,6 +217,11 @@ func Assemble(devs []Member, names []string, opts Options) (*Volume, error) {
 		closeAll(bySlot)
 		return nil, fmt.Errorf("%w: %w", ErrAssembly, ErrVolumeFailed)
 	}
+	if rs != nil {
+		v.log.Info("unclean stop: resyncing dirty regions in the background", "regions", rs.regions)
+		v.resyncWG.Add(1)
+		go v.resyncBackground(rs, opts.Resync, opts.resyncGate)
+	}
 	return v, nil
 }
 
@@ -210,13 +230,13 @@ func Assemble(devs []Member, names []string, opts Options) (*Volume, error) {
 // always; with one when replay could not repair it, or when one of its
 // unreadable data chunks was in sync when the volume stopped (the member
 // was lost with the crash, and writes to it were not journaled).
-func (v *Volume) unprotected(grp int, row int64, unreadable uint64, holes map[int64]bool) bool {
+func (v *Volume) unprotectedAt(crashJcp []int64, grp int, row int64, unreadable uint64, holes map[int64]bool) bool {
 	g := v.geo
 	if v.jrn == nil || holes[g.StripeOf(grp, row)] {
 		return true
 	}
 	for pos := 0; pos < g.K; pos++ {
-		if unreadable&(1<<uint(pos)) != 0 && row < v.crashJcp[g.Slot(grp, g.MemberOf(row, pos))] {
+		if unreadable&(1<<uint(pos)) != 0 && row < crashJcp[g.Slot(grp, g.MemberOf(row, pos))] {
 			return true
 		}
 	}

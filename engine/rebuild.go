@@ -171,11 +171,17 @@ func (v *Volume) resyncParity(ctx context.Context, dirty bitset, unprotected fun
 }
 
 func (v *Volume) resyncRow(grp int, row int64) (bool, error) {
-	g := v.geo
-	stripe := g.StripeOf(grp, row)
-	lk := v.lockFor(stripe)
+	lk := v.lockFor(v.geo.StripeOf(grp, row))
 	lk.Lock()
 	defer lk.Unlock()
+	return v.resyncRowLocked(grp, row)
+}
+
+// resyncRowLocked recomputes the parity of row of grp from its data; the
+// caller holds the stripe lock. It reports false when a data chunk cannot
+// be read.
+func (v *Volume) resyncRowLocked(grp int, row int64) (bool, error) {
+	g := v.geo
 	op := v.newOp()
 	defer v.putOp(op)
 	for attempt := 0; attempt <= g.Width(); attempt++ {
@@ -356,6 +362,13 @@ func (v *Volume) rebuildRow(grp int, row int64, targets []int, current func(int)
 	lk := v.lockFor(g.StripeOf(grp, row))
 	lk.Lock()
 	defer lk.Unlock()
+	if rs := v.rs.Load(); rs != nil {
+		// The background resync stopped early (it runs before any
+		// rebuild): never reconstruct from parity it has not checked.
+		if err := v.resyncPendingLocked(rs, grp, row, false); err != nil {
+			return err
+		}
+	}
 	op := v.newOp()
 	defer v.putOp(op)
 	for attempt := 0; attempt <= g.Width(); attempt++ {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,7 +87,24 @@ type Options struct {
 	// a volume starts and Status().WriteHoleStripes counts the stripes
 	// whose parity could not be recomputed.
 	RefuseUnsafeStart bool
+	// SyncResync makes assembly after an unclean stop recompute the
+	// parity of every dirty region before it returns (the behaviour
+	// before the background resync). By default assembly returns as soon
+	// as the journal is replayed and the resync runs in the background
+	// (Status().Progress kind "resync", Status().ResyncRegions); writes to
+	// rows it has not reached resync them first.
+	SyncResync bool
+	// Resync throttles the background resync (Rate, YieldDelay,
+	// Workers); the zero value yields to foreground I/O.
+	Resync RebuildOptions
 
+	// resyncGate, when set, holds the background resync until it is
+	// closed (tests: assembly returns before the resync ran).
+	resyncGate <-chan struct{}
+	// skipDemandResync makes writes skip the resync of a row the
+	// background resync has not reached (a deliberate bug: the model test
+	// must catch it).
+	skipDemandResync bool
 	// journalOff runs a version 2 volume without its stripe journal (the
 	// write hole is open again); for tests that show what the journal
 	// prevents.
@@ -138,9 +156,16 @@ type Volume struct {
 	metaMu sync.Mutex // guards meta and metadata writes; never taken under bm.mu by I/O
 	meta   *superblock.Superblock
 
-	rebuildMu sync.Mutex    // one rebuild/scrub at a time
-	done      chan struct{} // closed by Close: background work stops
-	progress  atomic.Pointer[Progress]
+	rebuildMu sync.Mutex    // one rebuild/scrub/resync at a time
+	done      chan struct{} // closed by Close or Abandon: background work stops
+	stopOnce  sync.Once
+	// rs is the resync after an unclean stop while it runs in the
+	// background (nil otherwise); resyncWG waits for its goroutine.
+	rs               atomic.Pointer[resyncState]
+	resyncWG         sync.WaitGroup
+	resyncDone       chan struct{} // closed when no background resync runs
+	skipDemandResync bool
+	progress         atomic.Pointer[Progress]
 
 	stats ioCounters
 }
@@ -393,7 +418,7 @@ func newVolume(sb *superblock.Superblock, devs []Member, names []string, opts Op
 		geo: g, enc: enc, exec: exec, log: log.With("volume", sb.Name),
 		names: names, slots: make([]slotState, g.Members()),
 		base: sb.Clone(), meta: sb.Clone(), dataOff: sb.DataOffset,
-		done: make(chan struct{}),
+		done: make(chan struct{}), resyncDone: make(chan struct{}), skipDemandResync: opts.skipDemandResync,
 	}
 	chunk := g.ChunkSize
 	v.bufs.New = func() any { b := make([]byte, chunk); return &b }
@@ -718,6 +743,11 @@ func (v *Volume) flush() error {
 	var idle []int64
 	if v.allInSync() {
 		idle = v.bm.idleCandidates()
+		if rs := v.rs.Load(); rs != nil {
+			// Regions the background resync has not finished keep
+			// their bits: their parity is not trusted yet.
+			idle = slices.DeleteFunc(idle, rs.pendingRegion)
+		}
 	}
 	var err error
 	if v.jrn != nil {
@@ -771,10 +801,14 @@ func (v *Volume) Close() error {
 	if v.closed.Swap(true) {
 		return ErrClosed
 	}
-	// Stop a running rebuild or scrub (it checkpoints) and wait for it.
-	close(v.done)
+	// Stop a running rebuild, scrub or resync (a rebuild checkpoints)
+	// and wait for it.
+	v.stopBackground()
 	v.rebuildMu.Lock()
 	v.rebuildMu.Unlock() //nolint:staticcheck // waiting for the holder is the point
+	// A resync that did not finish leaves the volume dirty with its bits
+	// set, so that the next assembly resyncs again.
+	resyncPending := v.rs.Load() != nil
 	var err error
 	if !v.failed.Load() {
 		if v.jrn != nil {
@@ -782,11 +816,11 @@ func (v *Volume) Close() error {
 		} else {
 			err = v.flushMembers()
 		}
-		if err == nil && v.allInSync() {
+		if err == nil && v.allInSync() && !resyncPending {
 			v.bm.idleCandidates() // forget the write history: nothing is in flight
 			err = v.bm.clear(v.bm.allSet())
 		}
-		if err == nil {
+		if err == nil && !resyncPending {
 			v.metaMu.Lock()
 			// Every write completed and was flushed: parity is consistent
 			// everywhere. Bits left set (while degraded) only serve the
@@ -811,7 +845,19 @@ func (v *Volume) Close() error {
 
 // Abandon stops the volume without flushing or marking it clean, as a
 // crash would; members are not closed. For tests and fencing.
-func (v *Volume) Abandon() { v.closed.Store(true) }
+// A background resync is stopped first (its row in progress completes),
+// so that nothing writes to the members after Abandon returns.
+func (v *Volume) Abandon() {
+	v.closed.Store(true)
+	v.stopBackground()
+}
+
+// stopBackground tells background work to stop and waits for the
+// background resync goroutine.
+func (v *Volume) stopBackground() {
+	v.stopOnce.Do(func() { close(v.done) })
+	v.resyncWG.Wait()
+}
 
 // MemberStatus describes one member slot.
 type MemberStatus struct {
@@ -844,8 +890,12 @@ type Status struct {
 	// write to a stripe with a data chunk that is not durably readable);
 	// JournalReplayed the records replayed by assembly.
 	JournalRecords, JournalReplayed int64
-	Members                         []MemberStatus
-	Progress                        *Progress // current rebuild or scrub, if any
+	// ResyncRegions counts the regions dirty at an unclean stop whose
+	// parity the background resync has not finished (0 when none); the
+	// resync itself shows as Progress kind "resync" while it runs.
+	ResyncRegions int64
+	Members       []MemberStatus
+	Progress      *Progress // current rebuild, resync or scrub, if any
 }
 
 // Status returns a snapshot of the volume's state.
@@ -857,6 +907,9 @@ func (v *Volume) Status() Status {
 		Events: v.meta.Events, Epoch: v.meta.Epoch, Failed: v.failed.Load(),
 		Degraded: !v.allInSync(), DirtyRegions: v.bm.snapshot().count(), Progress: v.progress.Load(),
 		WriteHoleStripes: v.writeHole.Load(),
+	}
+	if rs := v.rs.Load(); rs != nil {
+		st.ResyncRegions = rs.regions
 	}
 	if v.jrn != nil {
 		st.Journal = true

@@ -471,6 +471,9 @@ func TestUnsafeStart(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if err := v.WaitResync(context.Background()); err != nil {
+				t.Fatal(err)
+			}
 			if n := v.Status().WriteHoleStripes; (n > 0) != tc.unsafe {
 				t.Fatalf("%d write-hole stripes reported", n)
 			}
