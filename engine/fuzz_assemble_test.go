@@ -92,6 +92,7 @@ func FuzzAssemble(f *testing.F) {
 			}
 			return
 		}
+		defer v.Abandon() // stops the background resync
 		if v.Size() != int64(len(data)) {
 			t.Fatalf("assembled a volume of %d bytes, wrote %d", v.Size(), len(data))
 		}
