@@ -20,7 +20,9 @@ func benchVolume(b *testing.B, chunk int) (*Volume, []Member) {
 	return benchVolumeOpts(b, chunk, Options{Logger: quietLogger()})
 }
 
-func benchVolumeOpts(b *testing.B, chunk int, opts Options) (*Volume, []Member) {
+// benchMembers creates n zero-filled member files of size bytes in
+// /dev/shm (or the test's temp directory when /dev/shm is missing).
+func benchMembers(b *testing.B, n int, size int64) []Member {
 	b.Helper()
 	dir := "/dev/shm"
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
@@ -31,8 +33,7 @@ func benchVolumeOpts(b *testing.B, chunk int, opts Options) (*Volume, []Member) 
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { os.RemoveAll(d) })
-	const size = 64 << 20
-	devs := make([]Member, 6)
+	devs := make([]Member, n)
 	for i := range devs {
 		f, err := os.CreateTemp(d, "member")
 		if err != nil {
@@ -43,6 +44,12 @@ func benchVolumeOpts(b *testing.B, chunk int, opts Options) (*Volume, []Member) 
 		}
 		devs[i] = NewFileMember(f)
 	}
+	return devs
+}
+
+func benchVolumeOpts(b *testing.B, chunk int, opts Options) (*Volume, []Member) {
+	b.Helper()
+	devs := benchMembers(b, 6, 64<<20)
 	v, err := Create(Config{Name: "bench", K: 4, M: 2, ChunkSize: chunk, AssumeZeroed: true}, devs, nil, opts)
 	if err != nil {
 		b.Fatal(err)
@@ -235,26 +242,7 @@ func BenchmarkAssembleDirty(b *testing.B) {
 		for _, mode := range []string{"sync", "background"} {
 			b.Run(fmt.Sprintf("regions=%d/%s", regions, mode), func(b *testing.B) {
 				opts := Options{Logger: quietLogger()}
-				dir := "/dev/shm"
-				if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-					dir = b.TempDir()
-				}
-				d, err := os.MkdirTemp(dir, "fabraid-bench-")
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { os.RemoveAll(d) })
-				devs := make([]Member, 6)
-				for i := range devs {
-					f, err := os.CreateTemp(d, "member")
-					if err != nil {
-						b.Fatal(err)
-					}
-					if err := f.Truncate(64 << 20); err != nil {
-						b.Fatal(err)
-					}
-					devs[i] = NewFileMember(f)
-				}
+				devs := benchMembers(b, 6, 64<<20)
 				v, err := Create(Config{Name: "bench", K: 4, M: 2, RegionSize: 1 << 20, AssumeZeroed: true}, devs, nil, opts)
 				if err != nil {
 					b.Fatal(err)
