@@ -49,7 +49,10 @@
 //
 // A write-intent bitmap (one bit per region of member data) is set durably
 // before a region is written and cleared lazily after flushes. After an
-// unclean stop only dirty regions are resynced, and a returning member is
+// unclean stop only dirty regions are resynced, in the background while the
+// volume already serves (a write to a row not yet resynced resyncs it
+// first; Options.SyncResync resyncs before Assemble returns), and a
+// returning member is
 // resynced only for regions written while it was away. While a group is
 // degraded, a stripe journal on the surviving members logs the contents
 // of the chunks that cannot be read before every write to their stripes,
