@@ -69,6 +69,23 @@ func (rs *resyncState) advance(v *Volume, grp int, end int64) {
 	}
 }
 
+// remaining counts the dirty regions some group's resync has not passed.
+func (rs *resyncState) remaining() int64 {
+	low := int64(-1)
+	for i := range rs.cursor {
+		if c := rs.cursor[i].Load(); low < 0 || c < low {
+			low = c
+		}
+	}
+	var n int64
+	for r := rs.dirty.next(0); r >= 0; r = rs.dirty.next(r + 1) {
+		if (r+1)*rs.regionRows > low {
+			n++
+		}
+	}
+	return n
+}
+
 // pendingRegion reports whether region r still waits for the resync: its
 // bit must not be cleared.
 func (rs *resyncState) pendingRegion(r int64) bool { return rs.dirty.test(r) }

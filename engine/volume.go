@@ -909,7 +909,7 @@ func (v *Volume) Status() Status {
 		WriteHoleStripes: v.writeHole.Load(),
 	}
 	if rs := v.rs.Load(); rs != nil {
-		st.ResyncRegions = rs.regions
+		st.ResyncRegions = rs.remaining()
 	}
 	if v.jrn != nil {
 		st.Journal = true
