@@ -95,6 +95,12 @@ func TestIntegrationBrokenGuestPanic(t *testing.T) {
 	if o.Passed || !strings.Contains(o.Reason, "without a verdict") {
 		t.Errorf("outcome %+v, want failure without a verdict", o)
 	}
+	// The crash came after /init started: it is the test's, never retried.
+	for _, l := range o.Console {
+		if strings.Contains(l, "second boot") {
+			t.Errorf("a crash after /init started was booted again")
+		}
+	}
 	check()
 }
 

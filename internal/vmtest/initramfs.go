@@ -20,6 +20,10 @@ const (
 // markerPrefix starts the verdict line the guest prints on its console.
 const markerPrefix = "FABRAID-VMTEST-VERDICT"
 
+// initMarker is the first line /init prints: the kernel reached user
+// space. Nothing of the test (modules, payload) runs before it.
+const initMarker = "FABRAID-VMTEST-INIT"
+
 // initScript is the guest's /init (busybox sh). It mounts the basics, loads
 // modules in dependency order, configures the network and the 9p share,
 // runs the payload and reports a verdict on the console and through the
@@ -70,6 +74,7 @@ vmtest-payload-died)
 	;;
 esac
 
+echo "` + initMarker + `"
 /bin/busybox mkdir -p /proc /sys /dev /tmp /run /mnt/host /etc /usr/bin /sbin /usr/sbin
 /bin/busybox --install -s /bin
 mount -t proc proc /proc

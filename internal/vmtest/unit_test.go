@@ -2,6 +2,7 @@ package vmtest
 
 import (
 	"bytes"
+	"context"
 	"strconv"
 	"strings"
 	"testing"
@@ -179,6 +180,26 @@ func TestGuestResultOK(t *testing.T) {
 	} {
 		if got := tc.r.ok(); got != tc.want {
 			t.Errorf("%+v ok() = %v", tc.r, got)
+		}
+	}
+}
+
+func TestCrashedBeforeInit(t *testing.T) {
+	oops := []string{"[    1.80] Oops: int3: 0000 [#1] PREEMPT SMP NOPTI", "[    1.81] Kernel panic - not syncing: Fatal exception in interrupt"}
+	afterInit := append([]string{"[    2.10] Run /init as init process", initMarker}, oops...)
+	for _, tc := range []struct {
+		name string
+		r    guestResult
+		want bool
+	}{
+		{"oops in early boot", guestResult{console: oops}, true},
+		{"panic after /init started", guestResult{console: afterInit}, false},
+		{"plain poweroff, no crash", guestResult{console: []string{"[    1.0] booting"}}, false},
+		{"verdict seen", guestResult{console: oops, verdict: "fail"}, false},
+		{"harness error (timeout)", guestResult{console: oops, err: context.DeadlineExceeded}, false},
+	} {
+		if got := tc.r.crashedBeforeInit(); got != tc.want {
+			t.Errorf("%s: crashedBeforeInit() = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }
