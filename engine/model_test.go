@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -60,6 +61,10 @@ type modelEnv struct {
 	torn bool
 	// duringResync: the last phase ran I/O while the resync was pending.
 	duringResync bool
+	// hot lists the blocks written but not flushed at the last crash
+	// (their stripes may be torn) while the resync is pending: workers
+	// aim single-block writes (read-modify-write) at them.
+	hot []int64
 }
 
 // resyncPending reports whether the background resync still runs.
@@ -117,12 +122,20 @@ func (e *modelEnv) recordWritten(off int64, p []byte) {
 
 // worker does random reads and writes inside [lo, hi) of the volume.
 func (e *modelEnv) worker(rng *rand.Rand, lo, hi int64, ops int) error {
+	var hot []int64
+	for _, b := range e.hot {
+		if b*layout.BlockSize >= lo && (b+1)*layout.BlockSize <= hi {
+			hot = append(hot, b*layout.BlockSize)
+		}
+	}
 	for i := 0; i < ops; i++ {
 		blocks := (hi - lo) / layout.BlockSize
 		off := lo + rng.Int64N(blocks)*layout.BlockSize
 		maxN := min((hi-off)/layout.BlockSize, 3*e.v.geo.StripeBytes()/layout.BlockSize)
 		n := int(1+rng.Int64N(maxN)) * layout.BlockSize
-		if rng.IntN(3) == 0 {
+		if len(hot) > 0 && rng.IntN(2) == 0 {
+			off, n = hot[rng.IntN(len(hot))], layout.BlockSize
+		} else if rng.IntN(3) == 0 {
 			// Whole-stripe aligned writes exercise the full-stripe path.
 			sb := e.v.geo.StripeBytes()
 			if a := (off / sb) * sb; a >= lo && a+sb <= hi {
@@ -173,6 +186,12 @@ func (e *modelEnv) phase(ops int) {
 	const workers = 3
 	size := e.v.Size()
 	per := size / workers / layout.BlockSize * layout.BlockSize
+	if !e.resyncPending() {
+		e.hot = nil
+	}
+	if e.duringResync = e.resyncPending(); e.duringResync {
+		e.logf("I/O during background resync (%d regions)", e.v.Status().ResyncRegions)
+	}
 	var wg sync.WaitGroup
 	errs := make([]error, workers+1)
 	for w := 0; w < workers; w++ {
@@ -198,9 +217,6 @@ func (e *modelEnv) phase(ops int) {
 			time.Sleep(delay)
 			close(gate)
 		}()
-	}
-	if e.duringResync = e.resyncPending(); e.duringResync {
-		e.logf("I/O during background resync (%d regions)", e.v.Status().ResyncRegions)
 	}
 	if e.rng.IntN(4) == 0 {
 		if slot := e.pickFailable(); slot >= 0 {
@@ -336,7 +352,7 @@ func (e *modelEnv) crash() {
 	}
 	e.rng.Shuffle(len(devs), func(i, j int) { devs[i], devs[j] = devs[j], devs[i]; names[i], names[j] = names[j], names[i] })
 	opts := e.opts
-	switch e.rng.IntN(4) {
+	switch e.rng.IntN(8) {
 	case 0:
 		opts.SyncResync = true
 	case 1:
@@ -385,6 +401,13 @@ func (e *modelEnv) crash() {
 		}
 		copy(e.model[b*layout.BlockSize:], blk)
 	}
+	e.hot = e.hot[:0]
+	if v.ResyncPending() {
+		for b := range e.pending {
+			e.hot = append(e.hot, b)
+		}
+		slices.Sort(e.hot)
+	}
 	e.pending = map[int64][][]byte{}
 }
 
@@ -410,7 +433,7 @@ func (e *modelEnv) allInSync() bool {
 
 func (e *modelEnv) step() {
 	g := e.v.geo
-	if e.duringResync && e.rng.IntN(2) == 0 {
+	if e.duringResync {
 		// Writes ran while the resync was pending: once it has
 		// finished, parity must match everywhere (a write that did
 		// read-modify-write against parity torn by the crash leaves a
