@@ -193,7 +193,7 @@ func (e *modelEnv) phase(ops int) {
 		e.hot = nil
 	}
 	if e.duringResync = e.resyncPending(); e.duringResync {
-		e.logf("I/O during background resync (%d regions)", e.v.Status().ResyncRegions)
+		e.logf("io-during-resync (%d regions)", e.v.Status().ResyncRegions)
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, workers+1)
@@ -221,9 +221,13 @@ func (e *modelEnv) phase(ops int) {
 			close(gate)
 		}()
 	}
-	if e.rng.IntN(4) == 0 {
+	if failNow := e.rng.IntN(4) == 0 || (e.duringResync && e.rng.IntN(2) == 0); failNow {
 		if slot := e.pickFailable(); slot >= 0 {
-			e.logf("fail slot %d during I/O", slot)
+			if e.v.ResyncPending() {
+				e.logf("fail-during-resync slot %d", slot)
+			} else {
+				e.logf("fail slot %d during I/O", slot)
+			}
 			e.failedSince = true
 			wg.Add(1)
 			delay := time.Duration(e.rng.IntN(2000)) * time.Microsecond
@@ -322,7 +326,7 @@ func (e *modelEnv) flush() {
 // Blocks written since the last flush may hold any value written since;
 // every other block must be intact.
 func (e *modelEnv) crash() {
-	if e.rng.IntN(4) == 0 {
+	if e.rng.IntN(3) == 0 {
 		// Nothing unflushed: the regions stay dirty (bits are cleared
 		// lazily), but no stripe is torn, so members may fail during
 		// the background resync.
@@ -337,7 +341,14 @@ func (e *modelEnv) crash() {
 		// stripe journal.
 		e.flush()
 	}
-	e.logf("crash (pending blocks %d, resync pending %v)", len(e.pending), e.v.ResyncPending())
+	what := "crash"
+	// Stripes torn by an earlier crash stay torn until a resync has
+	// finished.
+	stillTorn := e.torn && e.resyncPending()
+	if e.v.ResyncPending() {
+		what = "crash-during-resync"
+	}
+	e.logf("%s (pending blocks %d)", what, len(e.pending))
 	e.v.Abandon()
 	var devs []Member
 	var names []string
@@ -376,7 +387,7 @@ func (e *modelEnv) crash() {
 		e.fatalf("reassemble: %v", err)
 	}
 	e.v = v
-	e.torn = len(e.pending) > 0
+	e.torn = stillTorn || len(e.pending) > 0
 	e.failedSince = false
 	if n := v.Status().WriteHoleStripes; n != 0 && !e.opts.journalOff {
 		e.fatalf("after crash: %d write-hole stripes although no member was lost with the crash", n)
@@ -438,8 +449,13 @@ func (e *modelEnv) allInSync() bool {
 
 func (e *modelEnv) step() {
 	g := e.v.geo
-	if e.duringResync {
-		// Writes ran while the resync was pending: once it has
+	if e.duringResync && e.rng.IntN(3) == 0 && e.v.ResyncPending() {
+		e.crash() // in the middle of the resync
+		return
+	}
+	if e.duringResync && e.rng.IntN(4) != 0 {
+		// (Otherwise the step below may crash or fail a member in
+		// the middle of the resync.) Writes ran while the resync was pending: once it has
 		// finished, parity must match everywhere (a write that did
 		// read-modify-write against parity torn by the crash leaves a
 		// mismatch the resync no longer sees).
