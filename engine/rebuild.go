@@ -588,9 +588,18 @@ func (v *Volume) Scrub(ctx context.Context, repair bool, o RebuildOptions) (Scru
 func (v *Volume) scrubRow(grp int, row int64, repair bool) (verified, bad, fixed bool, err error) {
 	g := v.geo
 	lk := v.lockFor(g.StripeOf(grp, row))
-	if repair {
+	rs := v.rs.Load()
+	if pending := rs != nil && rs.needs(g.StripeOf(grp, row), grp, row); repair || pending {
 		lk.Lock()
 		defer lk.Unlock()
+		if pending {
+			// A scrub that runs before the background resync (it got
+			// the background lock first) resyncs the row instead of
+			// reporting what the crash tore: that is not damage.
+			if err := v.resyncPendingLocked(rs, grp, row, false); err != nil {
+				return false, false, false, err
+			}
+		}
 	} else {
 		lk.RLock()
 		defer lk.RUnlock()
