@@ -154,6 +154,24 @@ func showVol(t *testing.T, name string) volmgr.Info {
 	return in
 }
 
+// waitSettled waits until the volume runs no background task (the resync
+// a restarted engine runs after an unclean stop, a rebuild, a scrub) and
+// returns its state then.
+func waitSettled(t *testing.T, name string) volmgr.Info {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		in := showVol(t, name)
+		if in.Progress == nil && in.Task == "" && in.State != "stopped" {
+			return in
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("volume %s still busy after 90s: %+v", name, in)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // killEngine kills the engine unit's main process with SIGKILL through
 // systemd and waits until a new engine serves the volume. It logs the time
 // until systemd had a new main process, until the new engine served the
@@ -280,14 +298,19 @@ func systemdGuest(t *testing.T, g *vmtest.Env) {
 
 	// Replace a member: the engine records the new member list, so the
 	// next restart by systemd assembles from it.
+	// After the kill the new engine resyncs in the background; a member
+	// lost before that ends is the write hole (docs/engine.md), not what
+	// this step tests.
+	waitSettled(t, vol)
 	mustRun(t, "volume", "fail", vol, "2")
 	mustRun(t, "volume", "replace", vol, "2", g.Disks[6], "--wait")
 	s, err = volmgr.ReadSpec(spec)
 	if err != nil || !slices.Contains(s.Members, g.Disks[6]) || slices.Contains(s.Members, g.Disks[2]) || len(s.Members) != 6 {
 		t.Errorf("spec after replace: %+v %v (want %s instead of %s)", s, err, g.Disks[6], g.Disks[2])
 	}
-	after2 := killEngine(t, v, vol, unit, re)
-	if after2.State != "optimal" || after2.Ublk != in.Ublk || !slices.ContainsFunc(after2.Members, func(m volmgr.MemberInfo) bool {
+	killed := killEngine(t, v, vol, unit, re)
+	after2 := waitSettled(t, vol)
+	if after2.EnginePID != killed.EnginePID || after2.State != "optimal" || after2.Ublk != in.Ublk || !slices.ContainsFunc(after2.Members, func(m volmgr.MemberInfo) bool {
 		return m.Device == g.Disks[6] && m.Role == "active"
 	}) {
 		t.Errorf("after restart from the updated spec: %+v", after2)

@@ -249,20 +249,8 @@ func (m *Manager) reconcileLocked(ctx context.Context, skip map[[16]byte]bool) e
 			}
 		}
 	}
-	var exports []Export
-	m.mu.Lock()
-	for u, e := range m.engines {
-		if skip[u] {
-			continue
-		}
-		st, err := e.Status()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("volume %s: %w", m.names[u], err))
-			continue
-		}
-		exports = append(exports, Export{UUID: u, Device: st.UblkPath})
-	}
-	m.mu.Unlock()
+	exports, xerrs := m.desiredExports(vols, skip)
+	errs = append(errs, xerrs...)
 	heads, err := m.x.reconcile(ctx, exports)
 	if err != nil {
 		errs = append(errs, err)
@@ -276,6 +264,61 @@ func (m *Manager) reconcileLocked(ctx context.Context, skip map[[16]byte]bool) e
 	}
 	m.mu.Unlock()
 	return errors.Join(errs...)
+}
+
+// desiredExports returns the export of every volume (on disk or with an
+// engine) that has a ublk device: the device its engine reports, or, while the engine does not
+// answer or failed to start (it is being restarted by the daemon or by
+// systemd), the device recorded for the volume if it still exists. A
+// quiesced ublk device waits for its next engine (user recovery), so its
+// export and the consumers' NVMe path must stay: tearing them down would
+// turn an engine restart into I/O errors and a new consumer device.
+func (m *Manager) desiredExports(vols map[[16]byte]*onDisk, skip map[[16]byte]bool) ([]Export, []error) {
+	var exports []Export
+	var errs []error
+	ids := map[[16]byte]bool{}
+	m.mu.Lock()
+	for u := range m.engines {
+		ids[u] = true
+	}
+	m.mu.Unlock()
+	for u := range vols {
+		ids[u] = true
+	}
+	for u := range ids {
+		if skip[u] {
+			continue
+		}
+		m.mu.Lock()
+		e, name := m.engines[u], m.names[u]
+		m.mu.Unlock()
+		if e != nil {
+			st, err := e.Status()
+			if err == nil {
+				exports = append(exports, Export{UUID: u, Device: st.UblkPath})
+				continue
+			}
+			errs = append(errs, fmt.Errorf("volume %s: %w", name, err))
+		}
+		if dev := m.recordedDevice(u); dev != "" {
+			exports = append(exports, Export{UUID: u, Device: dev})
+		}
+	}
+	return exports, errs
+}
+
+// recordedDevice returns /dev/ublkbN of the volume's recorded ublk device
+// when that block device exists, else "".
+func (m *Manager) recordedDevice(u [16]byte) string {
+	rec := m.loadRecord(u)
+	if rec.UblkID < 0 {
+		return ""
+	}
+	dev := fmt.Sprintf("/dev/ublkb%d", rec.UblkID)
+	if _, err := os.Stat(dev); err != nil {
+		return ""
+	}
+	return dev
 }
 
 // CreateRequest describes a new volume.
