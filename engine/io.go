@@ -456,7 +456,6 @@ func (v *Volume) execWrite(op *stripeOp, p []byte, r layout.StripeReq, plan layo
 		if err != nil {
 			return err
 		}
-		defer v.jrn.done(seq)
 	}
 
 	// Write phase. Writes go to every writable member; a member failing
@@ -474,6 +473,22 @@ func (v *Volume) execWrite(op *stripeOp, p []byte, r layout.StripeReq, plan layo
 		}
 	}
 	ok := op.run()
+	if seq != 0 {
+		// The write phase is over: the record leaves the in-flight set
+		// before failGen is read below. A member failure that this
+		// read does not see then retires after done (markFailedLocked
+		// bumps failGen before the failure's retire reads the in-flight
+		// set), so that retire covers this record; one that it sees is
+		// handled below. Marking it done only on return, after the
+		// read, left a window in which a failure's retire skipped the
+		// record (still in flight) and nothing retired it afterwards:
+		// an assembly after a crash took the stripe for a write hole,
+		// the record lacking the failed member's chunk.
+		if v.beforeJournalDone != nil {
+			v.beforeJournalDone(r.Stripe)
+		}
+		v.jrn.done(seq)
+	}
 	if !ok {
 		unreadable, unwritable := v.masks(r.Group, r.Row)
 		if bitsCount(unreadable|unwritable) > g.M {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -504,4 +505,117 @@ func TestVersion1VolumeRunsWithoutJournal(t *testing.T) {
 	if v.Status().WriteHoleStripes == 0 {
 		t.Fatal("crash while degraded without a journal not reported")
 	}
+}
+
+// degradedJournalVolume creates a 3+2 volume whose slot holding data
+// position 0 of stripe 0 (data0) has failed, so that a write to block 0 is
+// journaled; the record goes to data position 1 and lacks data position 2
+// (slot data2).
+func degradedJournalVolume(t *testing.T, opts Options) (v *Volume, mm []*MemMember, data0, data2 int) {
+	t.Helper()
+	cfg := Config{Name: "late", K: 3, M: 2, ChunkSize: 4096, RegionSize: 32 << 10, DataOffset: 256 << 10, AssumeZeroed: true}
+	g := layout.Geometry{K: 3, M: 2, Groups: 1}
+	data0, data2 = g.Slot(0, g.MemberOf(0, 0)), g.Slot(0, g.MemberOf(0, 2))
+	mm, devs := memMembers(5, 1<<20)
+	v, err := Create(cfg, devs, nil, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mm[data0].SetFailed(true)
+	if err := v.FailMember(data0); err != nil {
+		t.Fatal(err)
+	}
+	return v, mm, data0, data2
+}
+
+// crashExpectNoHole crashes v without a flush (no member write is lost:
+// the metadata writes flushed everything), reassembles it without the
+// slots in gone and checks that block 0 reads p and that no write-hole
+// stripe is counted: no member was lost with the crash.
+func crashExpectNoHole(t *testing.T, v *Volume, mm []*MemMember, p []byte, gone ...int) {
+	t.Helper()
+	if v.Status().JournalRecords != 1 {
+		t.Fatalf("%d journal records, want 1", v.Status().JournalRecords)
+	}
+	v.Abandon()
+	var use []Member
+	for slot, m := range mm {
+		m.Crash(func() bool { return true })
+		m.Reopen()
+		if !slices.Contains(gone, slot) {
+			use = append(use, m)
+		}
+	}
+	v, err := Assemble(use, nil, Options{Logger: quietLogger(), SyncResync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	got := make([]byte, layout.BlockSize)
+	if _, err := v.ReadAt(got, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, p) {
+		t.Fatal("block 0 reads back wrong")
+	}
+	if n := v.Status().WriteHoleStripes; n != 0 {
+		t.Fatalf("%d write-hole stripes although no member was lost with the crash", n)
+	}
+}
+
+// A member that fails after a journaled write's data and parity writes
+// completed, but before its record left the in-flight set, must not leave
+// that record behind unretired: it lacks the failed member's chunk, so an
+// assembly after a crash would take the stripe for a write hole although
+// the failure's metadata write made the write durable and no member was
+// lost with the crash.
+func TestJournalMemberFailsAsWriteCompletes(t *testing.T) {
+	var (
+		v            *Volume
+		mm           []*MemMember
+		data0, data2 int
+		once         sync.Once
+	)
+	opts := Options{Logger: quietLogger()}
+	opts.beforeJournalDone = func(stripe int64) {
+		once.Do(func() {
+			// The third data member of the stripe fails now; the
+			// volume notices (metadata write, retire) while the
+			// record is still in flight.
+			mm[data2].SetFailed(true)
+			if err := v.FailMember(data2); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	p := bytes.Repeat([]byte{0xa5}, layout.BlockSize)
+	v, mm, data0, data2 = degradedJournalVolume(t, opts)
+	if _, err := v.WriteAt(p, 0); err != nil {
+		t.Fatal(err)
+	}
+	crashExpectNoHole(t, v, mm, p, data0, data2)
+}
+
+// A member failure first noticed by a metadata write (here ReAdd's) must
+// retire the records written while the member was in sync, as a failure
+// noticed by an I/O error does: they lack its chunk, so an assembly after
+// a crash would take their stripes for write holes although the metadata
+// write made them durable and no member was lost with the crash.
+func TestJournalMemberFailureNoticedByMetadataWrite(t *testing.T) {
+	p := bytes.Repeat([]byte{0x5a}, layout.BlockSize)
+	v, mm, data0, data2 := degradedJournalVolume(t, Options{Logger: quietLogger()})
+	if _, err := v.WriteAt(p, 0); err != nil {
+		t.Fatal(err)
+	}
+	// The third data member fails with no I/O to notice; the member that
+	// returns into slot data0 is added by a metadata write, which does.
+	mm[data2].SetFailed(true)
+	mm[data0].SetFailed(false)
+	if err := v.ReAdd(mm[data0], "returned"); err != nil {
+		t.Fatal(err)
+	}
+	if r := v.Status().Members[data2].Role; r != superblock.RoleFailed {
+		t.Fatalf("slot %d is %s after the metadata write, want failed", data2, r)
+	}
+	crashExpectNoHole(t, v, mm, p, data2)
 }

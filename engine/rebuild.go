@@ -309,7 +309,7 @@ func (v *Volume) Rebuild(ctx context.Context, o RebuildOptions) error {
 		if err != nil {
 			v.metaMu.Lock()
 			_ = v.persistCheckpointsLocked(tg, current, false)
-			v.metaMu.Unlock()
+			v.unlockMeta()
 			return fmt.Errorf("rebuild group %d: %w", grp, err)
 		}
 	}
@@ -318,7 +318,7 @@ func (v *Volume) Rebuild(ctx context.Context, o RebuildOptions) error {
 
 func (v *Volume) persistCheckpoints(slots []int, current func(int) bool, done bool) error {
 	v.metaMu.Lock()
-	defer v.metaMu.Unlock()
+	defer v.unlockMeta()
 	return v.persistCheckpointsLocked(slots, current, done)
 }
 
@@ -437,7 +437,7 @@ func (v *Volume) Replace(slot int, dev Member, name string) error {
 		return fmt.Errorf("replace slot %d with %s: %d bytes, need %d", slot, name, size, v.base.MinDeviceSize())
 	}
 	v.metaMu.Lock()
-	defer v.metaMu.Unlock()
+	defer v.unlockMeta()
 	if r := v.slotRole(slot); r != superblock.RoleFailed {
 		return fmt.Errorf("replace slot %d: member is %s, not failed", slot, r)
 	}
@@ -464,7 +464,7 @@ func (v *Volume) ReAdd(dev Member, name string) error {
 		return fmt.Errorf("re-add %s: belongs to volume %x", name, sb.VolumeUUID)
 	}
 	v.metaMu.Lock()
-	defer v.metaMu.Unlock()
+	defer v.unlockMeta()
 	slot := sb.Slot
 	if v.meta.Members[slot].UUID != sb.MemberUUID {
 		return fmt.Errorf("re-add %s: slot %d now holds another member", name, slot)

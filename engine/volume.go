@@ -109,6 +109,10 @@ type Options struct {
 	// write hole is open again); for tests that show what the journal
 	// prevents.
 	journalOff bool
+	// beforeJournalDone, when set, runs after a journaled write's data
+	// and parity writes, right before its record leaves the journal's
+	// in-flight set (tests: a member failure in that window).
+	beforeJournalDone func(stripe int64)
 }
 
 // Volume is an assembled fabraid volume: k+m parity over member devices.
@@ -142,8 +146,11 @@ type Volume struct {
 	// failGen counts member failures; a write that sees it change while it
 	// ran flushes its group before it completes (see execWrite).
 	failGen atomic.Int64
-	epoch   atomic.Uint64 // owner epoch of this assembly (journal records carry it)
-	jrn     *journal      // nil: no journal (version 1 volume, or too little room)
+	// retireFailed: a member was marked failed under metaMu; unlockMeta
+	// retires the journal.
+	retireFailed atomic.Bool
+	epoch        atomic.Uint64 // owner epoch of this assembly (journal records carry it)
+	jrn          *journal      // nil: no journal (version 1 volume, or too little room)
 	// crashJcp[slot] is, after an unclean stop, the first row at which
 	// the slot's chunks were not durably in sync when the volume stopped
 	// (0 failed, checkpoint rebuilding, rows active): below it, a write
@@ -161,11 +168,12 @@ type Volume struct {
 	stopOnce  sync.Once
 	// rs is the resync after an unclean stop while it runs in the
 	// background (nil otherwise); resyncWG waits for its goroutine.
-	rs               atomic.Pointer[resyncState]
-	resyncWG         sync.WaitGroup
-	resyncDone       chan struct{} // closed when no background resync runs
-	skipDemandResync bool
-	progress         atomic.Pointer[Progress]
+	rs                atomic.Pointer[resyncState]
+	resyncWG          sync.WaitGroup
+	resyncDone        chan struct{} // closed when no background resync runs
+	skipDemandResync  bool
+	beforeJournalDone func(stripe int64)
+	progress          atomic.Pointer[Progress]
 
 	stats ioCounters
 }
@@ -381,7 +389,7 @@ func Create(cfg Config, devs []Member, names []string, opts Options) (*Volume, e
 	}
 	v.metaMu.Lock()
 	err = v.writeMetaLocked()
-	v.metaMu.Unlock()
+	v.unlockMeta()
 	if err != nil {
 		return nil, fmt.Errorf("create volume %q: %w", cfg.Name, err)
 	}
@@ -419,6 +427,7 @@ func newVolume(sb *superblock.Superblock, devs []Member, names []string, opts Op
 		names: names, slots: make([]slotState, g.Members()),
 		base: sb.Clone(), meta: sb.Clone(), dataOff: sb.DataOffset,
 		done: make(chan struct{}), resyncDone: make(chan struct{}), skipDemandResync: opts.skipDemandResync,
+		beforeJournalDone: opts.beforeJournalDone,
 	}
 	chunk := g.ChunkSize
 	v.bufs.New = func() any { b := make([]byte, chunk); return &b }
@@ -440,7 +449,7 @@ func newVolume(sb *superblock.Superblock, devs []Member, names []string, opts Op
 // start marks the volume open (dirty) under a new owner epoch.
 func (v *Volume) start(opts Options) error {
 	v.metaMu.Lock()
-	defer v.metaMu.Unlock()
+	defer v.unlockMeta()
 	if opts.Epoch != 0 && opts.Epoch < v.meta.Epoch {
 		return fmt.Errorf("%w: owner epoch %d older than on-disk epoch %d (stale owner)", ErrAssembly, opts.Epoch, v.meta.Epoch)
 	}
@@ -630,6 +639,7 @@ func (v *Volume) markFailedLocked(slot int, cause error) {
 	}
 	v.log.Error("member failed", "slot", slot, "device", v.names[slot], "err", cause)
 	v.failGen.Add(1)
+	v.retireFailed.Store(true)
 	v.slots[slot].jcp.Store(0)
 	v.slots[slot].role.Store(uint32(superblock.RoleFailed))
 	v.slots[slot].resync.Store(nil)
@@ -660,29 +670,33 @@ func (v *Volume) failMember(slot int, cause error) { v.failMemberDev(slot, nil, 
 // failMemberDev is failMember after an I/O error on dev: it does nothing
 // when slot no longer holds dev (the member was replaced meanwhile).
 func (v *Volume) failMemberDev(slot int, dev Member, cause error) {
-	if v.failMemberDevMeta(slot, dev, cause) && v.jrn != nil {
-		// Writes that completed before the failure are durable now (the
-		// metadata write flushed every member); retire their records,
-		// which lack the newly failed member's chunk, so that an
-		// assembly never mistakes them for torn stripes.
-		v.jrn.retireSoon()
-	}
-}
-
-func (v *Volume) failMemberDevMeta(slot int, dev Member, cause error) bool {
 	v.metaMu.Lock()
-	defer v.metaMu.Unlock()
+	defer v.unlockMeta()
 	if dev != nil {
 		v.stats.memberErrors.Add(1)
 	}
 	if v.slotRole(slot) == superblock.RoleFailed || (dev != nil && v.dev(slot) != dev) {
-		return false
+		return
 	}
 	v.markFailedLocked(slot, cause)
 	if err := v.writeMetaLocked(); err != nil {
 		v.log.Error("cannot record member failure", "err", err)
 	}
-	return true
+}
+
+// unlockMeta releases metaMu. If a member was marked failed meanwhile (by
+// failMemberDev, or by any metadata write or rebuild flush that found it
+// failed), the journal is retired: writes that completed before the
+// failure are durable now (the metadata write recording it flushed every
+// member), and their records, which lack the failed member's chunk, must
+// not survive to an assembly, which would take their stripes for write
+// holes. Callers that may have marked a member failed release metaMu with
+// it; retiring needs metaMu free (lock order).
+func (v *Volume) unlockMeta() {
+	v.metaMu.Unlock()
+	if v.retireFailed.Swap(false) && v.jrn != nil {
+		v.jrn.retireSoon()
+	}
 }
 
 // persistBitmap writes bitmap block blk to every writable member and
@@ -827,7 +841,7 @@ func (v *Volume) Close() error {
 			// resync of members that return.
 			v.meta.Clean = true
 			err = v.writeMetaLocked()
-			v.metaMu.Unlock()
+			v.unlockMeta()
 		}
 	}
 	for slot := range v.slots {
