@@ -242,9 +242,8 @@ func (l *Local) start(kind string, f func(context.Context) (*engine.ScrubReport,
 	return nil
 }
 
-// Stop implements Engine: it cancels a running task, stops the ublk device and
-// closes the volume cleanly.
-func (l *Local) Stop() error {
+// stopTask cancels the running rebuild or scrub, if any, and waits for it.
+func (l *Local) stopTask() {
 	l.mu.Lock()
 	cancel, done := l.cancel, l.done
 	l.mu.Unlock()
@@ -252,6 +251,12 @@ func (l *Local) Stop() error {
 		cancel()
 		<-done
 	}
+}
+
+// Stop implements Engine: it cancels a running task, stops the ublk device and
+// closes the volume cleanly.
+func (l *Local) Stop() error {
+	l.stopTask()
 	err := l.dev.Close()
 	l.ctl.Close()
 	if cerr := l.vol.Close(); err == nil {
@@ -267,12 +272,6 @@ func (l *Local) Stop() error {
 // drops the volume without a clean stop: used when the daemon exits and
 // the volume should stay (a restarted daemon re-attaches).
 func (l *Local) Abandon() {
-	l.mu.Lock()
-	cancel, done := l.cancel, l.done
-	l.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done
-	}
+	l.stopTask()
 	l.vol.Abandon()
 }
