@@ -69,10 +69,13 @@ func (m *FileMember) Close() error { return m.f.Close() }
 // Name returns the file name.
 func (m *FileMember) Name() string { return m.f.Name() }
 
-// IO is one member operation produced by the engine's planning.
+// IO is one member operation produced by the engine's planning: a read
+// (the zero value), a write (Write), or a flush of Dev (Flush; Buf, Off and
+// Write are then unused).
 type IO struct {
 	Dev   Member
 	Write bool
+	Flush bool
 	Buf   []byte
 	Off   int64
 	Err   error // set by the Executor
@@ -122,6 +125,12 @@ func (ParallelExecutor) Execute(ios []IO) {
 }
 
 func doIO(io *IO) error {
+	if io.Flush {
+		if err := io.Dev.Flush(); err != nil {
+			return fmt.Errorf("flush: %w", err)
+		}
+		return nil
+	}
 	var n int
 	var err error
 	if io.Write {
