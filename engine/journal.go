@@ -238,7 +238,7 @@ func newJournal(v *Volume, sb *superblock.Superblock) *journal {
 	}
 	j.cond.L = &j.mu
 	n := maxRecordSize(sb.Geometry)
-	j.bufs.New = func() any { b := make([]byte, n); return &b }
+	j.bufs.New = func() any { b := AlignedBuffer(int(n)); return &b }
 	return j
 }
 
