@@ -91,7 +91,7 @@ func PlanAssembly(cands []Candidate) (*AssemblyPlan, error) {
 		return nil, refuse("no readable devices (%d offered)", len(cands))
 	}
 	for i, c := range usable {
-		if auth == nil || newer(c.SB, auth) {
+		if auth == nil || superblock.Newer(c.SB, auth) {
 			auth, authIdx = c.SB, i
 		}
 	}
@@ -173,16 +173,6 @@ func PlanAssembly(cands []Candidate) (*AssemblyPlan, error) {
 		}
 	}
 	return plan, nil
-}
-
-// newer orders metadata versions: the owner epoch first (a new owner's
-// view wins over anything a fenced, older owner may still have written),
-// then the event counter.
-func newer(a, b *superblock.Superblock) bool {
-	if a.Epoch != b.Epoch {
-		return a.Epoch > b.Epoch
-	}
-	return a.Events > b.Events
 }
 
 // tornBehind reports whether c missed only the newest metadata write,

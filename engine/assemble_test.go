@@ -360,3 +360,37 @@ func TestOwnerEpochFencing(t *testing.T) {
 		t.Fatalf("new owner write: %v", err)
 	}
 }
+
+// The old owner is fenced although only one superblock copy holds the new
+// owner's epoch and the other its own, higher event counter (the new
+// owner's metadata write was interrupted after copy A).
+func TestFencedByOneCopy(t *testing.T) {
+	v1, mm := newTestVolume(t, Config{Name: "fence1", K: 2, M: 1, ChunkSize: 4096}, 1<<20)
+	for i, m := range mm {
+		sb, err := superblock.ReadCopies(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb.Epoch++
+		sb.Events -= 2 // the new owner assembled from an older view
+		b, err := sb.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.WriteAt(b, superblock.CopyAOffset); err != nil {
+			t.Fatalf("member %d: %v", i, err)
+		}
+	}
+	epoch := v1.Status().Epoch
+	if err := v1.FailMember(2); !errors.Is(err, ErrFenced) && err != nil {
+		t.Fatalf("old owner fail member: %v", err)
+	}
+	if _, err := v1.ReadAt(make([]byte, 4096), 0); !errors.Is(err, ErrFenced) {
+		t.Fatalf("old owner read after a newer epoch in copy A: %v, want %v", err, ErrFenced)
+	}
+	for i, m := range mm {
+		if sb, err := superblock.ReadCopies(m); err != nil || sb.Epoch != epoch+1 {
+			t.Fatalf("member %d: the old owner overwrote the new owner's copy: %+v, %v", i, sb, err)
+		}
+	}
+}

@@ -397,9 +397,22 @@ func Unmarshal(b []byte) (*Superblock, error) {
 	return sb, nil
 }
 
-// ReadCopies reads both copies from r and returns the valid one with the
-// higher event counter. It fails only when neither copy is valid; the error
-// then names both reasons.
+// Newer reports whether a is a newer metadata version than b: the higher
+// owner epoch first (a new owner's view beats anything a fenced, older owner
+// wrote afterwards, however many events), then the higher event counter.
+// It is the one order of superblock versions: of a member's two copies
+// (ReadCopies), of the members at assembly, and of the drives the volume
+// manager scans.
+func Newer(a, b *Superblock) bool {
+	if a.Epoch != b.Epoch {
+		return a.Epoch > b.Epoch
+	}
+	return a.Events > b.Events
+}
+
+// ReadCopies reads both copies from r and returns the newer valid one
+// (Newer). It fails only when neither copy is valid; the error then names
+// both reasons.
 func ReadCopies(r io.ReaderAt) (*Superblock, error) {
 	var best *Superblock
 	var errs []error
@@ -414,7 +427,7 @@ func ReadCopies(r io.ReaderAt) (*Superblock, error) {
 			errs = append(errs, fmt.Errorf("copy %c at %d: %w", 'A'+i, off, err))
 			continue
 		}
-		if best == nil || sb.Events > best.Events {
+		if best == nil || Newer(sb, best) {
 			best = sb
 		}
 	}

@@ -182,3 +182,30 @@ func FuzzUnmarshal(f *testing.F) {
 		}
 	})
 }
+
+// A new owner's copy (higher epoch, fewer events) beats the old owner's
+// copy with more events: the epoch orders first, in ReadCopies as in
+// assembly.
+func TestReadCopiesNewOwnerEpochWins(t *testing.T) {
+	newOwner := sample()
+	newOwner.Epoch, newOwner.Events = 4, 101
+	oldOwner := sample()
+	oldOwner.Epoch, oldOwner.Events = 3, 102
+	bn, _ := newOwner.Marshal()
+	bo, _ := oldOwner.Marshal()
+	for _, order := range [][2][]byte{{bn, bo}, {bo, bn}} {
+		disk := make(fakeDisk, MetaEnd)
+		copy(disk[CopyAOffset:], order[0])
+		copy(disk[CopyBOffset:], order[1])
+		sb, err := ReadCopies(disk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb.Epoch != 4 || sb.Events != 101 {
+			t.Fatalf("ReadCopies chose epoch %d events %d, want the new owner's epoch 4 events 101", sb.Epoch, sb.Events)
+		}
+	}
+	if !Newer(newOwner, oldOwner) || Newer(oldOwner, newOwner) || Newer(newOwner, newOwner) {
+		t.Fatal("Newer does not order epoch first")
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/config"
 	"github.com/fabraid/fabraid/internal/drive"
+	"github.com/fabraid/fabraid/internal/unixsock"
 	"github.com/fabraid/fabraid/internal/volmgr"
 	"github.com/fabraid/fabraid/kernel/ublk"
 )
@@ -151,13 +152,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := os.MkdirAll(c.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
-	os.Remove(c.APISocket)
-	ln, err := net.Listen("unix", c.APISocket)
+	ln, err := unixsock.Listen(c.APISocket, 0o600)
 	if err != nil {
-		return fmt.Errorf("api socket: %w", err)
-	}
-	if err := os.Chmod(c.APISocket, 0o600); err != nil {
-		ln.Close()
 		return fmt.Errorf("api socket: %w", err)
 	}
 	defer ln.Close()

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +19,7 @@ import (
 	"github.com/fabraid/fabraid/engine"
 	"github.com/fabraid/fabraid/engine/superblock"
 	"github.com/fabraid/fabraid/internal/unixjson"
+	"github.com/fabraid/fabraid/internal/unixsock"
 )
 
 // Engine child processes
@@ -98,13 +98,11 @@ func ServeEngine(ctx context.Context, o ServeOptions) error {
 	}
 	saveSpec(func(s *SpecFile) { s.UblkID = l.Device().ID(); s.Members = specMembers(vol.Status()) })
 	socket := o.Socket
-	os.Remove(socket)
-	ln, err := net.Listen("unix", socket)
+	ln, err := unixsock.Listen(socket, 0o600)
 	if err != nil {
 		l.Stop()
 		return fmt.Errorf("engine socket: %w", err)
 	}
-	os.Chmod(socket, 0o600)
 	stop := make(chan struct{}, 1)
 	mux := http.NewServeMux()
 	reply := func(w http.ResponseWriter, v any, err error) {

@@ -157,7 +157,7 @@ func (m *Manager) scan() (map[[16]byte]*onDisk, error) {
 	for u, cs := range by {
 		newest := cs[0].sb
 		for _, c := range cs[1:] {
-			if c.sb.Epoch > newest.Epoch || c.sb.Epoch == newest.Epoch && c.sb.Events > newest.Events {
+			if superblock.Newer(c.sb, newest) {
 				newest = c.sb
 			}
 		}
