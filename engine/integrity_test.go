@@ -2,11 +2,13 @@ package engine
 
 import (
 	"bytes"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/fabraid/fabraid/engine/layout"
+	"github.com/fabraid/fabraid/engine/superblock"
 )
 
 // integrityCfg is a 2+1 volume with one 4 KiB block per chunk and one row
@@ -204,5 +206,75 @@ func TestBitmapNotClearedUnderUnflushedWrite(t *testing.T) {
 	if !bytes.Equal(got, old1) {
 		t.Fatalf("block %d, flushed as 0x11 and never rewritten, reads back 0x%02x after a power cut and the loss of its member",
 			off1/layout.BlockSize, got[0])
+	}
+}
+
+// fenceByNewOwner writes, on every member, superblocks of a newer owner
+// epoch (another node assembled the volume).
+func fenceByNewOwner(t *testing.T, devs []*hookMember) {
+	t.Helper()
+	for _, d := range devs {
+		sb, err := superblock.ReadCopies(d.MemMember)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb.Epoch++
+		sb.Events++
+		b, err := sb.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, off := range []int64{superblock.CopyAOffset, superblock.CopyBOffset} {
+			if _, err := d.MemMember.WriteAt(b, off); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// A request that saw a member fail is acknowledged only when the failure
+// is recorded on the survivors' superblocks: here the metadata write finds
+// the volume fenced by a newer owner, so the write (or the FUA write's
+// flush) must fail instead of being acknowledged as if the failure had
+// been recorded.
+func TestMemberFailureUnrecordedFailsRequest(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fail  func(op memOp) bool // the member I/O that fails
+		write func(v *Volume, p []byte, off int64) error
+	}{
+		{"write", func(op memOp) bool { return op.write && op.off >= 256<<10 },
+			func(v *Volume, p []byte, off int64) error { _, err := v.WriteAt(p, off); return err }},
+		{"fua-flush", func(op memOp) bool { return op.flush },
+			func(v *Volume, p []byte, off int64) error { _, err := v.WriteAtFUA(p, off); return err }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const slot = 1
+			var armed atomic.Bool
+			hm, devs := hookMembers(3, integritySize, func(op memOp) error {
+				if armed.Load() && op.slot == slot && !op.after && tc.fail(op) {
+					return ErrMemberIO
+				}
+				return nil
+			})
+			v, err := Create(integrityCfg(), devs, nil, Options{Logger: quietLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer v.Abandon()
+			g := v.Geometry()
+			row := rowWithData(g, 0, slot)
+			off := blockOn(t, g, row, slot)
+			p := bytes.Repeat([]byte{0x77}, layout.BlockSize)
+			if _, err := v.WriteAt(p, off); err != nil { // the region's bit is set
+				t.Fatal(err)
+			}
+			fenceByNewOwner(t, hm)
+			armed.Store(true)
+			err = tc.write(v, p, off)
+			if !errors.Is(err, ErrFenced) {
+				t.Fatalf("request that failed slot %d while fenced returned %v, want ErrFenced", slot, err)
+			}
+		})
 	}
 }

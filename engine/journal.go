@@ -358,27 +358,15 @@ func (j *journal) append(r layout.StripeReq, mask uint64, shards [][]byte, slots
 		encodeRecordHeader(b, j.v.base.VolumeUUID, offs[i], rec, crc)
 		ios = append(ios, IO{Dev: j.v.dev(slot), Write: true, Buf: b, Off: offs[i]})
 	}
-	j.v.exec.Execute(ios)
-	failed := false
-	flushed := map[Member]bool{}
+	j.v.writeDurable(ios)
 	for _, io := range ios {
-		err := io.Err
-		if err == nil && !flushed[io.Dev] {
-			flushed[io.Dev] = true
-			err = io.Dev.Flush()
-		}
-		if err != nil {
-			failed = true
-			for _, slot := range slots {
-				if j.v.dev(slot) == io.Dev {
-					j.v.failMemberDev(slot, io.Dev, fmt.Errorf("journal write: %w", err))
-				}
+		if io.Err != nil {
+			j.done(seq)
+			if err := j.v.failErrored(ios, slots, "journal write"); err != nil {
+				return 0, err
 			}
+			return 0, errRetry
 		}
-	}
-	if failed {
-		j.done(seq)
-		return 0, errRetry
 	}
 	j.records.Add(1)
 	j.bytes.Add(size * int64(len(slots)))
@@ -487,27 +475,7 @@ func (j *journal) writeHeader(retired, gen uint64, dev Member) error {
 		}
 		return dev.Flush()
 	}
-	var ios []IO
-	var slots []int
-	for slot := range j.v.slots {
-		if d := j.v.dev(slot); d != nil && j.v.writable(slot) {
-			ios = append(ios, IO{Dev: d, Write: true, Buf: h, Off: off})
-			slots = append(slots, slot)
-		}
-	}
-	j.v.exec.Execute(ios)
-	for i := range ios {
-		if ios[i].Err == nil {
-			ios[i].Err = ios[i].Dev.Flush()
-		}
-		if ios[i].Err != nil {
-			j.v.failMemberDev(slots[i], ios[i].Dev, fmt.Errorf("journal header write: %w", ios[i].Err))
-		}
-	}
-	if j.v.failed.Load() {
-		return ErrVolumeFailed
-	}
-	return nil
+	return j.v.syncWritable("journal header write", nil, h, off)
 }
 
 // reset makes every record so far unneeded: both header copies get the
@@ -623,8 +591,8 @@ func (v *Volume) replayJournal(recs []jrecord, dirty bitset, holes map[int64]boo
 		}
 		done := false
 		for attempt := 0; attempt <= g.Width() && !done; attempt++ {
-			if v.failed.Load() {
-				return ErrVolumeFailed
+			if err := v.stopErr(); err != nil {
+				return err
 			}
 			unreadable, unwritable := v.masks(grp, row)
 			missing := unreadable & g.DataMask()

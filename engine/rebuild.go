@@ -372,8 +372,8 @@ func (v *Volume) rebuildRow(grp int, row int64, targets []int, current func(int)
 	op := v.newOp()
 	defer v.putOp(op)
 	for attempt := 0; attempt <= g.Width(); attempt++ {
-		if v.failed.Load() {
-			return ErrVolumeFailed
+		if err := v.stopErr(); err != nil {
+			return err
 		}
 		unreadable, _ := v.masks(grp, row)
 		var targetMask uint64
@@ -535,7 +535,9 @@ func (v *Volume) FailMember(slot int) error {
 	if slot < 0 || slot >= len(v.slots) {
 		return fmt.Errorf("fail: slot %d out of range", slot)
 	}
-	v.failMember(slot, fmt.Errorf("failed by request"))
+	if err := v.failMember(slot, fmt.Errorf("failed by request")); err != nil {
+		return err
+	}
 	if v.failed.Load() {
 		return ErrVolumeFailed
 	}
