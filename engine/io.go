@@ -142,8 +142,21 @@ func (v *Volume) readAt(p []byte, off int64) (int, error) {
 // readStripe reads one stripe request, reconstructing unavailable chunks.
 // It holds the stripe's lock shared so that no write changes the stripe
 // between reading the chunks a reconstruction combines.
+//
+// A row the background resync has not reached may have parity torn by the
+// crash: it is resynced first, as a write does, or, when a data chunk
+// cannot be read, counted as a write hole (Status().WriteHoleStripes,
+// logged) before its reconstruction is returned.
 func (v *Volume) readStripe(op *stripeOp, p []byte, r layout.StripeReq) error {
 	lk := v.lockFor(r.Stripe)
+	if rs := v.rs.Load(); rs != nil && rs.needs(r.Stripe, r.Group, r.Row) {
+		lk.Lock()
+		err := v.resyncPendingLocked(rs, r.Group, r.Row, false)
+		lk.Unlock()
+		if err != nil {
+			return fmt.Errorf("stripe %d: resync: %w", r.Stripe, err)
+		}
+	}
 	lk.RLock()
 	defer lk.RUnlock()
 	for attempt := 0; attempt <= v.geo.Width(); attempt++ {

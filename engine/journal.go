@@ -203,6 +203,12 @@ type journal struct {
 
 	retireMu sync.Mutex  // serialises retire (member flush + header write)
 	again    atomic.Bool // a retire was asked for while one ran
+	// held: assembly has not finished replaying; nothing may be retired
+	// (every record is unretired until the replay is durable).
+	held atomic.Bool
+	// afterRound, when set (tests), runs in retire after its last round,
+	// before retireMu is released.
+	afterRound func()
 
 	mu       sync.Mutex // guards the fields below; never held during I/O
 	cond     sync.Cond  // signalled when a logged write completes or records retire
@@ -386,24 +392,41 @@ func (j *journal) done(seq uint64) {
 // needed (the header's retired sequence number), so that their space can
 // be reused and assembly never replays them. It is Volume.Flush while the
 // volume has a journal.
+//
+// A retireSoon that finds retireMu held leaves its request in again and
+// relies on the holder: the holder checks again after every round and,
+// once more, after it released the lock (a request made between its last
+// check and the unlock would otherwise be dropped).
 func (j *journal) retire() error {
 	j.retireMu.Lock()
-	defer j.retireMu.Unlock()
 	for {
 		j.again.Store(false)
 		if err := j.retireLocked(); err != nil {
+			j.retireMu.Unlock()
 			return err
 		}
-		if !j.again.Load() {
-			return nil
+		if j.again.Load() {
+			continue
+		}
+		if j.afterRound != nil {
+			j.afterRound()
+		}
+		j.retireMu.Unlock()
+		if !j.again.Load() || !j.retireMu.TryLock() {
+			return nil // no request, or a new holder serves it
 		}
 	}
 }
 
 // retireSoon retires now, or, when a retire is running (possibly further
 // up this goroutine's stack: a member failing during a retire), makes it
-// run once more.
+// run once more. While held (assembly before its journal replay
+// finished), requests are dropped: the assembly resets the journal once
+// the replay is durable.
 func (j *journal) retireSoon() {
+	if j.held.Load() {
+		return
+	}
 	j.again.Store(true)
 	if !j.retireMu.TryLock() {
 		return
