@@ -3,7 +3,8 @@
 // daemon, and runs benchmarks.
 //
 // Exit codes: 0 success, 1 the operation failed, 2 bad usage,
-// 3 (doctor) a required kernel feature is missing.
+// 3 (doctor) a required kernel feature is missing, 4 fabraidd is not running,
+// 5 (wait) timed out.
 package main
 
 import (
@@ -38,6 +39,8 @@ func newRootCmd() *cobra.Command {
 		newNvmeCmd(),
 		newDriveCmd(),
 		newVolumeCmd(),
+		newNsdCmd(),
+		newWaitCmd(),
 	)
 	return root
 }
