@@ -50,7 +50,9 @@ func main() {
 	if err == nil {
 		return
 	}
-	fmt.Fprintln(os.Stderr, "fabraid:", err)
+	if msg := err.Error(); msg != "" { // "": the exit status is the answer (nsd devices --user-exit)
+		fmt.Fprintln(os.Stderr, "fabraid:", msg)
+	}
 	var ee *exitError
 	if errors.As(err, &ee) {
 		os.Exit(ee.code)

@@ -1,8 +1,8 @@
 package main
 
 import (
+	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 
@@ -28,6 +28,9 @@ NSD name.` + volumeExitCodes,
 	return cmd
 }
 
+// errQuiet is an error main does not print: the exit status says it all.
+var errQuiet = errors.New("")
+
 func newNsdDevicesCmd() *cobra.Command {
 	var userExit bool
 	cmd := &cobra.Command{
@@ -50,14 +53,12 @@ runs.` + volumeExitCodes,
 				return err
 			}
 			if err != nil {
-				fmt.Fprintln(os.Stderr, "fabraid nsd devices:", err)
-				return &exitError{code: 1, err: fmt.Errorf("merging with Scale's discovery")}
+				return &exitError{code: 1, err: fmt.Errorf("%w (returning 1: Scale runs its built-in discovery)", err)}
 			}
-			c, _ := loadConfig(cmd)
-			if c.NSDDiscovery == config.NSDExclusive {
+			if c, _ := loadConfig(cmd); c.NSDDiscovery == config.NSDExclusive {
 				return nil
 			}
-			return &exitError{code: 1, err: fmt.Errorf("nsd_discovery = merge: Scale also runs its built-in discovery")}
+			return &exitError{code: 1, err: errQuiet} // merge
 		},
 	}
 	cmd.Flags().BoolVar(&userExit, "user-exit", false, "exit with the nsddevices return value (0 exclusive, 1 merge)")
