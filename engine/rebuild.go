@@ -443,7 +443,7 @@ func (v *Volume) Replace(slot int, dev Member, name string) error {
 	if r := v.slotRole(slot); r != superblock.RoleFailed {
 		return fmt.Errorf("replace slot %d: member is %s, not failed", slot, r)
 	}
-	if err := v.installLocked(slot, dev, name, nil); err != nil {
+	if err := v.installLocked(slot, dev, name, false, nil); err != nil {
 		return fmt.Errorf("replace slot %d with %s: %w", slot, name, err)
 	}
 	v.meta.Members[slot].UUID = newUUID()
@@ -476,21 +476,32 @@ func (v *Volume) ReAdd(dev Member, name string) error {
 	if r := v.slotRole(slot); r != superblock.RoleFailed {
 		return fmt.Errorf("re-add %s: slot %d is %s", name, slot, r)
 	}
-	resync := v.bm.snapshot()
-	if v.meta.Members[slot].Failure == superblock.FailIO {
-		// A read error may have hit rows no bitmap bit covers: rewrite
-		// everything.
-		resync = nil
+	var early bitset
+	if v.faults.readdEarlySnapshot {
+		early = v.bm.snapshot()
 	}
-	if err := v.installLocked(slot, dev, name, resync); err != nil {
+	// A read error may have hit rows no bitmap bit covers: a member that
+	// failed on an I/O error is rebuilt in full.
+	returning := v.meta.Members[slot].Failure != superblock.FailIO
+	if err := v.installLocked(slot, dev, name, returning, early); err != nil {
 		return fmt.Errorf("re-add %s: %w", name, err)
 	}
 	return v.writeMetaLocked()
 }
 
-// installLocked makes dev the rebuilding member of slot. resync nil means
-// a full rebuild.
-func (v *Volume) installLocked(slot int, dev Member, name string, resync bitset) error {
+// installLocked makes dev the rebuilding member of slot: a full rebuild
+// target, or, when returning, one whose resync set is the write-intent
+// bitmap.
+//
+// The slot becomes writable (with nothing readable) before the bitmap is
+// snapshotted for its resync set: a write planned while the slot was
+// still failed skipped it, and such a write set its region's bit before it
+// planned, so the bit is in the snapshot. A snapshot taken earlier missed
+// the regions first written in between, and reads trusted the member's
+// stale chunks there.
+// (early is a snapshot taken before the call: a re-introduced bug, for
+// checker tests.)
+func (v *Volume) installLocked(slot int, dev Member, name string, returning bool, early bitset) error {
 	// Give it the current bitmap before it becomes writable.
 	for blk := 0; blk < int(v.base.BitmapBytes)/bitmapBlock; blk++ {
 		if _, err := dev.WriteAt(v.bm.block(blk), v.base.BitmapOffset+int64(blk)*bitmapBlock); err != nil {
@@ -512,14 +523,17 @@ func (v *Volume) installLocked(slot int, dev Member, name string, resync bitset)
 	v.names[slot] = name
 	s := &v.slots[slot]
 	s.checkpoint.Store(0)
-	if resync != nil {
-		s.resync.Store(&resync)
-	} else {
-		s.resync.Store(nil)
-	}
+	s.resync.Store(nil) // rebuilding at checkpoint 0 without a resync set: nothing readable
 	s.role.Store(uint32(superblock.RoleRebuilding))
+	if returning {
+		rs := early
+		if rs == nil {
+			rs = v.bm.snapshot()
+		}
+		s.resync.Store(&rs)
+	}
 	m := &v.meta.Members[slot]
-	m.Role, m.Resync, m.Checkpoint, m.Failure = superblock.RoleRebuilding, resync != nil, 0, superblock.FailUnrecorded
+	m.Role, m.Resync, m.Checkpoint, m.Failure = superblock.RoleRebuilding, returning, 0, superblock.FailUnrecorded
 	return nil
 }
 

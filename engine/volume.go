@@ -176,6 +176,8 @@ type Volume struct {
 	progress          atomic.Pointer[Progress]
 
 	stats ioCounters
+
+	faults faults // re-introduced bugs (tests only); see faults.go
 }
 
 type slotState struct {
@@ -751,7 +753,9 @@ func (v *Volume) flush() error {
 		return err
 	}
 	var idle []int64
-	if v.allInSync() {
+	if v.allInSync() && v.bm.cleanMu.TryLock() {
+		// One clean session at a time; a concurrent Flush only flushes.
+		defer v.bm.cleanMu.Unlock()
 		idle = v.bm.idleCandidates()
 		if rs := v.rs.Load(); rs != nil {
 			// Regions the background resync has not finished keep
@@ -835,8 +839,10 @@ func (v *Volume) Close() error {
 			err = v.flushMembers()
 		}
 		if err == nil && v.allInSync() && !resyncPending {
+			v.bm.cleanMu.Lock()
 			v.bm.idleCandidates() // forget the write history: nothing is in flight
 			err = v.bm.clear(v.bm.allSet())
+			v.bm.cleanMu.Unlock()
 		}
 		if err == nil && !resyncPending {
 			v.metaMu.Lock()
