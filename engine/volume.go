@@ -176,6 +176,8 @@ type Volume struct {
 	progress          atomic.Pointer[Progress]
 
 	stats ioCounters
+
+	faults faults // re-introduced bugs (tests only); see faults.go
 }
 
 type slotState struct {
@@ -631,8 +633,8 @@ func (v *Volume) checkFencedLocked() error {
 	return nil
 }
 
-// markFailedLocked records slot as failed in memory; callers hold metaMu
-// and write the metadata afterwards.
+// markFailedLocked records slot as failed (reason FailIO) in memory;
+// callers hold metaMu and write the metadata afterwards.
 func (v *Volume) markFailedLocked(slot int, cause error) {
 	if v.slotRole(slot) == superblock.RoleFailed {
 		return
@@ -645,7 +647,7 @@ func (v *Volume) markFailedLocked(slot int, cause error) {
 	v.slots[slot].resync.Store(nil)
 	v.slots[slot].checkpoint.Store(0)
 	m := &v.meta.Members[slot]
-	m.Role, m.Resync, m.Checkpoint = superblock.RoleFailed, false, 0
+	m.Role, m.Resync, m.Checkpoint, m.Failure = superblock.RoleFailed, false, 0, superblock.FailIO
 	g := v.geo
 	grp := slot / g.Width()
 	lost := 0
@@ -662,10 +664,6 @@ func (v *Volume) markFailedLocked(slot int, cause error) {
 		}
 	}
 }
-
-// failMember marks slot failed, updates the survivors' superblocks and
-// bumps the event counter.
-func (v *Volume) failMember(slot int, cause error) { v.failMemberDev(slot, nil, cause) }
 
 // failMemberDev is failMember after an I/O error on dev: it does nothing
 // when slot no longer holds dev (the member was replaced meanwhile).
@@ -755,7 +753,9 @@ func (v *Volume) flush() error {
 		return err
 	}
 	var idle []int64
-	if v.allInSync() {
+	if v.allInSync() && v.bm.cleanMu.TryLock() {
+		// One clean session at a time; a concurrent Flush only flushes.
+		defer v.bm.cleanMu.Unlock()
 		idle = v.bm.idleCandidates()
 		if rs := v.rs.Load(); rs != nil {
 			// Regions the background resync has not finished keep
@@ -839,8 +839,10 @@ func (v *Volume) Close() error {
 			err = v.flushMembers()
 		}
 		if err == nil && v.allInSync() && !resyncPending {
+			v.bm.cleanMu.Lock()
 			v.bm.idleCandidates() // forget the write history: nothing is in flight
 			err = v.bm.clear(v.bm.allSet())
+			v.bm.cleanMu.Unlock()
 		}
 		if err == nil && !resyncPending {
 			v.metaMu.Lock()
@@ -889,6 +891,9 @@ type MemberStatus struct {
 	Role       superblock.Role
 	Resync     bool
 	Checkpoint int64 // rows rebuilt so far (Rebuilding)
+	// Failure is why a failed member failed; it stays failed until ReAdd
+	// or Replace.
+	Failure superblock.FailReason
 }
 
 // Status is a snapshot of the volume's state.
@@ -941,6 +946,7 @@ func (v *Volume) Status() Status {
 		st.Members = append(st.Members, MemberStatus{
 			Slot: slot, Device: v.names[slot], Domain: v.meta.Members[slot].Domain, Role: v.slotRole(slot),
 			Resync: v.slots[slot].resync.Load() != nil, Checkpoint: v.slots[slot].checkpoint.Load(),
+			Failure: v.meta.Members[slot].Failure,
 		})
 	}
 	return st
