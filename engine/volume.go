@@ -630,8 +630,8 @@ func (v *Volume) checkFencedLocked() error {
 	return nil
 }
 
-// markFailedLocked records slot as failed in memory; callers hold metaMu
-// and write the metadata afterwards.
+// markFailedLocked records slot as failed (reason FailIO) in memory;
+// callers hold metaMu and write the metadata afterwards.
 func (v *Volume) markFailedLocked(slot int, cause error) {
 	if v.slotRole(slot) == superblock.RoleFailed {
 		return
@@ -644,7 +644,7 @@ func (v *Volume) markFailedLocked(slot int, cause error) {
 	v.slots[slot].resync.Store(nil)
 	v.slots[slot].checkpoint.Store(0)
 	m := &v.meta.Members[slot]
-	m.Role, m.Resync, m.Checkpoint = superblock.RoleFailed, false, 0
+	m.Role, m.Resync, m.Checkpoint, m.Failure = superblock.RoleFailed, false, 0, superblock.FailIO
 	g := v.geo
 	grp := slot / g.Width()
 	lost := 0
@@ -662,11 +662,9 @@ func (v *Volume) markFailedLocked(slot int, cause error) {
 	}
 }
 
-// failMember marks slot failed, updates the survivors' superblocks and
-// bumps the event counter.
-func (v *Volume) failMember(slot int, cause error) error { return v.failMemberDev(slot, nil, cause) }
-
-// failMemberDev is failMember after an I/O error on dev: it does nothing
+// failMemberDev marks slot failed after an I/O error on dev (nil: any
+// member), updates the survivors' superblocks and bumps the event
+// counter. It does nothing
 // when slot no longer holds dev (the member was replaced meanwhile). It
 // returns nil when the failure is recorded on the survivors' superblocks
 // (by this call or by the one that marked the slot failed first), and an
@@ -860,6 +858,9 @@ type MemberStatus struct {
 	Role       superblock.Role
 	Resync     bool
 	Checkpoint int64 // rows rebuilt so far (Rebuilding)
+	// Failure is why a failed member failed; it stays failed until ReAdd
+	// or Replace.
+	Failure superblock.FailReason
 }
 
 // Status is a snapshot of the volume's state.
@@ -912,6 +913,7 @@ func (v *Volume) Status() Status {
 		st.Members = append(st.Members, MemberStatus{
 			Slot: slot, Device: v.names[slot], Domain: v.meta.Members[slot].Domain, Role: v.slotRole(slot),
 			Resync: v.slots[slot].resync.Load() != nil, Checkpoint: v.slots[slot].checkpoint.Load(),
+			Failure: v.meta.Members[slot].Failure,
 		})
 	}
 	return st

@@ -55,6 +55,9 @@ type ServeOptions struct {
 	// is kept current (the ublk id once the device exists, the member list
 	// after a replace), so a restart by systemd serves the same device.
 	SpecPath string
+	// Queues is the number of ublk queues (0: one per CPU this process may
+	// run on).
+	Queues int
 	// Ready, when set, is called once the socket answers.
 	Ready func(ublkPath string)
 	Log   *slog.Logger
@@ -73,13 +76,16 @@ func ServeEngine(ctx context.Context, o ServeOptions) error {
 	if o.SpecPath != "" {
 		members = presentMembers(members, log)
 	}
-	vol, err := assemble(members, log)
+	exec := newExecutor(log)
+	vol, err := assemble(members, exec, log)
 	if err != nil {
+		closeExecutor(exec)
 		return fmt.Errorf("assemble: %w", err)
 	}
-	l, err := StartLocal(vol, o.UblkID, log)
+	l, err := StartLocal(vol, o.UblkID, log, LocalOptions{Executor: exec, Queues: o.Queues})
 	if err != nil {
 		vol.Close()
+		closeExecutor(exec)
 		return err
 	}
 	saveSpec := func(f func(*SpecFile)) {

@@ -49,13 +49,16 @@ type Options struct {
 // process (Local).
 func StartInProcess(log *slog.Logger) StartFunc {
 	return func(_ context.Context, s EngineSpec) (Engine, error) {
-		vol, err := assemble(s.Members, log)
+		exec := newExecutor(log)
+		vol, err := assemble(s.Members, exec, log)
 		if err != nil {
+			closeExecutor(exec)
 			return nil, fmt.Errorf("assemble volume %s: %w", s.Name, err)
 		}
-		l, err := StartLocal(vol, s.UblkID, log)
+		l, err := StartLocal(vol, s.UblkID, log, LocalOptions{Executor: exec})
 		if err != nil {
 			vol.Close()
+			closeExecutor(exec)
 			return nil, err
 		}
 		return l, nil
@@ -428,12 +431,12 @@ func (m *Manager) Create(ctx context.Context, r CreateRequest) (Info, error) {
 	var devs []engine.Member
 	defer func() {
 		for _, d := range devs {
-			d.(*engine.FileMember).Close()
+			d.Close()
 		}
 	}()
 	domains := make([]string, len(paths))
 	for i, p := range paths {
-		fm, err := openMember(p)
+		fm, err := openMember(p, m.log)
 		if err != nil {
 			return Info{}, fmt.Errorf("volume %s: %w", r.Name, err)
 		}
@@ -444,7 +447,9 @@ func (m *Manager) Create(ctx context.Context, r CreateRequest) (Info, error) {
 		// One node: every member is in this node's domain. The cluster
 		// layer spreads members over nodes.
 		AllowDomainViolation: true, CTime: time.Now().Unix()}
-	vol, err := engine.Create(cfg, devs, paths, engine.Options{Logger: m.log})
+	exec := newExecutor(m.log)
+	defer closeExecutor(exec)
+	vol, err := engine.Create(cfg, devs, paths, engine.Options{Logger: m.log, Executor: exec})
 	if err != nil {
 		return Info{}, fmt.Errorf("create volume %s: %w", r.Name, err)
 	}
