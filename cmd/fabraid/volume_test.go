@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"net"
 	"net/http"
@@ -36,17 +35,6 @@ func fakeAPI(t *testing.T, info volmgr.Info, ops map[string]api.OpRequest) strin
 	return sock
 }
 
-func runCLI(t *testing.T, args ...string) (string, error) {
-	t.Helper()
-	root := newRootCmd()
-	var out bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&out)
-	root.SetArgs(args)
-	err := root.Execute()
-	return out.String(), err
-}
-
 // volume show says why a member failed and how to bring it back; fail
 // --force and re-add reach the API.
 func TestVolumeFailedMemberCLI(t *testing.T) {
@@ -56,9 +44,9 @@ func TestVolumeFailedMemberCLI(t *testing.T) {
 		{Slot: 1, Device: "/dev/nvme1n1", Role: "active"},
 		{Slot: 2, Device: "/dev/nvme2n1", Role: "active"},
 	}}, ops)
-	out, err := runCLI(t, "volume", "show", "v1", "--socket", sock)
-	if err != nil {
-		t.Fatal(err)
+	out, errOut, code := runCLI(t, "volume", "show", "v1", "--socket", sock)
+	if code != 0 {
+		t.Fatal(errOut)
 	}
 	for _, want := range []string{"failed (admin)",
 		`slot 0 failed (failed by request): bring it back with "fabraid volume re-add v1 0"`,
@@ -67,20 +55,20 @@ func TestVolumeFailedMemberCLI(t *testing.T) {
 			t.Errorf("volume show lacks %q:\n%s", want, out)
 		}
 	}
-	if _, err := runCLI(t, "volume", "fail", "v1", "1", "--socket", sock); err != nil {
-		t.Fatal(err)
+	if _, errOut, code := runCLI(t, "volume", "fail", "v1", "1", "--socket", sock); code != 0 {
+		t.Fatal(errOut)
 	}
 	if q, ok := ops["fail"]; !ok || q.Slot != 1 || q.Force {
 		t.Errorf("fail without --force posted %+v (%v)", q, ok)
 	}
-	if _, err := runCLI(t, "volume", "fail", "v1", "1", "--force", "--socket", sock); err != nil {
-		t.Fatal(err)
+	if _, errOut, code := runCLI(t, "volume", "fail", "v1", "1", "--force", "--socket", sock); code != 0 {
+		t.Fatal(errOut)
 	}
 	if q := ops["fail"]; q.Slot != 1 || !q.Force {
 		t.Errorf("fail --force posted %+v", q)
 	}
-	if _, err := runCLI(t, "volume", "re-add", "v1", "0", "--rate", "100M", "--socket", sock); err != nil {
-		t.Fatal(err)
+	if _, errOut, code := runCLI(t, "volume", "re-add", "v1", "0", "--rate", "100M", "--socket", sock); code != 0 {
+		t.Fatal(errOut)
 	}
 	if q, ok := ops["re-add"]; !ok || q.Slot != 0 || q.Rate != 100<<20 {
 		t.Errorf("re-add posted %+v (%v)", q, ok)
