@@ -374,8 +374,8 @@ func (v *Volume) rebuildRow(grp int, row int64, targets []int, current func(int)
 	op := v.newOp()
 	defer v.putOp(op)
 	for attempt := 0; attempt <= g.Width(); attempt++ {
-		if v.failed.Load() {
-			return ErrVolumeFailed
+		if err := v.stopErr(); err != nil {
+			return err
 		}
 		unreadable, _ := v.masks(grp, row)
 		var targetMask uint64
@@ -565,7 +565,9 @@ func (v *Volume) failByRequest(slot int, force bool) error {
 		v.markFailedLocked(slot, errors.New("failed by request"))
 		v.meta.Members[slot].Failure = superblock.FailAdmin
 		if err := v.writeMetaLocked(); err != nil {
-			v.log.Error("cannot record member failure", "err", err)
+			v.unlockMeta()
+			v.log.Error("cannot record member failure", "slot", slot, "err", err)
+			return fmt.Errorf("fail slot %d: record failure: %w", slot, err)
 		}
 	}
 	v.unlockMeta()
