@@ -198,16 +198,29 @@ fi
 echo "NSDDEVICES_RC=$rc"
 `
 
+// mmdevdiscoverKsh does the same from inside a ksh function (a return in
+// the dot script must leave the dot script, not the function).
+const mmdevdiscoverKsh = `function discover {
+  typeset nsddevices=/var/mmfs/etc/nsddevices
+  . $nsddevices
+  rc=$?
+  print "NSDDEVICES_RC=$rc"
+}
+discover
+`
+
 // userExitRuns runs the installed user exit the four ways and returns the
 // device lines of each, checking that every way returned want.
 func userExitRuns(t *testing.T, want int) map[string][]string {
 	t.Helper()
 	os.WriteFile("/tmp/mmdevdiscover", []byte(mmdevdiscover), 0o755)
+	os.WriteFile("/tmp/mmdevdiscover-ksh", []byte(mmdevdiscoverKsh), 0o755)
 	runs := map[string]result{
-		"sourced by sh":    sh(t, nil, "/bin/sh", "/tmp/mmdevdiscover"),
-		"sourced by ksh93": sh(t, nil, ksh, "/tmp/mmdevdiscover"),
-		"executed":         sh(t, nil, userExit),
-		"executed by ksh":  sh(t, nil, ksh, userExit),
+		"sourced by sh":               sh(t, nil, "/bin/sh", "/tmp/mmdevdiscover"),
+		"sourced by ksh93":            sh(t, nil, ksh, "/tmp/mmdevdiscover"),
+		"sourced in a ksh93 function": sh(t, nil, ksh, "/tmp/mmdevdiscover-ksh"),
+		"executed":                    sh(t, nil, userExit),
+		"executed by ksh":             sh(t, nil, ksh, userExit),
 	}
 	lines := map[string][]string{}
 	for how, r := range runs {
