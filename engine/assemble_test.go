@@ -48,10 +48,22 @@ func TestPlanAssembly(t *testing.T) {
 		{name: "healthy", mutate: func(c []Candidate) []Candidate { return c }},
 		{name: "missing two", mutate: func(c []Candidate) []Candidate { return c[:3] },
 			check: func(t *testing.T, p *AssemblyPlan) {
-				if p.SB.Members[3].Role != superblock.RoleFailed || p.SB.Members[4].Role != superblock.RoleFailed {
-					t.Fatalf("missing members not failed: %+v", p.SB.Members)
+				for _, m := range p.SB.Members[3:] {
+					if m.Role != superblock.RoleFailed || m.Failure != superblock.FailMissing {
+						t.Fatalf("missing members not failed (missing): %+v", p.SB.Members)
+					}
 				}
 			}},
+		{name: "missing, failed before", mutate: func(c []Candidate) []Candidate {
+			for _, x := range c[:4] {
+				x.SB.Members[4].Role, x.SB.Members[4].Failure = superblock.RoleFailed, superblock.FailIO
+			}
+			return c[:4]
+		}, check: func(t *testing.T, p *AssemblyPlan) {
+			if m := p.SB.Members[4]; m.Role != superblock.RoleFailed || m.Failure != superblock.FailIO {
+				t.Fatalf("reason of a failed member changed by its absence: %+v", m)
+			}
+		}},
 		{name: "missing three", mutate: func(c []Candidate) []Candidate { return c[:2] }, wantErr: "group 0 has 2 current members"},
 		{name: "stale member", mutate: func(c []Candidate) []Candidate {
 			for _, x := range c[1:] {
@@ -81,8 +93,23 @@ func TestPlanAssembly(t *testing.T) {
 			}
 			return c
 		}, check: func(t *testing.T, p *AssemblyPlan) {
-			if !p.Stale[0] {
-				t.Fatal("failed member trusted")
+			if p.Device[0] != -1 || p.SB.Members[0].Role != superblock.RoleFailed {
+				t.Fatalf("failed member assembled: device %d, %+v", p.Device[0], p.SB.Members[0])
+			}
+		}},
+		{name: "failed member present", mutate: func(c []Candidate) []Candidate {
+			for _, x := range c[1:] {
+				x.SB.Events = 9
+				x.SB.Members[0].Role, x.SB.Members[0].Failure = superblock.RoleFailed, superblock.FailAdmin
+			}
+			return c
+		}, check: func(t *testing.T, p *AssemblyPlan) {
+			m := p.SB.Members[0]
+			if p.Device[0] != -1 || p.Stale[0] || m.Role != superblock.RoleFailed || m.Failure != superblock.FailAdmin {
+				t.Fatalf("failed member not left out: device %d stale %v %+v", p.Device[0], p.Stale[0], m)
+			}
+			if len(p.Warnings) != 1 || !strings.Contains(p.Warnings[0], "deva: member of slot 0 failed (admin); not assembled") {
+				t.Fatalf("warnings %q", p.Warnings)
 			}
 		}},
 		{name: "one write behind, older owner epoch", mutate: func(c []Candidate) []Candidate {
@@ -244,6 +271,9 @@ func FuzzPlanAssembly(f *testing.F) {
 			}
 			if p.Stale[slot] && p.SB.Members[slot].Role == superblock.RoleActive {
 				t.Fatalf("slot %d: stale device active", slot)
+			}
+			if p.SB.Members[slot].Role == superblock.RoleFailed {
+				t.Fatalf("slot %d: device of a failed member assembled", slot)
 			}
 		}
 		for grp := 0; grp < g.Groups; grp++ {

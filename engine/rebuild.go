@@ -2,7 +2,9 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -372,8 +374,8 @@ func (v *Volume) rebuildRow(grp int, row int64, targets []int, current func(int)
 	op := v.newOp()
 	defer v.putOp(op)
 	for attempt := 0; attempt <= g.Width(); attempt++ {
-		if v.failed.Load() {
-			return ErrVolumeFailed
+		if err := v.stopErr(); err != nil {
+			return err
 		}
 		unreadable, _ := v.masks(grp, row)
 		var targetMask uint64
@@ -451,7 +453,9 @@ func (v *Volume) Replace(slot int, dev Member, name string) error {
 // ReAdd puts a returning member (same member UUID, for example after its
 // node rebooted) back into its failed slot. Only the regions written while
 // it was away — those dirty in the write-intent bitmap — are resynced by
-// the next Rebuild.
+// the next Rebuild; a member that failed on an I/O error is rebuilt in
+// full. Assembly never takes a failed member back by itself: ReAdd (or
+// Replace) is the only way back.
 func (v *Volume) ReAdd(dev Member, name string) error {
 	if err := v.check(); err != nil {
 		return err
@@ -476,7 +480,10 @@ func (v *Volume) ReAdd(dev Member, name string) error {
 	if v.faults.readdEarlySnapshot {
 		early = v.bm.snapshot()
 	}
-	if err := v.installLocked(slot, dev, name, true, early); err != nil {
+	// A read error may have hit rows no bitmap bit covers: a member that
+	// failed on an I/O error is rebuilt in full.
+	returning := v.meta.Members[slot].Failure != superblock.FailIO
+	if err := v.installLocked(slot, dev, name, returning, early); err != nil {
 		return fmt.Errorf("re-add %s: %w", name, err)
 	}
 	return v.writeMetaLocked()
@@ -526,20 +533,73 @@ func (v *Volume) installLocked(slot int, dev Member, name string, returning bool
 		s.resync.Store(&rs)
 	}
 	m := &v.meta.Members[slot]
-	m.Role, m.Resync, m.Checkpoint = superblock.RoleRebuilding, returning, 0
+	m.Role, m.Resync, m.Checkpoint, m.Failure = superblock.RoleRebuilding, returning, 0, superblock.FailUnrecorded
 	return nil
 }
 
-// FailMember marks slot failed by administrator request (mdadm --fail).
-func (v *Volume) FailMember(slot int) error {
+// ErrWouldLoseGroup refuses an administrator's fail that would leave a
+// group with fewer than k members in sync; nothing was changed.
+var ErrWouldLoseGroup = errors.New("refused: failing the member would lose its group")
+
+// FailMember marks slot failed by administrator request (mdadm --fail),
+// recorded as FailAdmin: the member stays failed across restarts until
+// ReAdd or Replace. It refuses with ErrWouldLoseGroup, before anything
+// changes, when the slot's group would keep fewer than k members in sync
+// (the volume would fail); ForceFailMember fails it anyway.
+func (v *Volume) FailMember(slot int) error { return v.failByRequest(slot, false) }
+
+// ForceFailMember is FailMember without the group check: failing the
+// member may fail the volume (ErrVolumeFailed).
+func (v *Volume) ForceFailMember(slot int) error { return v.failByRequest(slot, true) }
+
+func (v *Volume) failByRequest(slot int, force bool) error {
 	if slot < 0 || slot >= len(v.slots) {
 		return fmt.Errorf("fail: slot %d out of range", slot)
 	}
-	v.failMember(slot, fmt.Errorf("failed by request"))
+	v.metaMu.Lock()
+	if v.slotRole(slot) != superblock.RoleFailed {
+		if err := v.groupLossLocked(slot); err != nil && !force {
+			v.metaMu.Unlock()
+			return fmt.Errorf("fail slot %d: %w", slot, err)
+		}
+		v.markFailedLocked(slot, errors.New("failed by request"))
+		v.meta.Members[slot].Failure = superblock.FailAdmin
+		if err := v.writeMetaLocked(); err != nil {
+			v.unlockMeta()
+			v.log.Error("cannot record member failure", "slot", slot, "err", err)
+			return fmt.Errorf("fail slot %d: record failure: %w", slot, err)
+		}
+	}
+	v.unlockMeta()
 	if v.failed.Load() {
 		return ErrVolumeFailed
 	}
 	return nil
+}
+
+// groupLossLocked reports (ErrWouldLoseGroup, with the group's state) when
+// failing slot would leave its group fewer than k members in sync, the
+// count markFailedLocked fails the volume by. Callers hold metaMu.
+func (v *Volume) groupLossLocked(slot int) error {
+	g := v.geo
+	grp := slot / g.Width()
+	inSync := 0
+	var out []string
+	for mem := 0; mem < g.Width(); mem++ {
+		s := g.Slot(grp, mem)
+		switch r := v.slotRole(s); {
+		case s == slot:
+		case r == superblock.RoleActive:
+			inSync++
+		default:
+			out = append(out, fmt.Sprintf("slot %d %s", s, r))
+		}
+	}
+	if inSync >= g.K {
+		return nil
+	}
+	return fmt.Errorf("%w: group %d would keep %d of %d members in sync (%s), it needs k=%d; nothing changed",
+		ErrWouldLoseGroup, grp, inSync, g.Width(), strings.Join(out, ", "), g.K)
 }
 
 // ScrubReport is the outcome of a scrub.

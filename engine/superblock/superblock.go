@@ -75,6 +75,35 @@ func (r Role) String() string {
 	return fmt.Sprintf("Role(%d)", uint8(r))
 }
 
+// FailReason records why a member slot is failed. A failed member stays
+// failed across assemblies whatever the reason: it returns only by an
+// explicit re-add or replace.
+type FailReason uint8
+
+// Fail reasons.
+const (
+	// FailUnrecorded: not failed, or failed by a build that did not record
+	// reasons (the byte was reserved and zero).
+	FailUnrecorded FailReason = 0
+	FailAdmin      FailReason = 1 // failed by administrator request
+	FailIO         FailReason = 2 // an I/O error on the member
+	FailMissing    FailReason = 3 // absent when the volume was assembled
+)
+
+func (f FailReason) String() string {
+	switch f {
+	case FailUnrecorded:
+		return "unrecorded"
+	case FailAdmin:
+		return "admin"
+	case FailIO:
+		return "io-error"
+	case FailMissing:
+		return "missing"
+	}
+	return fmt.Sprintf("FailReason(%d)", uint8(f))
+}
+
 // Flag bits of Superblock.Flags.
 const (
 	// FlagDomainOverride records that the volume was created although its
@@ -92,6 +121,8 @@ type Member struct {
 	Resync bool
 	// Checkpoint is the first row (of every group) not yet rebuilt.
 	Checkpoint int64
+	// Failure is why a failed member failed (FailUnrecorded otherwise).
+	Failure FailReason
 }
 
 // Superblock is the decoded metadata of one member.
@@ -184,6 +215,12 @@ func (sb *Superblock) Validate() error {
 		}
 		if m.Resync && m.Role != RoleRebuilding {
 			return invalid("member %d: resync flag on %s member", i, m.Role)
+		}
+		if m.Failure > FailMissing {
+			return invalid("member %d: bad fail reason %d", i, m.Failure)
+		}
+		if m.Failure != FailUnrecorded && m.Role != RoleFailed {
+			return invalid("member %d: fail reason %s on %s member", i, m.Failure, m.Role)
 		}
 	}
 	if sb.RegionRows < 1 {
@@ -278,6 +315,7 @@ func (sb *Superblock) Marshal() ([]byte, error) {
 		if m.Resync {
 			e[49] = 1
 		}
+		e[50] = byte(m.Failure)
 		le.PutUint64(e[56:], uint64(m.Checkpoint))
 	}
 	le.PutUint32(b[crcOffset:], crc32.Checksum(b[:crcOffset], castagnoli))
@@ -385,6 +423,7 @@ func Unmarshal(b []byte) (*Superblock, error) {
 		default:
 			return nil, invalid("member %d: bad flags %d", i, e[49])
 		}
+		m.Failure = FailReason(e[50])
 		cp := le.Uint64(e[56:])
 		if cp > 1<<62 {
 			return nil, invalid("member %d: checkpoint out of range", i)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/fabraid/fabraid/engine/layout"
@@ -36,6 +37,7 @@ func sample() *Superblock {
 	sb.Members[3].Resync = true
 	sb.Members[3].Checkpoint = 12
 	sb.Members[4].Role = RoleFailed
+	sb.Members[4].Failure = FailAdmin
 	sb.MemberUUID = sb.Members[5].UUID
 	return sb
 }
@@ -147,6 +149,26 @@ func FuzzUnmarshal(f *testing.F) {
 	f.Add(b)
 	f.Add(b[:300])
 	f.Add([]byte(Magic))
+	// Every fail reason, and a version 1 copy written before reasons were
+	// recorded (byte 50 of the entry zero).
+	for _, r := range []FailReason{FailUnrecorded, FailIO, FailMissing, FailMissing + 1} {
+		sb := sample()
+		sb.Members[4].Failure = r
+		b, err := sb.Marshal()
+		if r > FailMissing {
+			b, _ = sample().Marshal()
+			b[headerSize+4*entrySize+50] = byte(r)
+			sealCRC(b)
+		} else if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	v1 := sample()
+	v1.Version, v1.JournalOffset, v1.JournalBytes = VersionNoJournal, 0, 0
+	v1.Members[4].Failure = FailUnrecorded
+	b1, _ := v1.Marshal()
+	f.Add(b1)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) >= CopySize && len(data) > 300 {
 			// Keep the fuzzer's mutations from being killed by the CRC
@@ -164,6 +186,11 @@ func FuzzUnmarshal(f *testing.F) {
 		}
 		if err != nil {
 			return
+		}
+		for i, m := range sb.Members {
+			if m.Failure > FailMissing || m.Failure != FailUnrecorded && m.Role != RoleFailed {
+				t.Fatalf("member %d: %s member with fail reason %d decoded", i, m.Role, m.Failure)
+			}
 		}
 		enc, err := sb.Marshal()
 		if err != nil {
@@ -207,5 +234,42 @@ func TestReadCopiesNewOwnerEpochWins(t *testing.T) {
 	}
 	if !Newer(newOwner, oldOwner) || Newer(oldOwner, newOwner) || Newer(newOwner, newOwner) {
 		t.Fatal("Newer does not order epoch first")
+	}
+}
+
+// The fail reason lives in byte 50 of a member table entry, reserved and
+// zero in copies written before reasons were recorded: those still decode
+// (reason unrecorded), in both format versions. Unknown reasons and a
+// reason on a member that is not failed are rejected.
+func TestFailReason(t *testing.T) {
+	for _, ver := range []uint32{Version, VersionNoJournal} {
+		sb := sample()
+		if ver == VersionNoJournal {
+			sb.Version, sb.JournalOffset, sb.JournalBytes = ver, 0, 0
+		}
+		b, err := sb.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := b[headerSize+4*entrySize:]
+		if FailReason(e[50]) != FailAdmin {
+			t.Fatalf("version %d: fail reason byte %d, want %d", ver, e[50], FailAdmin)
+		}
+		e[50] = 0 // as an older build wrote it
+		sealCRC(b)
+		got, err := Unmarshal(b)
+		if err != nil || got.Members[4].Role != RoleFailed || got.Members[4].Failure != FailUnrecorded {
+			t.Fatalf("version %d copy without a reason: %+v, %v", ver, got, err)
+		}
+		e[50] = byte(FailMissing + 1)
+		sealCRC(b)
+		if _, err := Unmarshal(b); err == nil || !strings.Contains(err.Error(), "fail reason") {
+			t.Fatalf("version %d: unknown reason accepted: %v", ver, err)
+		}
+	}
+	sb := sample()
+	sb.Members[0].Failure = FailIO // member 0 is active
+	if _, err := sb.Marshal(); err == nil || !strings.Contains(err.Error(), "fail reason io-error on active member") {
+		t.Fatalf("reason on an active member: %v", err)
 	}
 }

@@ -44,6 +44,7 @@ type engineReq struct {
 	Path   string `json:"path,omitempty"`
 	Rate   int64  `json:"rate,omitempty"`
 	Repair bool   `json:"repair,omitempty"`
+	Force  bool   `json:"force,omitempty"`
 }
 
 // ServeOptions configure ServeEngine.
@@ -133,7 +134,14 @@ func ServeEngine(ctx context.Context, o ServeOptions) error {
 			reply(w, map[string]bool{"ok": true}, f(q))
 		})
 	}
-	post("/fail", func(q engineReq) error { return l.Fail(q.Slot) })
+	post("/fail", func(q engineReq) error { return l.Fail(q.Slot, q.Force) })
+	post("/readd", func(q engineReq) error {
+		err := l.ReAdd(q.Path, q.Rate)
+		if err == nil {
+			saveSpec(func(s *SpecFile) { s.Members = specMembers(vol.Status()) })
+		}
+		return err
+	})
 	post("/replace", func(q engineReq) error {
 		err := l.Replace(q.Slot, q.Path, q.Rate)
 		if err == nil {
@@ -243,7 +251,12 @@ func (c *child) Status() (EngineStatus, error) {
 	err := c.call("GET", "/status", nil, &st)
 	return st, err
 }
-func (c *child) Fail(slot int) error { return c.call("POST", "/fail", engineReq{Slot: slot}, nil) }
+func (c *child) Fail(slot int, force bool) error {
+	return c.call("POST", "/fail", engineReq{Slot: slot, Force: force}, nil)
+}
+func (c *child) ReAdd(path string, rate int64) error {
+	return c.call("POST", "/readd", engineReq{Path: path, Rate: rate}, nil)
+}
 func (c *child) Replace(slot int, path string, rate int64) error {
 	return c.call("POST", "/replace", engineReq{Slot: slot, Path: path, Rate: rate}, nil)
 }

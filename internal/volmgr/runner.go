@@ -20,9 +20,14 @@ import (
 type Engine interface {
 	// Status is the engine's view of the volume plus background tasks.
 	Status() (EngineStatus, error)
-	Fail(slot int) error
+	// Fail marks slot failed by administrator request; unless force, a
+	// fail that would lose a group is refused before anything changes.
+	Fail(slot int, force bool) error
 	// Replace puts the device at path into failed slot and starts a rebuild.
 	Replace(slot int, path string, rate int64) error
+	// ReAdd puts the device at path, which holds a failed member, back
+	// into its slot and starts the rebuild of what it missed.
+	ReAdd(path string, rate int64) error
 	// Rebuild starts a rebuild of stale or replaced members in the background.
 	Rebuild(rate int64) error
 	// Scrub starts a parity check (repairing mismatches when repair) in the
@@ -208,11 +213,38 @@ func (l *Local) Status() (EngineStatus, error) {
 }
 
 // Fail implements Engine.
-func (l *Local) Fail(slot int) error {
-	if err := l.vol.FailMember(slot); err != nil {
+func (l *Local) Fail(slot int, force bool) error {
+	fail := l.vol.FailMember
+	if force {
+		fail = l.vol.ForceFailMember
+	}
+	err := fail(slot)
+	switch {
+	case errors.Is(err, engine.ErrWouldLoseGroup):
+		return fmt.Errorf("volume %s: %w (force fails it anyway, and the volume fails)", l.vol.Name(), err)
+	case err != nil:
 		return fmt.Errorf("volume %s: fail slot %d: %w", l.vol.Name(), slot, err)
 	}
 	return nil
+}
+
+// ReAdd implements Engine.
+func (l *Local) ReAdd(path string, rate int64) error {
+	l.mu.Lock()
+	busy := l.task != ""
+	l.mu.Unlock()
+	if busy {
+		return fmt.Errorf("volume %s: re-add: %w", l.vol.Name(), ErrBusy)
+	}
+	m, err := openMember(path, l.log)
+	if err != nil {
+		return fmt.Errorf("volume %s: re-add %s: %w", l.vol.Name(), path, err)
+	}
+	if err := l.vol.ReAdd(m, path); err != nil {
+		m.Close()
+		return fmt.Errorf("volume %s: %w", l.vol.Name(), err)
+	}
+	return l.Rebuild(rate)
 }
 
 // Replace implements Engine.
