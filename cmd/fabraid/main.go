@@ -38,6 +38,7 @@ func newRootCmd() *cobra.Command {
 		newNvmeCmd(),
 		newDriveCmd(),
 		newVolumeCmd(),
+		newClusterCmd(),
 	)
 	return root
 }

@@ -233,7 +233,7 @@ func TestLivenessLeaveRemove(t *testing.T) {
 	}
 	// n4 (a client) crashes: it stops renewing its lease and turns dead
 	// when the lease expires; its record stays.
-	if err := n1.Remove(ctx, "n4"); err == nil || !strings.Contains(err.Error(), "is alive") {
+	if err := n1.Remove(ctx, "n4"); err == nil || !errors.Is(err, ErrAlive) {
 		t.Errorf("remove of a live node: %v, want refused", err)
 	}
 	n4.crash = true

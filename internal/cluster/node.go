@@ -36,6 +36,8 @@ var (
 	// its reason: a token error, a name in use, a membership change in
 	// progress).
 	ErrRefused = errors.New("join refused")
+	// ErrAlive: remove of a node that is alive (it should leave).
+	ErrAlive = errors.New("node is alive")
 )
 
 // Inventory is what a node reports about itself in the registry.
@@ -144,11 +146,15 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	n.st = st
 	if st.Member {
-		if err := n.startMember(ctx, st.InitialCluster); err != nil {
-			return err
-		}
+		err = n.startMember(ctx, st.InitialCluster)
 	}
-	return n.connect(ctx)
+	if err == nil {
+		err = n.connect(ctx)
+	}
+	if err != nil {
+		n.shutdown() // a later Start begins again from the state on disk
+	}
+	return err
 }
 
 func (n *Node) startExternal(ctx context.Context) error {
@@ -287,6 +293,9 @@ func (n *Node) putRecord(ctx context.Context) error {
 	}
 	if old, ok, err := registry.Get(ctx, n.cli, n.o.Name); err == nil && ok {
 		rec.Joined = old.Joined
+		if sameRecord(old.Node, rec) {
+			return nil // no new etcd revision every reconcile
+		}
 	}
 	return registry.Put(ctx, n.cli, rec)
 }
@@ -431,4 +440,13 @@ func (n *Node) Token(ctx context.Context, ttl time.Duration) (token.Token, error
 	}
 	n.o.Log.Info("cluster: join token made", "token", t, "ttl", ttl.String())
 	return t, nil
+}
+
+// sameRecord says whether a and b differ only in Version and Updated.
+func sameRecord(a, b registry.Node) bool {
+	a.Version, b.Version = 0, 0
+	a.Updated, b.Updated = time.Time{}, time.Time{}
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return string(ja) == string(jb)
 }

@@ -7,23 +7,13 @@ import (
 	"os"
 	"time"
 
+	"github.com/fabraid/fabraid/internal/cluster/model"
 	"github.com/fabraid/fabraid/internal/cluster/registry"
 	"github.com/fabraid/fabraid/internal/cluster/store"
 )
 
-// Status is the cluster as one node sees it.
-type Status struct {
-	Version       int                  `json:"version"`
-	Cluster       string               `json:"cluster"`
-	CAFingerprint string               `json:"ca_sha256,omitempty"`
-	Etcd          string               `json:"etcd"` // "embedded" or "external"
-	Node          string               `json:"node"` // the node that answered
-	Members       []store.MemberStatus `json:"members"`
-	Leader        string               `json:"leader,omitempty"`
-	// Healthy: a leader is known and every voting member answers.
-	Healthy bool              `json:"healthy"`
-	Nodes   []registry.Status `json:"nodes"`
-}
+// Status is the cluster as one node sees it (package model).
+type Status = model.Status
 
 // Status reads the members, their health and the node registry.
 func (n *Node) Status(ctx context.Context) (Status, error) {
@@ -118,7 +108,7 @@ func (n *Node) Remove(ctx context.Context, name string) error {
 		return err
 	}
 	if ok && ns.Alive {
-		return fmt.Errorf("cluster: node %s is alive (since %s); run fabraid cluster leave on it, or stop it and wait for its lease to expire", name, ns.AliveSince.Format(time.RFC3339))
+		return fmt.Errorf("cluster: %w: %s (since %s); run fabraid cluster leave on it, or stop it and wait for its lease to expire", ErrAlive, name, ns.AliveSince.Format(time.RFC3339))
 	}
 	// A node may be an etcd member without a record (it died while
 	// joining): find it by member name too.

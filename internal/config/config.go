@@ -43,6 +43,8 @@ type Config struct {
 	// template is installed, else as child processes), EngineSystemd or
 	// EngineProcess.
 	EngineMode string
+	// Cluster holds the cluster keys (see Cluster).
+	Cluster Cluster
 }
 
 // Engine modes (the engine_mode key).
@@ -66,6 +68,7 @@ func Default() Config {
 		ExportAddress:  "127.0.0.1",
 		ExportPort:     4420,
 		EngineMode:     EngineAuto,
+		Cluster:        defaultCluster(),
 	}
 }
 
@@ -121,6 +124,10 @@ func Parse(r io.Reader, name string) (Config, error) {
 	}
 	if err := sc.Err(); err != nil {
 		return Config{}, &Error{File: name, Err: err}
+	}
+	if err := c.Cluster.check(seen); err != nil {
+		err.File = name
+		return Config{}, err
 	}
 	return c, nil
 }
@@ -194,7 +201,10 @@ func (c *Config) set(key, val string) error {
 			return fmt.Errorf("%q: want auto, systemd or process", val)
 		}
 	default:
-		return errors.New("unknown key (known: node_name, storage_interfaces, storage_cidrs, state_dir, api_socket, metrics_address, export_address, export_port, engine_mode)")
+		if ok, err := c.Cluster.set(key, val); ok {
+			return err
+		}
+		return errors.New("unknown key (known: node_name, storage_interfaces, storage_cidrs, state_dir, api_socket, metrics_address, export_address, export_port, engine_mode, " + clusterKeys + ")")
 	}
 	return nil
 }

@@ -27,6 +27,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/fabraid/fabraid/internal/cluster/keys"
+	"github.com/fabraid/fabraid/internal/cluster/model"
 )
 
 // Schema versions of the records.
@@ -35,48 +36,14 @@ const (
 	AliveVersion = 1
 )
 
-// Drive is a claimed drive of a node.
-type Drive struct {
-	ID     string `json:"id"` // stable claim ID (internal/drive)
-	Serial string `json:"serial,omitempty"`
-	Model  string `json:"model,omitempty"`
-	Size   int64  `json:"size"`
-}
-
-// Node is a node's durable record.
-type Node struct {
-	Version int    `json:"version"`
-	Name    string `json:"name"`
-	// Domain is the failure domain of the node's drives (the node name
-	// unless configured).
-	Domain  string `json:"domain"`
-	HostNQN string `json:"hostnqn"`
-	// ClusterAddress is where the node's etcd member and join service
-	// listen; StorageAddresses carry NVMe/TCP (from storage_cidrs and
-	// storage_interfaces).
-	ClusterAddress   string   `json:"cluster_address"`
-	StorageAddresses []string `json:"storage_addresses"`
-	Drives           []Drive  `json:"drives"`
-	// EtcdMember is the node's etcd member ID (hex) when it runs one.
-	EtcdMember string    `json:"etcd_member,omitempty"`
-	Joined     time.Time `json:"joined"`
-	Updated    time.Time `json:"updated"`
-}
-
-// Alive is the value of a node's liveness key.
-type Alive struct {
-	Version int       `json:"version"`
-	Since   time.Time `json:"since"`
-	PID     int       `json:"pid"`
-	Lease   string    `json:"lease"` // hex lease ID
-}
-
-// Status is a node with its liveness.
-type Status struct {
-	Node
-	Alive      bool      `json:"alive"`
-	AliveSince time.Time `json:"alive_since,omitzero"`
-}
+// The record types live in package model (no etcd dependency), so the
+// CLI can decode them without linking etcd.
+type (
+	Drive  = model.Drive
+	Node   = model.Node
+	Alive  = model.Alive
+	Status = model.NodeStatus
+)
 
 // Put writes n's record (Version is set).
 func Put(ctx context.Context, kv clientv3.KV, n Node) error {

@@ -40,6 +40,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
+	"github.com/fabraid/fabraid/internal/cluster/model"
 	"github.com/fabraid/fabraid/internal/cluster/pki"
 )
 
@@ -89,6 +90,8 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	}
 	tls := transport.TLSInfo{CertFile: c.TLS.NodeCert(), KeyFile: c.TLS.NodeKey(), TrustedCAFile: c.TLS.CACert(), ClientCertAuth: true}
 	cfg.PeerTLSInfo, cfg.ClientTLSInfo = tls, tls
+	// Keep one hour of history (etcd compacts nothing by default).
+	cfg.AutoCompactionMode, cfg.AutoCompactionRetention = "periodic", "1h"
 	if c.TickMs != 0 {
 		cfg.TickMs, cfg.ElectionMs = c.TickMs, c.ElectionMs
 	}
@@ -248,18 +251,8 @@ func Remove(ctx context.Context, cli *clientv3.Client, id uint64, force bool) er
 	return nil
 }
 
-// MemberStatus is one etcd member as seen by Members.
-type MemberStatus struct {
-	ID        string   `json:"id"`
-	Name      string   `json:"name"`
-	PeerURLs  []string `json:"peer_urls"`
-	ClientURL []string `json:"client_urls"`
-	Learner   bool     `json:"learner,omitempty"`
-	Leader    bool     `json:"leader,omitempty"`
-	Healthy   bool     `json:"healthy"`
-	Error     string   `json:"error,omitempty"`
-	RaftIndex uint64   `json:"raft_index,omitempty"`
-}
+// MemberStatus is one etcd member as seen by Members (package model).
+type MemberStatus = model.MemberStatus
 
 // Members lists the members with their health: a member is healthy when
 // its client URL answers a status request within timeout.
