@@ -3,7 +3,8 @@
 // daemon, and runs benchmarks.
 //
 // Exit codes: 0 success, 1 the operation failed, 2 bad usage,
-// 3 (doctor) a required kernel feature is missing.
+// 3 (doctor) a required kernel feature is missing, 4 fabraidd is not running,
+// 5 (wait) timed out.
 package main
 
 import (
@@ -39,6 +40,8 @@ func newRootCmd() *cobra.Command {
 		newDriveCmd(),
 		newVolumeCmd(),
 		newClusterCmd(),
+		newNsdCmd(),
+		newWaitCmd(),
 	)
 	return root
 }
@@ -48,7 +51,9 @@ func main() {
 	if err == nil {
 		return
 	}
-	fmt.Fprintln(os.Stderr, "fabraid:", err)
+	if msg := err.Error(); msg != "" { // "": the exit status is the answer (nsd devices --user-exit)
+		fmt.Fprintln(os.Stderr, "fabraid:", msg)
+	}
 	var ee *exitError
 	if errors.As(err, &ee) {
 		os.Exit(ee.code)

@@ -334,7 +334,9 @@ func (d *Daemon) Handler() http.Handler {
 		var err error
 		switch r.PathValue("op") {
 		case "fail":
-			err = d.mgr.Fail(ref, q.Slot)
+			err = d.mgr.Fail(ref, q.Slot, q.Force)
+		case "re-add":
+			err = d.mgr.ReAdd(ref, q.Slot, q.Rate)
 		case "replace":
 			err = d.mgr.Replace(ref, q.Slot, q.Drive, q.Rate)
 		case "rebuild":
