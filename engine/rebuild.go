@@ -565,7 +565,8 @@ func (v *Volume) failByRequest(slot int, force bool) error {
 		v.markFailedLocked(slot, errors.New("failed by request"))
 		v.meta.Members[slot].Failure = superblock.FailAdmin
 		if err := v.writeMetaLocked(); err != nil {
-			v.log.Error("cannot record member failure", "err", err)
+			v.unlockMeta()
+			return fmt.Errorf("fail slot %d: record the failure: %w", slot, err)
 		}
 	}
 	v.unlockMeta()
