@@ -374,8 +374,8 @@ func (v *Volume) rebuildRow(grp int, row int64, targets []int, current func(int)
 	op := v.newOp()
 	defer v.putOp(op)
 	for attempt := 0; attempt <= g.Width(); attempt++ {
-		if v.failed.Load() {
-			return ErrVolumeFailed
+		if err := v.stopErr(); err != nil {
+			return err
 		}
 		unreadable, _ := v.masks(grp, row)
 		var targetMask uint64
@@ -566,7 +566,8 @@ func (v *Volume) failByRequest(slot int, force bool) error {
 		v.meta.Members[slot].Failure = superblock.FailAdmin
 		if err := v.writeMetaLocked(); err != nil {
 			v.unlockMeta()
-			return fmt.Errorf("fail slot %d: record the failure: %w", slot, err)
+			v.log.Error("cannot record member failure", "slot", slot, "err", err)
+			return fmt.Errorf("fail slot %d: record failure: %w", slot, err)
 		}
 	}
 	v.unlockMeta()

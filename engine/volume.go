@@ -578,11 +578,8 @@ func (v *Volume) writeMetaLocked() error {
 				ios = append(ios, IO{Dev: d, Write: true, Buf: b, Off: off})
 				slots = append(slots, slot)
 			}
-			v.exec.Execute(ios)
+			v.writeDurable(ios)
 			for i := range ios {
-				if ios[i].Err == nil {
-					ios[i].Err = ios[i].Dev.Flush()
-				}
 				if ios[i].Err != nil && failedSlot < 0 {
 					failedSlot, failErr = slots[i], ios[i].Err
 				}
@@ -665,21 +662,32 @@ func (v *Volume) markFailedLocked(slot int, cause error) {
 	}
 }
 
-// failMemberDev is failMember after an I/O error on dev: it does nothing
-// when slot no longer holds dev (the member was replaced meanwhile).
-func (v *Volume) failMemberDev(slot int, dev Member, cause error) {
+// failMemberDev marks slot failed after an I/O error on dev (nil: any
+// member), updates the survivors' superblocks and bumps the event
+// counter. It does nothing
+// when slot no longer holds dev (the member was replaced meanwhile). It
+// returns nil when the failure is recorded on the survivors' superblocks
+// (by this call or by the one that marked the slot failed first), and an
+// error when it could not be (the metadata write failed, the volume is
+// fenced or failed): a request that saw the member fail must not be
+// acknowledged then, since an assembly after a crash would trust the
+// member's stale chunks.
+func (v *Volume) failMemberDev(slot int, dev Member, cause error) error {
 	v.metaMu.Lock()
 	defer v.unlockMeta()
 	if dev != nil {
 		v.stats.memberErrors.Add(1)
 	}
 	if v.slotRole(slot) == superblock.RoleFailed || (dev != nil && v.dev(slot) != dev) {
-		return
+		// A failed metadata write leaves the volume fenced or failed.
+		return v.stopErr()
 	}
 	v.markFailedLocked(slot, cause)
 	if err := v.writeMetaLocked(); err != nil {
-		v.log.Error("cannot record member failure", "err", err)
+		v.log.Error("cannot record member failure", "slot", slot, "err", err)
+		return fmt.Errorf("record failure of slot %d: %w", slot, err)
 	}
+	return nil
 }
 
 // unlockMeta releases metaMu. If a member was marked failed meanwhile (by
@@ -701,29 +709,7 @@ func (v *Volume) unlockMeta() {
 // flushes them. A failing member is marked failed; the bit is durable on
 // the survivors.
 func (v *Volume) persistBitmap(blk int, data []byte) error {
-	var ios []IO
-	var slots []int
-	for slot := range v.slots {
-		if d := v.dev(slot); d != nil && v.writable(slot) {
-			ios = append(ios, IO{Dev: d, Write: true, Buf: data, Off: v.base.BitmapOffset + int64(blk)*bitmapBlock})
-			slots = append(slots, slot)
-		}
-	}
-	v.exec.Execute(ios)
-	for i := range ios {
-		if ios[i].Err == nil {
-			ios[i].Err = ios[i].Dev.Flush()
-		}
-	}
-	for i := range ios {
-		if ios[i].Err != nil {
-			v.failMemberDev(slots[i], ios[i].Dev, fmt.Errorf("bitmap write: %w", ios[i].Err))
-		}
-	}
-	if v.failed.Load() {
-		return ErrVolumeFailed
-	}
-	return nil
+	return v.syncWritable("bitmap write", nil, data, v.base.BitmapOffset+int64(blk)*bitmapBlock)
 }
 
 // allInSync reports whether every non-spare slot is active.
@@ -782,24 +768,11 @@ func (v *Volume) flush() error {
 
 // flushMembers flushes every writable member as one Executor batch (in
 // parallel with a parallel or io_uring Executor); failures mark members
-// failed.
+// failed. It fails when a failure could not be recorded or the volume
+// failed or is fenced.
 func (v *Volume) flushMembers() error {
-	var ios []IO
-	var slots []int
-	for slot := range v.slots {
-		if d := v.dev(slot); d != nil && v.writable(slot) {
-			ios = append(ios, IO{Dev: d, Flush: true})
-			slots = append(slots, slot)
-		}
-	}
-	v.exec.Execute(ios)
-	for i := range ios {
-		if ios[i].Err != nil {
-			v.failMemberDev(slots[i], ios[i].Dev, fmt.Errorf("flush: %w", ios[i].Err))
-		}
-	}
-	if v.failed.Load() {
-		return fmt.Errorf("flush: %w", ErrVolumeFailed)
+	if err := v.flushWritable(nil); err != nil {
+		return fmt.Errorf("flush: %w", err)
 	}
 	return nil
 }
@@ -808,13 +781,7 @@ func (v *Volume) check() error {
 	if v.closed.Load() {
 		return ErrClosed
 	}
-	if v.fenced.Load() {
-		return ErrFenced
-	}
-	if v.failed.Load() {
-		return ErrVolumeFailed
-	}
-	return nil
+	return v.stopErr()
 }
 
 // Close flushes, cleans the write-intent bitmap, marks the volume clean on
