@@ -18,8 +18,9 @@ const NQNPrefix = "nqn.2026-11.io.fabraid:drive:"
 // gets PortBase+i (kernel/nvmet DriveOwnership owns 18100..18199).
 const PortBase = 18100
 
-// MaxAddresses is how many storage addresses fit the port range.
-const MaxAddresses = 100
+// MaxAddresses is how many storage addresses fit the port range (18199,
+// the last id, is kernel/nvmet's feature probe port).
+const MaxAddresses = 99
 
 // DefaultServiceID is the TCP port drives are exported on. It differs from
 // the volume export port (4420): one nvmet address and port can be one

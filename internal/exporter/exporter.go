@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/fabraid/fabraid/kernel/nvmet"
 )
@@ -25,12 +26,24 @@ func New(root string) *Exporter {
 
 // Features probes the kernel's nvmet features once (kernel/nvmet Probe:
 // configfs attribute presence) and returns the cached answer afterwards;
-// a failed probe is not cached.
+// a failed probe is not cached. The objects of a probe interrupted by a
+// crash would make every later probe fail, and Reconcile never reach the
+// Apply that removes them: they are removed first.
 func (x *Exporter) Features() (nvmet.Features, error) {
 	if x.features != nil {
 		return *x.features, nil
 	}
-	f, err := nvmet.Probe(x.Target.Root, x.SysModule, x.Target.Own)
+	own := x.Target.Own
+	name := own.SubsystemPrefix + "probe"
+	leftovers := nvmet.Plan{
+		{Kind: nvmet.OpRmdir, Path: "hosts/" + name},
+		{Kind: nvmet.OpRmdir, Path: "subsystems/" + name},
+		{Kind: nvmet.OpRmdir, Path: "ports/" + strconv.Itoa(int(own.MaxPort))},
+	}
+	if _, err := x.Target.Execute(leftovers); err != nil {
+		return nvmet.Features{}, fmt.Errorf("drive exporter: remove the objects of an interrupted feature probe: %w", err)
+	}
+	f, err := nvmet.Probe(x.Target.Root, x.SysModule, own)
 	if err != nil {
 		return f, fmt.Errorf("drive exporter: %w", err)
 	}
