@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -157,6 +158,12 @@ func ServeEngine(ctx context.Context, o ServeOptions) error {
 		}
 		return nil
 	})
+	// Profiles of the engine process (the socket is root-only):
+	// go tool pprof over the socket, e.g. curl --unix-socket S
+	// http://engine/debug/pprof/profile?seconds=10 > cpu.pprof.
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	srv := &http.Server{Handler: mux}
 	go srv.Serve(ln)
 	log.Info("engine serving", "volume", vol.Name(), "ublk", l.Device().BlockPath(), "socket", socket)
