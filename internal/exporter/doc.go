@@ -43,7 +43,8 @@
 // second step links it. Result.Fenced names the drives fenced this time
 // (for logs). The acknowledgement does not depend on it: every Reconcile
 // that returns without error leaves no controller of a host other than
-// each drive's current owner on the drive ports, so the caller may then
+// each drive's current owner on the drive ports (as long as nothing but the
+// exporter changes the drive subsystems), so the caller may then
 // acknowledge "fenced for epoch E" in the cluster store for every volume of
 // the Input, also after a restart that found the fence already done.
 //
