@@ -257,6 +257,7 @@ func newEncoder(g layout.Geometry, c superblock.Codec) (reedsolomon.Encoder, err
 	if c == superblock.CodecXOR {
 		opts = append(opts, reedsolomon.WithFastOneParityMatrix())
 	}
+	opts = append(opts, fastestSIMD()...)
 	enc, err := reedsolomon.New(g.K, g.M, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("parity codec k=%d m=%d: %w", g.K, g.M, err)

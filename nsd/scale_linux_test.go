@@ -4,6 +4,7 @@ package nsd_test
 
 import (
 	"bytes"
+	"debug/elf"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -66,8 +67,10 @@ func hostPath(t *testing.T, rel string) string {
 	return p
 }
 
-// korn returns the guest files of Debian's ksh93 (package ksh93u+m, fetched
-// once into the VM test cache) and the host's C library it links.
+// korn returns the guest files of Debian's ksh93 (package ksh93u+m, or
+// ksh where that is the real package, fetched once into the VM test cache)
+// and the host libraries its ELF header names (libc, libm and the loader on
+// Debian 12).
 func korn(t *testing.T) map[string]string {
 	if vmtest.InGuest() || !vmtest.Enabled() {
 		return nil
@@ -76,42 +79,90 @@ func korn(t *testing.T) map[string]string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(cache, "ksh93u+m")
-	if _, err := os.Stat(filepath.Join(dir, "bin/ksh93")); err != nil {
-		os.MkdirAll(cache, 0o755)
-		dl, err := os.MkdirTemp(cache, "download-ksh-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer os.RemoveAll(dl)
-		cmd := exec.Command("apt-get", "download", "ksh93u+m")
-		cmd.Dir = dl
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("apt-get download ksh93u+m: %v\n%s", err, out)
-		}
-		debs, _ := filepath.Glob(filepath.Join(dl, "*.deb"))
-		if len(debs) != 1 {
-			t.Fatalf("apt-get download ksh93u+m: %d .deb files", len(debs))
-		}
-		if out, err := exec.Command("dpkg-deb", "-x", debs[0], filepath.Join(dl, "x")).CombinedOutput(); err != nil {
-			t.Fatalf("dpkg-deb -x: %v\n%s", err, out)
-		}
-		if err := os.Rename(filepath.Join(dl, "x"), dir); err != nil && !os.IsExist(err) {
-			if _, serr := os.Stat(filepath.Join(dir, "bin/ksh93")); serr != nil { // a parallel run may have won
-				t.Fatal(err)
+	dir := filepath.Join(cache, "ksh93")
+	bin := findKsh(dir)
+	if bin == "" {
+		var errs []string
+		for _, pkg := range []string{"ksh93u+m", "ksh"} {
+			if err := fetchDeb(cache, pkg, dir); err != nil {
+				errs = append(errs, err.Error())
+				continue
 			}
+			if bin = findKsh(dir); bin != "" {
+				break
+			}
+			os.RemoveAll(dir) // a transitional package without the shell
+		}
+		if bin == "" {
+			t.Fatalf("no ksh93 from apt: %s", strings.Join(errs, "; "))
 		}
 	}
-	files := map[string]string{ksh: filepath.Join(dir, "bin/ksh93")}
-	// NEEDED: libm.so.6, libc.so.6 (and the loader), which Debian 12 hosts have.
-	for _, lib := range []string{"/lib/x86_64-linux-gnu/libc.so.6", "/lib/x86_64-linux-gnu/libm.so.6", "/lib64/ld-linux-x86-64.so.2"} {
-		real, err := filepath.EvalSymlinks(lib)
-		if err != nil {
-			t.Fatalf("ksh93 needs %s: %v", lib, err)
+	files := map[string]string{ksh: bin}
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	libs, _ := f.ImportedLibraries()
+	interp := "/lib64/ld-linux-x86-64.so.2"
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			b := make([]byte, p.Filesz)
+			p.ReadAt(b, 0)
+			interp = strings.TrimRight(string(b), "\x00")
 		}
-		files[lib] = real
+	}
+	for _, lib := range append(libs, interp) {
+		guest := lib
+		if !filepath.IsAbs(lib) {
+			guest = "/lib/x86_64-linux-gnu/" + lib
+		}
+		real, err := filepath.EvalSymlinks(guest)
+		if err != nil {
+			real, err = filepath.EvalSymlinks("/usr" + guest)
+		}
+		if err != nil {
+			t.Fatalf("ksh93 needs %s, not on this host: %v", lib, err)
+		}
+		files[guest] = real
 	}
 	return files
+}
+
+func findKsh(dir string) string {
+	for _, p := range []string{"bin/ksh93", "usr/bin/ksh93", "bin/ksh", "usr/bin/ksh"} {
+		if st, err := os.Stat(filepath.Join(dir, p)); err == nil && st.Mode().IsRegular() {
+			return filepath.Join(dir, p)
+		}
+	}
+	return ""
+}
+
+// fetchDeb downloads pkg with apt-get download and unpacks it into dir
+// (renamed into place, so parallel runs see all of it or nothing).
+func fetchDeb(cache, pkg, dir string) error {
+	os.MkdirAll(cache, 0o755)
+	dl, err := os.MkdirTemp(cache, "download-"+pkg+"-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dl)
+	cmd := exec.Command("apt-get", "download", pkg)
+	cmd.Dir = dl
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("apt-get download %s: %v: %s", pkg, err, bytes.TrimSpace(out))
+	}
+	debs, _ := filepath.Glob(filepath.Join(dl, "*.deb"))
+	if len(debs) != 1 {
+		return fmt.Errorf("apt-get download %s: %d .deb files", pkg, len(debs))
+	}
+	if out, err := exec.Command("dpkg-deb", "-x", debs[0], filepath.Join(dl, "x")).CombinedOutput(); err != nil {
+		return fmt.Errorf("dpkg-deb -x %s: %v: %s", debs[0], err, out)
+	}
+	if err := os.Rename(filepath.Join(dl, "x"), dir); err != nil && findKsh(dir) == "" {
+		return err
+	}
+	return nil
 }
 
 type result struct {
@@ -147,16 +198,29 @@ fi
 echo "NSDDEVICES_RC=$rc"
 `
 
+// mmdevdiscoverKsh does the same from inside a ksh function (a return in
+// the dot script must leave the dot script, not the function).
+const mmdevdiscoverKsh = `function discover {
+  typeset nsddevices=/var/mmfs/etc/nsddevices
+  . $nsddevices
+  rc=$?
+  print "NSDDEVICES_RC=$rc"
+}
+discover
+`
+
 // userExitRuns runs the installed user exit the four ways and returns the
 // device lines of each, checking that every way returned want.
 func userExitRuns(t *testing.T, want int) map[string][]string {
 	t.Helper()
 	os.WriteFile("/tmp/mmdevdiscover", []byte(mmdevdiscover), 0o755)
+	os.WriteFile("/tmp/mmdevdiscover-ksh", []byte(mmdevdiscoverKsh), 0o755)
 	runs := map[string]result{
-		"sourced by sh":    sh(t, nil, "/bin/sh", "/tmp/mmdevdiscover"),
-		"sourced by ksh93": sh(t, nil, ksh, "/tmp/mmdevdiscover"),
-		"executed":         sh(t, nil, userExit),
-		"executed by ksh":  sh(t, nil, ksh, userExit),
+		"sourced by sh":               sh(t, nil, "/bin/sh", "/tmp/mmdevdiscover"),
+		"sourced by ksh93":            sh(t, nil, ksh, "/tmp/mmdevdiscover"),
+		"sourced in a ksh93 function": sh(t, nil, ksh, "/tmp/mmdevdiscover-ksh"),
+		"executed":                    sh(t, nil, userExit),
+		"executed by ksh":             sh(t, nil, ksh, userExit),
 	}
 	lines := map[string][]string{}
 	for how, r := range runs {

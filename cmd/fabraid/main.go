@@ -39,6 +39,7 @@ func newRootCmd() *cobra.Command {
 		newNvmeCmd(),
 		newDriveCmd(),
 		newVolumeCmd(),
+		newClusterCmd(),
 		newNsdCmd(),
 		newWaitCmd(),
 	)
