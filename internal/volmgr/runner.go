@@ -13,6 +13,7 @@ import (
 
 	"github.com/fabraid/fabraid/engine"
 	"github.com/fabraid/fabraid/engine/layout"
+	"github.com/fabraid/fabraid/kernel/memberio"
 	"github.com/fabraid/fabraid/kernel/ublk"
 )
 
@@ -25,9 +26,9 @@ type Engine interface {
 	Fail(slot int, force bool) error
 	// Replace puts the device at path into failed slot and starts a rebuild.
 	Replace(slot int, path string, rate int64) error
-	// ReAdd puts the device at path, which holds a failed member, back
-	// into its slot and starts the rebuild of what it missed.
-	ReAdd(path string, rate int64) error
+	// ReAdd puts the device at path, which holds the failed member of
+	// slot, back into it and starts the rebuild of what it missed.
+	ReAdd(slot int, path string, rate int64) error
 	// Rebuild starts a rebuild of stale or replaced members in the background.
 	Rebuild(rate int64) error
 	// Scrub starts a parity check (repairing mismatches when repair) in the
@@ -127,6 +128,8 @@ func StartLocal(vol *engine.Volume, ublkID int, log *slog.Logger, o LocalOptions
 	}()
 	g := vol.Geometry()
 	cfg := ublkConfig(ublkID, vol.BlockSize(), g, o)
+	// Healthy reads are submitted by the queue threads themselves.
+	backend := memberio.Backend{Volume: vol}
 	if want := cfg.Queues + 2; runtime.GOMAXPROCS(0) < want {
 		runtime.GOMAXPROCS(want) // see fabraid ublk serve: an idle P per queue thread
 	}
@@ -137,7 +140,7 @@ func StartLocal(vol *engine.Volume, ublkID int, log *slog.Logger, o LocalOptions
 			if info.State != ublk.StateQuiesced && info.State != ublk.StateDead {
 				return nil, fmt.Errorf("volume %s: ublk device %d is %s (served by pid %d)", vol.Name(), ublkID, info.State, info.PID)
 			}
-			dev, err = ublk.Recover(ctl, ublkID, vol, cfg)
+			dev, err = ublk.Recover(ctl, ublkID, backend, cfg)
 			if err != nil {
 				return nil, fmt.Errorf("volume %s: recover ublk device %d: %w", vol.Name(), ublkID, err)
 			}
@@ -145,10 +148,10 @@ func StartLocal(vol *engine.Volume, ublkID int, log *slog.Logger, o LocalOptions
 		}
 	}
 	if dev == nil {
-		dev, err = ublk.Create(ctl, vol, cfg)
+		dev, err = ublk.Create(ctl, backend, cfg)
 		if err != nil && ublkID >= 0 {
 			cfg.ID = ublk.AnyID
-			dev, err = ublk.Create(ctl, vol, cfg)
+			dev, err = ublk.Create(ctl, backend, cfg)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("volume %s: create ublk device: %w", vol.Name(), err)
@@ -229,12 +232,19 @@ func (l *Local) Fail(slot int, force bool) error {
 }
 
 // ReAdd implements Engine.
-func (l *Local) ReAdd(path string, rate int64) error {
+func (l *Local) ReAdd(slot int, path string, rate int64) error {
 	l.mu.Lock()
 	busy := l.task != ""
 	l.mu.Unlock()
 	if busy {
 		return fmt.Errorf("volume %s: re-add: %w", l.vol.Name(), ErrBusy)
+	}
+	if st := l.vol.Status(); slot >= 0 && slot < len(st.Members) && st.Members[slot].Device == path {
+		// Failed while this engine ran: it still holds the device
+		// (exclusively); let go of it first.
+		if err := l.vol.DetachFailed(slot); err != nil {
+			return fmt.Errorf("volume %s: re-add %s: %w", l.vol.Name(), path, err)
+		}
 	}
 	m, err := openMember(path, l.log)
 	if err != nil {
