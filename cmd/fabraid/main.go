@@ -12,6 +12,8 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/fabraid/fabraid/internal/manpage"
 )
 
 // exitError carries a specific process exit code out of a command.
@@ -38,6 +40,7 @@ func newRootCmd() *cobra.Command {
 		newNvmeCmd(),
 		newDriveCmd(),
 		newVolumeCmd(),
+		manpage.Command("1", "fabraid "+version),
 	)
 	return root
 }
