@@ -310,6 +310,8 @@ func contents(p *Package, root, bin, gen string, mtime time.Time) files.Contents
 			c.Source = filepath.Join(gen, strings.TrimPrefix(f.Gen, GenMan)+".gz")
 		case f.Gen != "":
 			c.Source = filepath.Join(gen, f.Gen)
+		case filepath.IsAbs(f.Src):
+			c.Source = f.Src
 		default:
 			c.Source = filepath.Join(root, f.Src)
 		}

@@ -28,7 +28,7 @@ type fixture struct {
 	opts   Options
 	def    *Package
 	pkgs   map[string]string // "el9/x86_64" -> .rpm path (1.0.0)
-	newer  string            // el9/x86_64 1.0.1
+	newer  string            // el9/x86_64 1.0.1, with a changed default fabraid.conf
 	pubKey string            // armored public key file
 	err    error
 }
@@ -92,7 +92,7 @@ func buildFixture(f *fixture) error {
 		return err
 	}
 	defer st.Close()
-	f.def = st.Def
+	f.def = st.Def // (1.0.0's file list; 1.0.1 only changes a file's source)
 	built, err := st.Package(f.opts)
 	if err != nil {
 		return err
@@ -100,6 +100,20 @@ func buildFixture(f *fixture) error {
 	f.pkgs = map[string]string{}
 	for _, b := range built {
 		f.pkgs[b.Target.Dist+"/"+b.Target.RPMArch()] = b.Path
+	}
+	// 1.0.1 ships a changed default configuration.
+	conf, err := os.ReadFile(filepath.Join(root, "packaging/fabraid.conf"))
+	if err != nil {
+		return err
+	}
+	newConf := filepath.Join(f.dir, "fabraid.conf.1.0.1")
+	if err := os.WriteFile(newConf, append(conf, "# a new default in 1.0.1\n"...), 0o644); err != nil {
+		return err
+	}
+	for i := range st.Def.Files {
+		if st.Def.Files[i].Kind == Config {
+			st.Def.Files[i].Src = newConf
+		}
 	}
 	o2 := f.opts
 	o2.Out, o2.Version.RPM, o2.Targets = filepath.Join(f.dir, "v2"), "1.0.1", []Target{{"el9", "amd64"}}
@@ -165,7 +179,7 @@ func lines(s string) []string {
 	return out
 }
 
-// TestRpmlint: no error in any of the four packages (the deliberate ones
+// TestRpmlint: no error in any of the four packages nor in the .spec (the deliberate ones
 // are filtered in packaging/rpm/rpmlint.toml, see docs/install.md).
 func TestRpmlint(t *testing.T) {
 	f := getFixture(t)
@@ -175,6 +189,7 @@ func TestRpmlint(t *testing.T) {
 		args = append(args, p)
 	}
 	sort.Strings(args[2:])
+	args = append(args, filepath.Join(f.opts.Root, SpecPath))
 	// rpmlint checks the signature with "rpm -Kv": give rpm a database
 	// that knows the test key, as a node that imported it does.
 	home := t.TempDir()

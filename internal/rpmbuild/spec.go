@@ -11,9 +11,8 @@ import (
 // SpecPath is where the checked-in .spec lives, relative to the checkout.
 const SpecPath = "packaging/rpm/fabraid.spec"
 
-// macroDirs maps install paths to the macros that name them, longest
-// first; the .spec defines a fallback for the ones rpm itself may lack
-// (rpm without systemd-rpm-macros, e.g. on Debian).
+// macroDirs maps install paths to the macros that name them (el9 and
+// el10 values: systemd-rpm-macros, redhat-rpm-config), longest first.
 var macroDirs = []struct{ dir, macro string }{
 	{CompletionDir, "%{bash_completions_dir}"},
 	{PresetDir, "%{_presetdir}"},
@@ -106,12 +105,8 @@ var specTemplate = template.Must(template.New("spec").Parse(`# fabraid.spec: for
 # Go modules: a tree with vendor/ (go mod vendor) builds offline (mock);
 # without it, go needs the module proxy. Needs Go >= 1.26.
 
-# Fallbacks for rpm without systemd-rpm-macros (el9 and el10 define them).
-%{!?_unitdir:%global _unitdir %{_prefix}/lib/systemd/system}
-%{!?_presetdir:%global _presetdir %{_prefix}/lib/systemd/system-preset}
-%{!?_udevrulesdir:%global _udevrulesdir %{_prefix}/lib/udev/rules.d}
-%{!?_modulesloaddir:%global _modulesloaddir %{_prefix}/lib/modules-load.d}
-%{!?_tmpfilesdir:%global _tmpfilesdir %{_prefix}/lib/tmpfiles.d}
+# systemd-rpm-macros names the unit, preset, udev rules, modules-load and
+# tmpfiles directories; bash-completion may not name its directory:
 %{!?bash_completions_dir:%global bash_completions_dir %{_datadir}/bash-completion/completions}
 
 # Static, stripped Go binaries: no debuginfo package.
