@@ -109,8 +109,10 @@ var specTemplate = template.Must(template.New("spec").Parse(`# fabraid.spec: for
 # tmpfiles directories; bash-completion may not name its directory:
 %{!?bash_completions_dir:%global bash_completions_dir %{_datadir}/bash-completion/completions}
 
-# Static, stripped Go binaries: no debuginfo package.
+# Static, stripped Go binaries: no debuginfo package, no build-id links
+# (the nfpm packages have none either).
 %global debug_package %{nil}
+%global _build_id_links none
 
 Name:           {{.P.Name}}
 Version:        %{?fabraid_version}%{!?fabraid_version:0}
