@@ -38,7 +38,9 @@ vmtest: setup
 	$(GOFLAGS_STATIC) FABRAID_VMTEST=1 $(GO) test -count=1 -timeout $(VMTEST_TIMEOUT) -run 'TestIntegration' ./...
 
 # In-guest benchmarks (TestBench*VM): one JSON line per benchmark, each with
-# a "ratio" field; method and results in docs/performance.md.
+# a "ratio" field; method and results in docs/performance.md. The product
+# benchmark (internal/productbench, ~15 min) also writes CPU profiles of the
+# engine to FABRAID_VMBENCH_PROFILES (default: a new /tmp/fabraid-vmbench-*).
 vmbench: setup
 	@out=$$($(GOFLAGS_STATIC) FABRAID_VMTEST=1 FABRAID_VMBENCH=1 $(GO) test -count=1 -timeout $(VMTEST_TIMEOUT) \
 		-run '^TestBench.*VM$$' -v ./... 2>&1); rc=$$?; \

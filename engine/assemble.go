@@ -23,7 +23,9 @@ type Candidate struct {
 // slot and in which role. Nothing has been written yet.
 type AssemblyPlan struct {
 	// SB is the authoritative superblock with roles updated for this
-	// assembly: missing members are Failed, stale ones Rebuilding+Resync.
+	// assembly: missing members are Failed (reason FailMissing unless
+	// already failed), stale ones Rebuilding+Resync; a present device of
+	// a failed slot is left out and the slot stays Failed.
 	// Its event counter is not yet bumped.
 	SB *superblock.Superblock
 	// Device[slot] is the candidate index filling slot, or -1.
@@ -55,8 +57,10 @@ func immutableEqual(a, b *superblock.Superblock) bool {
 }
 
 // PlanAssembly decides whether cands form a startable volume. The newest
-// consistent view wins — highest owner epoch, then highest event counter —
-// and members with an older view are stale.
+// consistent view wins (superblock.Newer: highest owner epoch, then highest
+// event counter) and members with an older view are stale. A device whose
+// slot the newest view records as failed is left out (warning): a failed
+// member returns only by ReAdd or Replace.
 // It refuses, naming the device and the reason, when a device has no valid
 // superblock, belongs to another volume, duplicates a slot, is too small,
 // disagrees with another device at the same event counter, or when a group
@@ -91,7 +95,7 @@ func PlanAssembly(cands []Candidate) (*AssemblyPlan, error) {
 		return nil, refuse("no readable devices (%d offered)", len(cands))
 	}
 	for i, c := range usable {
-		if auth == nil || newer(c.SB, auth) {
+		if auth == nil || superblock.Newer(c.SB, auth) {
 			auth, authIdx = c.SB, i
 		}
 	}
@@ -132,6 +136,15 @@ func PlanAssembly(cands []Candidate) (*AssemblyPlan, error) {
 			plan.Warnings = append(plan.Warnings, fmt.Sprintf("device %s: spare in slot %d; ignored", c.Name, slot))
 			continue
 		}
+		if m := auth.Members[slot]; m.Role == superblock.RoleFailed {
+			// A failed member stays failed whatever brought it back: only
+			// an explicit ReAdd or Replace returns it (mdadm kicks such a
+			// member too).
+			plan.Warnings = append(plan.Warnings, fmt.Sprintf(
+				"device %s: member of slot %d failed (%s); not assembled: bring it back with re-add or replace it",
+				c.Name, slot, m.Failure))
+			continue
+		}
 		plan.Device[slot] = i
 	}
 	for slot := range plan.Device {
@@ -142,9 +155,9 @@ func PlanAssembly(cands []Candidate) (*AssemblyPlan, error) {
 		case i < 0:
 			if m.Role != superblock.RoleFailed {
 				plan.Warnings = append(plan.Warnings, fmt.Sprintf("slot %d: member %x missing; marked failed", slot, m.UUID))
+				m.Role, m.Resync, m.Checkpoint, m.Failure = superblock.RoleFailed, false, 0, superblock.FailMissing
 			}
-			m.Role, m.Resync, m.Checkpoint = superblock.RoleFailed, false, 0
-		case !(sameVersion(cands[i].SB, auth) || tornBehind(cands[i].SB, auth, slot)) || m.Role == superblock.RoleFailed:
+		case !(sameVersion(cands[i].SB, auth) || tornBehind(cands[i].SB, auth, slot)):
 			plan.Stale[slot] = true
 			if m.Role != superblock.RoleRebuilding {
 				// A returning member: only regions dirty in the bitmap
@@ -173,16 +186,6 @@ func PlanAssembly(cands []Candidate) (*AssemblyPlan, error) {
 		}
 	}
 	return plan, nil
-}
-
-// newer orders metadata versions: the owner epoch first (a new owner's
-// view wins over anything a fenced, older owner may still have written),
-// then the event counter.
-func newer(a, b *superblock.Superblock) bool {
-	if a.Epoch != b.Epoch {
-		return a.Epoch > b.Epoch
-	}
-	return a.Events > b.Events
 }
 
 // tornBehind reports whether c missed only the newest metadata write,

@@ -48,10 +48,22 @@ func TestPlanAssembly(t *testing.T) {
 		{name: "healthy", mutate: func(c []Candidate) []Candidate { return c }},
 		{name: "missing two", mutate: func(c []Candidate) []Candidate { return c[:3] },
 			check: func(t *testing.T, p *AssemblyPlan) {
-				if p.SB.Members[3].Role != superblock.RoleFailed || p.SB.Members[4].Role != superblock.RoleFailed {
-					t.Fatalf("missing members not failed: %+v", p.SB.Members)
+				for _, m := range p.SB.Members[3:] {
+					if m.Role != superblock.RoleFailed || m.Failure != superblock.FailMissing {
+						t.Fatalf("missing members not failed (missing): %+v", p.SB.Members)
+					}
 				}
 			}},
+		{name: "missing, failed before", mutate: func(c []Candidate) []Candidate {
+			for _, x := range c[:4] {
+				x.SB.Members[4].Role, x.SB.Members[4].Failure = superblock.RoleFailed, superblock.FailIO
+			}
+			return c[:4]
+		}, check: func(t *testing.T, p *AssemblyPlan) {
+			if m := p.SB.Members[4]; m.Role != superblock.RoleFailed || m.Failure != superblock.FailIO {
+				t.Fatalf("reason of a failed member changed by its absence: %+v", m)
+			}
+		}},
 		{name: "missing three", mutate: func(c []Candidate) []Candidate { return c[:2] }, wantErr: "group 0 has 2 current members"},
 		{name: "stale member", mutate: func(c []Candidate) []Candidate {
 			for _, x := range c[1:] {
@@ -81,8 +93,23 @@ func TestPlanAssembly(t *testing.T) {
 			}
 			return c
 		}, check: func(t *testing.T, p *AssemblyPlan) {
-			if !p.Stale[0] {
-				t.Fatal("failed member trusted")
+			if p.Device[0] != -1 || p.SB.Members[0].Role != superblock.RoleFailed {
+				t.Fatalf("failed member assembled: device %d, %+v", p.Device[0], p.SB.Members[0])
+			}
+		}},
+		{name: "failed member present", mutate: func(c []Candidate) []Candidate {
+			for _, x := range c[1:] {
+				x.SB.Events = 9
+				x.SB.Members[0].Role, x.SB.Members[0].Failure = superblock.RoleFailed, superblock.FailAdmin
+			}
+			return c
+		}, check: func(t *testing.T, p *AssemblyPlan) {
+			m := p.SB.Members[0]
+			if p.Device[0] != -1 || p.Stale[0] || m.Role != superblock.RoleFailed || m.Failure != superblock.FailAdmin {
+				t.Fatalf("failed member not left out: device %d stale %v %+v", p.Device[0], p.Stale[0], m)
+			}
+			if len(p.Warnings) != 1 || !strings.Contains(p.Warnings[0], "deva: member of slot 0 failed (admin); not assembled") {
+				t.Fatalf("warnings %q", p.Warnings)
 			}
 		}},
 		{name: "one write behind, older owner epoch", mutate: func(c []Candidate) []Candidate {
@@ -245,6 +272,9 @@ func FuzzPlanAssembly(f *testing.F) {
 			if p.Stale[slot] && p.SB.Members[slot].Role == superblock.RoleActive {
 				t.Fatalf("slot %d: stale device active", slot)
 			}
+			if p.SB.Members[slot].Role == superblock.RoleFailed {
+				t.Fatalf("slot %d: device of a failed member assembled", slot)
+			}
 		}
 		for grp := 0; grp < g.Groups; grp++ {
 			n := 0
@@ -358,5 +388,39 @@ func TestOwnerEpochFencing(t *testing.T) {
 	}
 	if _, err := v2.WriteAt(make([]byte, 4096), 0); err != nil {
 		t.Fatalf("new owner write: %v", err)
+	}
+}
+
+// The old owner is fenced although only one superblock copy holds the new
+// owner's epoch and the other its own, higher event counter (the new
+// owner's metadata write was interrupted after copy A).
+func TestFencedByOneCopy(t *testing.T) {
+	v1, mm := newTestVolume(t, Config{Name: "fence1", K: 2, M: 1, ChunkSize: 4096}, 1<<20)
+	for i, m := range mm {
+		sb, err := superblock.ReadCopies(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb.Epoch++
+		sb.Events -= 2 // the new owner assembled from an older view
+		b, err := sb.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.WriteAt(b, superblock.CopyAOffset); err != nil {
+			t.Fatalf("member %d: %v", i, err)
+		}
+	}
+	epoch := v1.Status().Epoch
+	if err := v1.FailMember(2); !errors.Is(err, ErrFenced) && err != nil {
+		t.Fatalf("old owner fail member: %v", err)
+	}
+	if _, err := v1.ReadAt(make([]byte, 4096), 0); !errors.Is(err, ErrFenced) {
+		t.Fatalf("old owner read after a newer epoch in copy A: %v, want %v", err, ErrFenced)
+	}
+	for i, m := range mm {
+		if sb, err := superblock.ReadCopies(m); err != nil || sb.Epoch != epoch+1 {
+			t.Fatalf("member %d: the old owner overwrote the new owner's copy: %+v, %v", i, sb, err)
+		}
 	}
 }

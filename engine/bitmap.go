@@ -66,18 +66,24 @@ func encodeBlock(dst []byte, load func(w int) uint64, nwords int, blk int) {
 // Protocol: a writer announces itself in inflight[r] and then, if bit r is
 // not set, sets it durably on every member (slow path, under mu) before it
 // writes any data. The fast path (bit already set) takes no lock. Bits are
-// cleared lazily by clearIdle, after a member flush, only for regions that
-// were idle for a whole flush interval and only while every member is in
-// sync. A cleared bit is re-checked against inflight before it is written,
-// so a writer that saw the bit set never loses it.
+// cleared lazily in a clean session (cleanMu held from idleCandidates to
+// clear, one session at a time): the candidates are the set regions in
+// which no write began or completed since the previous session; the
+// members are then flushed; clear drops the candidates that saw a write
+// begin or complete meanwhile or still have one in flight. So a cleared
+// region's last write completed before the session began, hence before
+// its member flush. A cleared bit is re-checked against inflight before it
+// is written, so a writer that saw the bit set never loses it.
 type writeIntent struct {
 	regionRows int64
 	n          int64
 	words      []atomic.Uint64
 	inflight   []atomic.Int32
 	touched    []atomic.Bool
+	endForgets bool // re-introduced bug (faults.go)
 
-	mu sync.Mutex // serialises persisting; never held on the fast path
+	cleanMu sync.Mutex // one clean session (idleCandidates ... clear) at a time
+	mu      sync.Mutex // serialises persisting; never held on the fast path
 	// persist writes bitmap block blk (bitmapBlock bytes) to every member
 	// and flushes them.
 	persist func(blk int, data []byte) error
@@ -142,11 +148,19 @@ func (w *writeIntent) begin(r int64) error {
 	return nil
 }
 
-// end retires a write announced by begin.
-func (w *writeIntent) end(r int64) { w.inflight[r].Add(-1) }
+// end retires a write announced by begin. The region counts as touched
+// until the next clean session: the write's member writes completed, but a
+// session already under way may have flushed the members before them.
+func (w *writeIntent) end(r int64) {
+	if !w.endForgets {
+		w.touched[r].Store(true)
+	}
+	w.inflight[r].Add(-1)
+}
 
-// idleCandidates returns the set regions that saw no write since the
-// previous call and resets the write history: step 1 of a lazy clean.
+// idleCandidates returns the set regions that saw no write begin or
+// complete since the previous call and resets the write history: step 1 of
+// a clean session. Callers hold cleanMu until clear.
 func (w *writeIntent) idleCandidates() []int64 {
 	var c []int64
 	for r := int64(0); r < w.n; r++ {
@@ -169,16 +183,18 @@ func (w *writeIntent) allSet() []int64 {
 }
 
 // clear clears the bits of cands that still saw no write and have none in
-// flight: step 2 of a lazy clean, called after every member was flushed
-// (so every write that completed before idleCandidates is durable). A
-// cleared bit is re-checked against writers that raced with the clear and
-// restored for them; only then are the changed blocks written.
+// flight: step 2 of a clean session, called under cleanMu after every
+// member was flushed (so every write that completed before idleCandidates
+// is durable). inflight is read before touched: end marks touched before
+// it leaves inflight. A cleared bit is re-checked against writers that
+// raced with the clear and restored for them; only then are the changed
+// blocks written.
 func (w *writeIntent) clear(cands []int64) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var cleared []int64
 	for _, r := range cands {
-		if w.touched[r].Load() || w.inflight[r].Load() != 0 {
+		if w.busy(r) {
 			continue
 		}
 		w.words[r/64].And(^(uint64(1) << uint(r%64)))
@@ -186,7 +202,7 @@ func (w *writeIntent) clear(cands []int64) error {
 	}
 	dirtyBlocks := map[int]bool{}
 	for _, r := range cleared {
-		if w.touched[r].Load() || w.inflight[r].Load() != 0 {
+		if w.busy(r) {
 			// A writer saw the bit set before we cleared it.
 			w.words[r/64].Or(1 << uint(r%64))
 			continue
@@ -199,4 +215,10 @@ func (w *writeIntent) clear(cands []int64) error {
 		}
 	}
 	return nil
+}
+
+// busy reports whether region r has a write in flight or saw one begin or
+// complete in this clean session.
+func (w *writeIntent) busy(r int64) bool {
+	return w.inflight[r].Load() != 0 || w.touched[r].Load()
 }

@@ -17,6 +17,7 @@ type stripeOp struct {
 	shards [][]byte
 	reqs   []layout.StripeReq
 	segs   []layout.Seg
+	err    error // a member failure run could not record: the request fails
 }
 
 func (op *stripeOp) buf(n int) []byte {
@@ -41,7 +42,8 @@ func (op *stripeOp) add(slot int, write bool, buf []byte, memberOff int64) {
 }
 
 // run executes the queued I/O and marks the members whose I/O failed as
-// failed. It reports whether every I/O succeeded.
+// failed. It reports whether every I/O succeeded; op.err is set when a
+// failure could not be recorded (the request must fail).
 func (op *stripeOp) run() bool {
 	if len(op.ios) == 0 {
 		return true
@@ -51,7 +53,9 @@ func (op *stripeOp) run() bool {
 	for i := range op.ios {
 		if op.ios[i].Err != nil {
 			ok = false
-			op.v.failMemberDev(op.slots[i], op.ios[i].Dev, op.ios[i].Err)
+			if err := op.v.failMemberDev(op.slots[i], op.ios[i].Dev, op.ios[i].Err); err != nil && op.err == nil {
+				op.err = err
+			}
 		}
 	}
 	op.ios = op.ios[:0]
@@ -75,6 +79,7 @@ func (v *Volume) putOp(op *stripeOp) {
 	op.release()
 	op.reqs = op.reqs[:0]
 	op.segs = op.segs[:0]
+	op.err = nil
 	v.ops.Put(op)
 }
 
@@ -122,6 +127,9 @@ func (v *Volume) readAt(p []byte, off int64) (int, error) {
 	if healthy && op.run() {
 		return len(p), nil
 	}
+	if op.err != nil {
+		return 0, fmt.Errorf("read at %d: %w", off, op.err)
+	}
 	op.release()
 	for _, r := range reqs {
 		if err := v.readStripe(op, p, r); err != nil {
@@ -134,13 +142,26 @@ func (v *Volume) readAt(p []byte, off int64) (int, error) {
 // readStripe reads one stripe request, reconstructing unavailable chunks.
 // It holds the stripe's lock shared so that no write changes the stripe
 // between reading the chunks a reconstruction combines.
+//
+// A row the background resync has not reached may have parity torn by the
+// crash: it is resynced first, as a write does, or, when a data chunk
+// cannot be read, counted as a write hole (Status().WriteHoleStripes,
+// logged) before its reconstruction is returned.
 func (v *Volume) readStripe(op *stripeOp, p []byte, r layout.StripeReq) error {
 	lk := v.lockFor(r.Stripe)
+	if rs := v.rs.Load(); rs != nil && rs.needs(r.Stripe, r.Group, r.Row) {
+		lk.Lock()
+		err := v.resyncPendingLocked(rs, r.Group, r.Row, false)
+		lk.Unlock()
+		if err != nil {
+			return fmt.Errorf("stripe %d: resync: %w", r.Stripe, err)
+		}
+	}
 	lk.RLock()
 	defer lk.RUnlock()
 	for attempt := 0; attempt <= v.geo.Width(); attempt++ {
-		if v.failed.Load() {
-			return ErrVolumeFailed
+		if err := v.stopErr(); err != nil {
+			return err
 		}
 		unreadable, _ := v.masks(r.Group, r.Row)
 		plan, err := layout.PlanRead(v.geo, r, unreadable)
@@ -149,6 +170,9 @@ func (v *Volume) readStripe(op *stripeOp, p []byte, r layout.StripeReq) error {
 		}
 		if err := v.execRead(op, p, r, plan); err != nil {
 			op.release()
+			if op.err != nil {
+				return op.err
+			}
 			if errors.Is(err, errRetry) {
 				continue
 			}
@@ -334,8 +358,8 @@ func (v *Volume) writeStripe(op *stripeOp, p []byte, r layout.StripeReq) error {
 		}
 	}
 	for attempt := 0; attempt <= v.geo.Width(); attempt++ {
-		if v.failed.Load() {
-			return ErrVolumeFailed
+		if err := v.stopErr(); err != nil {
+			return err
 		}
 		gen := v.failGen.Load()
 		unreadable, unwritable, journal := v.writeMasks(r.Group, r.Row)
@@ -356,6 +380,9 @@ func (v *Volume) writeStripe(op *stripeOp, p []byte, r layout.StripeReq) error {
 		}
 		err = v.execWrite(op, p, r, plan, journal, lost, gen)
 		op.release()
+		if op.err != nil {
+			return op.err
+		}
 		if errors.Is(err, errRetry) {
 			continue
 		}
@@ -489,6 +516,12 @@ func (v *Volume) execWrite(op *stripeOp, p []byte, r layout.StripeReq, plan layo
 		}
 		v.jrn.done(seq)
 	}
+	if op.err != nil {
+		// A member failed in the write phase and the failure could
+		// not be recorded: after a crash its stale chunk would be
+		// trusted, so the write is not acknowledged.
+		return op.err
+	}
 	if !ok {
 		unreadable, unwritable := v.masks(r.Group, r.Row)
 		if bitsCount(unreadable|unwritable) > g.M {
@@ -496,13 +529,20 @@ func (v *Volume) execWrite(op *stripeOp, p []byte, r layout.StripeReq, plan layo
 		}
 	}
 	if !ok || v.failGen.Load() != failGen {
+		// Whoever recorded the failure may have found the volume
+		// fenced, or failed it.
+		if err := v.stopErr(); err != nil {
+			return err
+		}
 		// A member failed while this write ran, so this write was
 		// planned (and not journaled) as if it were in sync, and the
 		// metadata write recording the failure may have flushed before
 		// this write's chunks landed. Make them durable before the
 		// write completes: an assembly after a crash treats the failed
 		// member's rows as journaled.
-		v.flushGroup(r.Group)
+		if err := v.flushGroup(r.Group); err != nil {
+			return err
+		}
 		if seq != 0 {
 			// The record lacks the chunk of the member that failed; it
 			// is not needed any more (the write is durable), and an
@@ -516,16 +556,10 @@ func (v *Volume) execWrite(op *stripeOp, p []byte, r layout.StripeReq, plan layo
 }
 
 // flushGroup flushes the writable members of group; failures mark them
-// failed.
-func (v *Volume) flushGroup(group int) {
-	for mem := 0; mem < v.geo.Width(); mem++ {
-		slot := v.geo.Slot(group, mem)
-		if d := v.dev(slot); d != nil && v.writable(slot) {
-			if err := d.Flush(); err != nil {
-				v.failMemberDev(slot, d, fmt.Errorf("flush: %w", err))
-			}
-		}
-	}
+// failed. See failErrored for the result.
+func (v *Volume) flushGroup(group int) error {
+	w := v.geo.Width()
+	return v.flushWritable(func(slot int) bool { return slot/w == group })
 }
 
 // journalSlot picks the member of r's group that receives a journal

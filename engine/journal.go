@@ -203,6 +203,12 @@ type journal struct {
 
 	retireMu sync.Mutex  // serialises retire (member flush + header write)
 	again    atomic.Bool // a retire was asked for while one ran
+	// held: assembly has not finished replaying; nothing may be retired
+	// (every record is unretired until the replay is durable).
+	held atomic.Bool
+	// afterRound, when set (tests), runs in retire after its last round,
+	// before retireMu is released.
+	afterRound func()
 
 	mu       sync.Mutex // guards the fields below; never held during I/O
 	cond     sync.Cond  // signalled when a logged write completes or records retire
@@ -238,7 +244,7 @@ func newJournal(v *Volume, sb *superblock.Superblock) *journal {
 	}
 	j.cond.L = &j.mu
 	n := maxRecordSize(sb.Geometry)
-	j.bufs.New = func() any { b := make([]byte, n); return &b }
+	j.bufs.New = func() any { b := AlignedBuffer(int(n)); return &b }
 	return j
 }
 
@@ -358,27 +364,15 @@ func (j *journal) append(r layout.StripeReq, mask uint64, shards [][]byte, slots
 		encodeRecordHeader(b, j.v.base.VolumeUUID, offs[i], rec, crc)
 		ios = append(ios, IO{Dev: j.v.dev(slot), Write: true, Buf: b, Off: offs[i]})
 	}
-	j.v.exec.Execute(ios)
-	failed := false
-	flushed := map[Member]bool{}
+	j.v.writeDurable(ios)
 	for _, io := range ios {
-		err := io.Err
-		if err == nil && !flushed[io.Dev] {
-			flushed[io.Dev] = true
-			err = io.Dev.Flush()
-		}
-		if err != nil {
-			failed = true
-			for _, slot := range slots {
-				if j.v.dev(slot) == io.Dev {
-					j.v.failMemberDev(slot, io.Dev, fmt.Errorf("journal write: %w", err))
-				}
+		if io.Err != nil {
+			j.done(seq)
+			if err := j.v.failErrored(ios, slots, "journal write"); err != nil {
+				return 0, err
 			}
+			return 0, errRetry
 		}
-	}
-	if failed {
-		j.done(seq)
-		return 0, errRetry
 	}
 	j.records.Add(1)
 	j.bytes.Add(size * int64(len(slots)))
@@ -398,24 +392,41 @@ func (j *journal) done(seq uint64) {
 // needed (the header's retired sequence number), so that their space can
 // be reused and assembly never replays them. It is Volume.Flush while the
 // volume has a journal.
+//
+// A retireSoon that finds retireMu held leaves its request in again and
+// relies on the holder: the holder checks again after every round and,
+// once more, after it released the lock (a request made between its last
+// check and the unlock would otherwise be dropped).
 func (j *journal) retire() error {
 	j.retireMu.Lock()
-	defer j.retireMu.Unlock()
 	for {
 		j.again.Store(false)
 		if err := j.retireLocked(); err != nil {
+			j.retireMu.Unlock()
 			return err
 		}
-		if !j.again.Load() {
-			return nil
+		if j.again.Load() {
+			continue
+		}
+		if j.afterRound != nil {
+			j.afterRound()
+		}
+		j.retireMu.Unlock()
+		if !j.again.Load() || !j.retireMu.TryLock() {
+			return nil // no request, or a new holder serves it
 		}
 	}
 }
 
 // retireSoon retires now, or, when a retire is running (possibly further
 // up this goroutine's stack: a member failing during a retire), makes it
-// run once more.
+// run once more. While held (assembly before its journal replay
+// finished), requests are dropped: the assembly resets the journal once
+// the replay is durable.
 func (j *journal) retireSoon() {
+	if j.held.Load() {
+		return
+	}
 	j.again.Store(true)
 	if !j.retireMu.TryLock() {
 		return
@@ -487,27 +498,7 @@ func (j *journal) writeHeader(retired, gen uint64, dev Member) error {
 		}
 		return dev.Flush()
 	}
-	var ios []IO
-	var slots []int
-	for slot := range j.v.slots {
-		if d := j.v.dev(slot); d != nil && j.v.writable(slot) {
-			ios = append(ios, IO{Dev: d, Write: true, Buf: h, Off: off})
-			slots = append(slots, slot)
-		}
-	}
-	j.v.exec.Execute(ios)
-	for i := range ios {
-		if ios[i].Err == nil {
-			ios[i].Err = ios[i].Dev.Flush()
-		}
-		if ios[i].Err != nil {
-			j.v.failMemberDev(slots[i], ios[i].Dev, fmt.Errorf("journal header write: %w", ios[i].Err))
-		}
-	}
-	if j.v.failed.Load() {
-		return ErrVolumeFailed
-	}
-	return nil
+	return j.v.syncWritable("journal header write", nil, h, off)
 }
 
 // reset makes every record so far unneeded: both header copies get the
@@ -623,8 +614,8 @@ func (v *Volume) replayJournal(recs []jrecord, dirty bitset, holes map[int64]boo
 		}
 		done := false
 		for attempt := 0; attempt <= g.Width() && !done; attempt++ {
-			if v.failed.Load() {
-				return ErrVolumeFailed
+			if err := v.stopErr(); err != nil {
+				return err
 			}
 			unreadable, unwritable := v.masks(grp, row)
 			missing := unreadable & g.DataMask()

@@ -85,6 +85,12 @@ func Assemble(devs []Member, names []string, opts Options) (*Volume, error) {
 	for _, w := range plan.Warnings {
 		v.log.Warn(w)
 	}
+	if v.jrn != nil {
+		// Until the replay below is durable, a member failure must not
+		// retire the journal (its records are not replayed yet); the
+		// reset after the replay retires everything.
+		v.jrn.held.Store(true)
+	}
 	// The bitmap is the union of the current members' copies: a bit set
 	// on any of them may mark a torn stripe.
 	dirty := newBitset(sb.RegionCount())
@@ -211,6 +217,7 @@ func Assemble(devs []Member, names []string, opts Options) (*Volume, error) {
 			closeAll(bySlot)
 			return nil, fmt.Errorf("%w: journal: %w", ErrAssembly, err)
 		}
+		v.jrn.held.Store(false)
 	}
 	v.crashJcp = nil
 	if v.failed.Load() {

@@ -2,7 +2,9 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -372,8 +374,8 @@ func (v *Volume) rebuildRow(grp int, row int64, targets []int, current func(int)
 	op := v.newOp()
 	defer v.putOp(op)
 	for attempt := 0; attempt <= g.Width(); attempt++ {
-		if v.failed.Load() {
-			return ErrVolumeFailed
+		if err := v.stopErr(); err != nil {
+			return err
 		}
 		unreadable, _ := v.masks(grp, row)
 		var targetMask uint64
@@ -441,7 +443,7 @@ func (v *Volume) Replace(slot int, dev Member, name string) error {
 	if r := v.slotRole(slot); r != superblock.RoleFailed {
 		return fmt.Errorf("replace slot %d: member is %s, not failed", slot, r)
 	}
-	if err := v.installLocked(slot, dev, name, nil); err != nil {
+	if err := v.installLocked(slot, dev, name, false, nil); err != nil {
 		return fmt.Errorf("replace slot %d with %s: %w", slot, name, err)
 	}
 	v.meta.Members[slot].UUID = newUUID()
@@ -451,7 +453,9 @@ func (v *Volume) Replace(slot int, dev Member, name string) error {
 // ReAdd puts a returning member (same member UUID, for example after its
 // node rebooted) back into its failed slot. Only the regions written while
 // it was away — those dirty in the write-intent bitmap — are resynced by
-// the next Rebuild.
+// the next Rebuild; a member that failed on an I/O error is rebuilt in
+// full. Assembly never takes a failed member back by itself: ReAdd (or
+// Replace) is the only way back.
 func (v *Volume) ReAdd(dev Member, name string) error {
 	if err := v.check(); err != nil {
 		return err
@@ -472,15 +476,32 @@ func (v *Volume) ReAdd(dev Member, name string) error {
 	if r := v.slotRole(slot); r != superblock.RoleFailed {
 		return fmt.Errorf("re-add %s: slot %d is %s", name, slot, r)
 	}
-	if err := v.installLocked(slot, dev, name, v.bm.snapshot()); err != nil {
+	var early bitset
+	if v.faults.readdEarlySnapshot {
+		early = v.bm.snapshot()
+	}
+	// A read error may have hit rows no bitmap bit covers: a member that
+	// failed on an I/O error is rebuilt in full.
+	returning := v.meta.Members[slot].Failure != superblock.FailIO
+	if err := v.installLocked(slot, dev, name, returning, early); err != nil {
 		return fmt.Errorf("re-add %s: %w", name, err)
 	}
 	return v.writeMetaLocked()
 }
 
-// installLocked makes dev the rebuilding member of slot. resync nil means
-// a full rebuild.
-func (v *Volume) installLocked(slot int, dev Member, name string, resync bitset) error {
+// installLocked makes dev the rebuilding member of slot: a full rebuild
+// target, or, when returning, one whose resync set is the write-intent
+// bitmap.
+//
+// The slot becomes writable (with nothing readable) before the bitmap is
+// snapshotted for its resync set: a write planned while the slot was
+// still failed skipped it, and such a write set its region's bit before it
+// planned, so the bit is in the snapshot. A snapshot taken earlier missed
+// the regions first written in between, and reads trusted the member's
+// stale chunks there.
+// (early is a snapshot taken before the call: a re-introduced bug, for
+// checker tests.)
+func (v *Volume) installLocked(slot int, dev Member, name string, returning bool, early bitset) error {
 	// Give it the current bitmap before it becomes writable.
 	for blk := 0; blk < int(v.base.BitmapBytes)/bitmapBlock; blk++ {
 		if _, err := dev.WriteAt(v.bm.block(blk), v.base.BitmapOffset+int64(blk)*bitmapBlock); err != nil {
@@ -502,27 +523,83 @@ func (v *Volume) installLocked(slot int, dev Member, name string, resync bitset)
 	v.names[slot] = name
 	s := &v.slots[slot]
 	s.checkpoint.Store(0)
-	if resync != nil {
-		s.resync.Store(&resync)
-	} else {
-		s.resync.Store(nil)
-	}
+	s.resync.Store(nil) // rebuilding at checkpoint 0 without a resync set: nothing readable
 	s.role.Store(uint32(superblock.RoleRebuilding))
+	if returning {
+		rs := early
+		if rs == nil {
+			rs = v.bm.snapshot()
+		}
+		s.resync.Store(&rs)
+	}
 	m := &v.meta.Members[slot]
-	m.Role, m.Resync, m.Checkpoint = superblock.RoleRebuilding, resync != nil, 0
+	m.Role, m.Resync, m.Checkpoint, m.Failure = superblock.RoleRebuilding, returning, 0, superblock.FailUnrecorded
 	return nil
 }
 
-// FailMember marks slot failed by administrator request (mdadm --fail).
-func (v *Volume) FailMember(slot int) error {
+// ErrWouldLoseGroup refuses an administrator's fail that would leave a
+// group with fewer than k members in sync; nothing was changed.
+var ErrWouldLoseGroup = errors.New("refused: failing the member would lose its group")
+
+// FailMember marks slot failed by administrator request (mdadm --fail),
+// recorded as FailAdmin: the member stays failed across restarts until
+// ReAdd or Replace. It refuses with ErrWouldLoseGroup, before anything
+// changes, when the slot's group would keep fewer than k members in sync
+// (the volume would fail); ForceFailMember fails it anyway.
+func (v *Volume) FailMember(slot int) error { return v.failByRequest(slot, false) }
+
+// ForceFailMember is FailMember without the group check: failing the
+// member may fail the volume (ErrVolumeFailed).
+func (v *Volume) ForceFailMember(slot int) error { return v.failByRequest(slot, true) }
+
+func (v *Volume) failByRequest(slot int, force bool) error {
 	if slot < 0 || slot >= len(v.slots) {
 		return fmt.Errorf("fail: slot %d out of range", slot)
 	}
-	v.failMember(slot, fmt.Errorf("failed by request"))
+	v.metaMu.Lock()
+	if v.slotRole(slot) != superblock.RoleFailed {
+		if err := v.groupLossLocked(slot); err != nil && !force {
+			v.metaMu.Unlock()
+			return fmt.Errorf("fail slot %d: %w", slot, err)
+		}
+		v.markFailedLocked(slot, errors.New("failed by request"))
+		v.meta.Members[slot].Failure = superblock.FailAdmin
+		if err := v.writeMetaLocked(); err != nil {
+			v.unlockMeta()
+			v.log.Error("cannot record member failure", "slot", slot, "err", err)
+			return fmt.Errorf("fail slot %d: record failure: %w", slot, err)
+		}
+	}
+	v.unlockMeta()
 	if v.failed.Load() {
 		return ErrVolumeFailed
 	}
 	return nil
+}
+
+// groupLossLocked reports (ErrWouldLoseGroup, with the group's state) when
+// failing slot would leave its group fewer than k members in sync, the
+// count markFailedLocked fails the volume by. Callers hold metaMu.
+func (v *Volume) groupLossLocked(slot int) error {
+	g := v.geo
+	grp := slot / g.Width()
+	inSync := 0
+	var out []string
+	for mem := 0; mem < g.Width(); mem++ {
+		s := g.Slot(grp, mem)
+		switch r := v.slotRole(s); {
+		case s == slot:
+		case r == superblock.RoleActive:
+			inSync++
+		default:
+			out = append(out, fmt.Sprintf("slot %d %s", s, r))
+		}
+	}
+	if inSync >= g.K {
+		return nil
+	}
+	return fmt.Errorf("%w: group %d would keep %d of %d members in sync (%s), it needs k=%d; nothing changed",
+		ErrWouldLoseGroup, grp, inSync, g.Width(), strings.Join(out, ", "), g.K)
 }
 
 // ScrubReport is the outcome of a scrub.

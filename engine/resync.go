@@ -150,8 +150,8 @@ func (v *Volume) resyncBackground(rs *resyncState, o RebuildOptions, gate <-chan
 				if err := th.wait(ctx, int64(g.ChunkSize*g.Width())); err != nil {
 					return err
 				}
-				if v.failed.Load() {
-					return ErrVolumeFailed
+				if err := v.stopErr(); err != nil {
+					return err
 				}
 				lk := v.lockFor(g.StripeOf(grp, row))
 				lk.Lock()

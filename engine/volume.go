@@ -176,6 +176,8 @@ type Volume struct {
 	progress          atomic.Pointer[Progress]
 
 	stats ioCounters
+
+	faults faults // re-introduced bugs (tests only); see faults.go
 }
 
 type slotState struct {
@@ -251,6 +253,7 @@ func newEncoder(g layout.Geometry, c superblock.Codec) (reedsolomon.Encoder, err
 	if c == superblock.CodecXOR {
 		opts = append(opts, reedsolomon.WithFastOneParityMatrix())
 	}
+	opts = append(opts, fastestSIMD()...)
 	enc, err := reedsolomon.New(g.K, g.M, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("parity codec k=%d m=%d: %w", g.K, g.M, err)
@@ -430,7 +433,7 @@ func newVolume(sb *superblock.Superblock, devs []Member, names []string, opts Op
 		beforeJournalDone: opts.beforeJournalDone,
 	}
 	chunk := g.ChunkSize
-	v.bufs.New = func() any { b := make([]byte, chunk); return &b }
+	v.bufs.New = func() any { b := AlignedBuffer(chunk); return &b }
 	for i, m := range sb.Members {
 		if devs[i] != nil {
 			v.slots[i].dev.Store(&memberRef{devs[i]})
@@ -576,11 +579,8 @@ func (v *Volume) writeMetaLocked() error {
 				ios = append(ios, IO{Dev: d, Write: true, Buf: b, Off: off})
 				slots = append(slots, slot)
 			}
-			v.exec.Execute(ios)
+			v.writeDurable(ios)
 			for i := range ios {
-				if ios[i].Err == nil {
-					ios[i].Err = ios[i].Dev.Flush()
-				}
 				if ios[i].Err != nil && failedSlot < 0 {
 					failedSlot, failErr = slots[i], ios[i].Err
 				}
@@ -631,8 +631,8 @@ func (v *Volume) checkFencedLocked() error {
 	return nil
 }
 
-// markFailedLocked records slot as failed in memory; callers hold metaMu
-// and write the metadata afterwards.
+// markFailedLocked records slot as failed (reason FailIO) in memory;
+// callers hold metaMu and write the metadata afterwards.
 func (v *Volume) markFailedLocked(slot int, cause error) {
 	if v.slotRole(slot) == superblock.RoleFailed {
 		return
@@ -645,7 +645,7 @@ func (v *Volume) markFailedLocked(slot int, cause error) {
 	v.slots[slot].resync.Store(nil)
 	v.slots[slot].checkpoint.Store(0)
 	m := &v.meta.Members[slot]
-	m.Role, m.Resync, m.Checkpoint = superblock.RoleFailed, false, 0
+	m.Role, m.Resync, m.Checkpoint, m.Failure = superblock.RoleFailed, false, 0, superblock.FailIO
 	g := v.geo
 	grp := slot / g.Width()
 	lost := 0
@@ -663,25 +663,32 @@ func (v *Volume) markFailedLocked(slot int, cause error) {
 	}
 }
 
-// failMember marks slot failed, updates the survivors' superblocks and
-// bumps the event counter.
-func (v *Volume) failMember(slot int, cause error) { v.failMemberDev(slot, nil, cause) }
-
-// failMemberDev is failMember after an I/O error on dev: it does nothing
-// when slot no longer holds dev (the member was replaced meanwhile).
-func (v *Volume) failMemberDev(slot int, dev Member, cause error) {
+// failMemberDev marks slot failed after an I/O error on dev (nil: any
+// member), updates the survivors' superblocks and bumps the event
+// counter. It does nothing
+// when slot no longer holds dev (the member was replaced meanwhile). It
+// returns nil when the failure is recorded on the survivors' superblocks
+// (by this call or by the one that marked the slot failed first), and an
+// error when it could not be (the metadata write failed, the volume is
+// fenced or failed): a request that saw the member fail must not be
+// acknowledged then, since an assembly after a crash would trust the
+// member's stale chunks.
+func (v *Volume) failMemberDev(slot int, dev Member, cause error) error {
 	v.metaMu.Lock()
 	defer v.unlockMeta()
 	if dev != nil {
 		v.stats.memberErrors.Add(1)
 	}
 	if v.slotRole(slot) == superblock.RoleFailed || (dev != nil && v.dev(slot) != dev) {
-		return
+		// A failed metadata write leaves the volume fenced or failed.
+		return v.stopErr()
 	}
 	v.markFailedLocked(slot, cause)
 	if err := v.writeMetaLocked(); err != nil {
-		v.log.Error("cannot record member failure", "err", err)
+		v.log.Error("cannot record member failure", "slot", slot, "err", err)
+		return fmt.Errorf("record failure of slot %d: %w", slot, err)
 	}
+	return nil
 }
 
 // unlockMeta releases metaMu. If a member was marked failed meanwhile (by
@@ -703,29 +710,7 @@ func (v *Volume) unlockMeta() {
 // flushes them. A failing member is marked failed; the bit is durable on
 // the survivors.
 func (v *Volume) persistBitmap(blk int, data []byte) error {
-	var ios []IO
-	var slots []int
-	for slot := range v.slots {
-		if d := v.dev(slot); d != nil && v.writable(slot) {
-			ios = append(ios, IO{Dev: d, Write: true, Buf: data, Off: v.base.BitmapOffset + int64(blk)*bitmapBlock})
-			slots = append(slots, slot)
-		}
-	}
-	v.exec.Execute(ios)
-	for i := range ios {
-		if ios[i].Err == nil {
-			ios[i].Err = ios[i].Dev.Flush()
-		}
-	}
-	for i := range ios {
-		if ios[i].Err != nil {
-			v.failMemberDev(slots[i], ios[i].Dev, fmt.Errorf("bitmap write: %w", ios[i].Err))
-		}
-	}
-	if v.failed.Load() {
-		return ErrVolumeFailed
-	}
-	return nil
+	return v.syncWritable("bitmap write", nil, data, v.base.BitmapOffset+int64(blk)*bitmapBlock)
 }
 
 // allInSync reports whether every non-spare slot is active.
@@ -755,7 +740,9 @@ func (v *Volume) flush() error {
 		return err
 	}
 	var idle []int64
-	if v.allInSync() {
+	if v.allInSync() && v.bm.cleanMu.TryLock() {
+		// One clean session at a time; a concurrent Flush only flushes.
+		defer v.bm.cleanMu.Unlock()
 		idle = v.bm.idleCandidates()
 		if rs := v.rs.Load(); rs != nil {
 			// Regions the background resync has not finished keep
@@ -780,18 +767,13 @@ func (v *Volume) flush() error {
 	return nil
 }
 
+// flushMembers flushes every writable member as one Executor batch (in
+// parallel with a parallel or io_uring Executor); failures mark members
+// failed. It fails when a failure could not be recorded or the volume
+// failed or is fenced.
 func (v *Volume) flushMembers() error {
-	for slot := range v.slots {
-		d := v.dev(slot)
-		if d == nil || !v.writable(slot) {
-			continue
-		}
-		if err := d.Flush(); err != nil {
-			v.failMemberDev(slot, d, fmt.Errorf("flush: %w", err))
-		}
-	}
-	if v.failed.Load() {
-		return fmt.Errorf("flush: %w", ErrVolumeFailed)
+	if err := v.flushWritable(nil); err != nil {
+		return fmt.Errorf("flush: %w", err)
 	}
 	return nil
 }
@@ -800,13 +782,7 @@ func (v *Volume) check() error {
 	if v.closed.Load() {
 		return ErrClosed
 	}
-	if v.fenced.Load() {
-		return ErrFenced
-	}
-	if v.failed.Load() {
-		return ErrVolumeFailed
-	}
-	return nil
+	return v.stopErr()
 }
 
 // Close flushes, cleans the write-intent bitmap, marks the volume clean on
@@ -831,8 +807,10 @@ func (v *Volume) Close() error {
 			err = v.flushMembers()
 		}
 		if err == nil && v.allInSync() && !resyncPending {
+			v.bm.cleanMu.Lock()
 			v.bm.idleCandidates() // forget the write history: nothing is in flight
 			err = v.bm.clear(v.bm.allSet())
+			v.bm.cleanMu.Unlock()
 		}
 		if err == nil && !resyncPending {
 			v.metaMu.Lock()
@@ -881,6 +859,9 @@ type MemberStatus struct {
 	Role       superblock.Role
 	Resync     bool
 	Checkpoint int64 // rows rebuilt so far (Rebuilding)
+	// Failure is why a failed member failed; it stays failed until ReAdd
+	// or Replace.
+	Failure superblock.FailReason
 }
 
 // Status is a snapshot of the volume's state.
@@ -933,6 +914,7 @@ func (v *Volume) Status() Status {
 		st.Members = append(st.Members, MemberStatus{
 			Slot: slot, Device: v.names[slot], Domain: v.meta.Members[slot].Domain, Role: v.slotRole(slot),
 			Resync: v.slots[slot].resync.Load() != nil, Checkpoint: v.slots[slot].checkpoint.Load(),
+			Failure: v.meta.Members[slot].Failure,
 		})
 	}
 	return st

@@ -3,7 +3,8 @@
 // daemon, and runs benchmarks.
 //
 // Exit codes: 0 success, 1 the operation failed, 2 bad usage,
-// 3 (doctor) a required kernel feature is missing.
+// 3 (doctor) a required kernel feature is missing, 4 fabraidd is not running,
+// 5 (wait) timed out.
 package main
 
 import (
@@ -40,6 +41,8 @@ func newRootCmd() *cobra.Command {
 		newNvmeCmd(),
 		newDriveCmd(),
 		newVolumeCmd(),
+		newNsdCmd(),
+		newWaitCmd(),
 		manpage.Command("1", "fabraid "+version),
 	)
 	return root
@@ -50,7 +53,9 @@ func main() {
 	if err == nil {
 		return
 	}
-	fmt.Fprintln(os.Stderr, "fabraid:", err)
+	if msg := err.Error(); msg != "" { // "": the exit status is the answer (nsd devices --user-exit)
+		fmt.Fprintln(os.Stderr, "fabraid:", msg)
+	}
 	var ee *exitError
 	if errors.As(err, &ee) {
 		os.Exit(ee.code)

@@ -162,7 +162,7 @@ func newNvmeConnectCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				*s.dst = sec.String()
+				*s.dst = sec.Reveal()
 			}
 			c, err := nvmf.NewHost().Connect(o)
 			if err != nil {
@@ -261,7 +261,7 @@ func newNvmeGenKeyCmd() *cobra.Command {
 			if out != "" {
 				return nvmf.SaveSecret(out, s)
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), s)
+			fmt.Fprintln(cmd.OutOrStdout(), s.Reveal())
 			return nil
 		},
 	}

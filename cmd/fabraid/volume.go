@@ -27,7 +27,7 @@ func newVolumeCmd() *cobra.Command {
 	cmd.PersistentFlags().String("config", config.DefaultPath, "configuration file (for api_socket)")
 	cmd.PersistentFlags().String("socket", "", "fabraidd API socket (default: api_socket from the configuration)")
 	cmd.AddCommand(newVolumeCreateCmd(), newVolumeListCmd(), newVolumeShowCmd(), newVolumeFailCmd(),
-		newVolumeReplaceCmd(), newVolumeRebuildCmd(), newVolumeScrubCmd(), newVolumeDeleteCmd())
+		newVolumeReAddCmd(), newVolumeReplaceCmd(), newVolumeRebuildCmd(), newVolumeScrubCmd(), newVolumeDeleteCmd())
 	return cmd
 }
 
@@ -202,15 +202,26 @@ func newVolumeShowCmd() *cobra.Command {
 			}
 			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "SLOT\tDEVICE\tDOMAIN\tROLE")
+			var failed []string
 			for _, ms := range v.Members {
 				role := ms.Role
 				if ms.Resync {
 					role += " (resync)"
 				}
+				if ms.Failure != "" {
+					role += " (" + ms.Failure + ")"
+					failed = append(failed, failureText(v.Name, ms))
+				}
 				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", ms.Slot, ms.Device, ms.Domain, role)
 			}
-			if err := tw.Flush(); err != nil || v.IO == nil {
+			if err := tw.Flush(); err != nil {
 				return err
+			}
+			for _, f := range failed {
+				fmt.Fprintln(w, f)
+			}
+			if v.IO == nil {
+				return nil
 			}
 			fmt.Fprintln(w)
 			return writeIOStats(w, v.IO)
@@ -229,10 +240,14 @@ func slotArg(s string) (int, error) {
 }
 
 func newVolumeFailCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:     "fail VOLUME SLOT",
-		Short:   "Mark a member failed (like mdadm --fail); I/O continues degraded",
-		Long:    "Mark member SLOT of VOLUME failed." + volumeExitCodes,
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "fail VOLUME SLOT [--force]",
+		Short: "Mark a member failed (like mdadm --fail); I/O continues degraded",
+		Long: `Mark member SLOT of VOLUME failed. The member stays failed, also across
+restarts, until "fabraid volume re-add" or "fabraid volume replace" brings it back.
+A fail that would leave a group with fewer than k members in sync (the volume
+would fail) is refused and nothing changes, unless --force.` + volumeExitCodes,
 		Example: "  fabraid volume fail vol0 3",
 		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -244,9 +259,65 @@ func newVolumeFailCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return apiError(c.Op(args[0], "fail", api.OpRequest{Slot: slot}))
+			return apiError(c.Op(args[0], "fail", api.OpRequest{Slot: slot, Force: force}))
 		},
 	}
+	cmd.Flags().BoolVar(&force, "force", false, "fail the member even if the volume fails with it (a group loses more than m members)")
+	return cmd
+}
+
+func newVolumeReAddCmd() *cobra.Command {
+	var rate string
+	var wait bool
+	cmd := &cobra.Command{
+		Use:   "re-add VOLUME SLOT [--rate 200M] [--wait]",
+		Short: "Bring a failed member back from its own drive and resync what it missed",
+		Long: `Put the failed member SLOT of VOLUME back from the claimed drive that still
+holds it (like mdadm --re-add) and start rebuilding in the background what it
+missed: the regions written since it failed, or everything if it failed on an I/O
+error. A failed member never returns by itself, not even after a restart.` + volumeExitCodes,
+		Example: "  fabraid volume re-add vol0 3 --wait",
+		Args:    cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			slot, err := slotArg(args[1])
+			if err != nil {
+				return err
+			}
+			r, err := parseRate(rate)
+			if err != nil {
+				return err
+			}
+			c, err := apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			if err := c.Op(args[0], "re-add", api.OpRequest{Slot: slot, Rate: r}); err != nil {
+				return apiError(err)
+			}
+			if wait {
+				return waitTask(cmd, c, args[0], "rebuild")
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&rate, "rate", "", "rebuild rate limit in bytes per second (e.g. 200M; default unlimited)")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the rebuild has finished")
+	return cmd
+}
+
+// failureText says why a member failed and how it comes back.
+func failureText(volume string, ms volmgr.MemberInfo) string {
+	why := map[string]string{
+		"admin":      "failed by request",
+		"io-error":   "I/O error",
+		"missing":    "missing at assembly",
+		"unrecorded": "reason not recorded",
+	}[ms.Failure]
+	if why == "" {
+		why = ms.Failure
+	}
+	return fmt.Sprintf("slot %d failed (%s): bring it back with \"fabraid volume re-add %s %d\" (its drive must be claimed and present) or \"fabraid volume replace %s %d DRIVE\"",
+		ms.Slot, why, volume, ms.Slot, volume, ms.Slot)
 }
 
 func newVolumeReplaceCmd() *cobra.Command {

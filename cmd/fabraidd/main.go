@@ -85,7 +85,7 @@ func newRootCmd(log *slog.Logger) *cobra.Command {
 
 func newEngineCmd(log *slog.Logger) *cobra.Command {
 	var uuid, members, socket, volume, cfgPath string
-	var ublkID int
+	var ublkID, queues int
 	cmd := &cobra.Command{
 		Use: "engine (--volume NAME [--config PATH] | --uuid U --members A,B,... --ublk-id N --socket PATH)",
 		Short: "Serve one volume's engine (run by fabraidd: a systemd unit fabraid-engine@NAME with --volume, " +
@@ -102,7 +102,7 @@ func newEngineCmd(log *slog.Logger) *cobra.Command {
 				return usageError{errors.New("--volume, or --members and --socket, are required")}
 			}
 			return volmgr.ServeEngine(ctx, volmgr.ServeOptions{Members: strings.Split(members, ","), UblkID: ublkID, Socket: socket,
-				Log: log.With("engine", uuid, "pid", os.Getpid())})
+				Queues: queues, Log: log.With("engine", uuid, "pid", os.Getpid())})
 		},
 	}
 	f := cmd.Flags()
@@ -112,6 +112,7 @@ func newEngineCmd(log *slog.Logger) *cobra.Command {
 	f.StringVar(&members, "members", "", "member devices, comma-separated")
 	f.IntVar(&ublkID, "ublk-id", -1, "ublk device to re-attach (user recovery) or create; -1: any")
 	f.StringVar(&socket, "socket", "", "control socket")
+	f.IntVar(&queues, "queues", 0, "ublk queues (0: one per CPU the engine may run on)")
 	return cmd
 }
 

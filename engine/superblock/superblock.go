@@ -75,6 +75,35 @@ func (r Role) String() string {
 	return fmt.Sprintf("Role(%d)", uint8(r))
 }
 
+// FailReason records why a member slot is failed. A failed member stays
+// failed across assemblies whatever the reason: it returns only by an
+// explicit re-add or replace.
+type FailReason uint8
+
+// Fail reasons.
+const (
+	// FailUnrecorded: not failed, or failed by a build that did not record
+	// reasons (the byte was reserved and zero).
+	FailUnrecorded FailReason = 0
+	FailAdmin      FailReason = 1 // failed by administrator request
+	FailIO         FailReason = 2 // an I/O error on the member
+	FailMissing    FailReason = 3 // absent when the volume was assembled
+)
+
+func (f FailReason) String() string {
+	switch f {
+	case FailUnrecorded:
+		return "unrecorded"
+	case FailAdmin:
+		return "admin"
+	case FailIO:
+		return "io-error"
+	case FailMissing:
+		return "missing"
+	}
+	return fmt.Sprintf("FailReason(%d)", uint8(f))
+}
+
 // Flag bits of Superblock.Flags.
 const (
 	// FlagDomainOverride records that the volume was created although its
@@ -92,6 +121,8 @@ type Member struct {
 	Resync bool
 	// Checkpoint is the first row (of every group) not yet rebuilt.
 	Checkpoint int64
+	// Failure is why a failed member failed (FailUnrecorded otherwise).
+	Failure FailReason
 }
 
 // Superblock is the decoded metadata of one member.
@@ -184,6 +215,12 @@ func (sb *Superblock) Validate() error {
 		}
 		if m.Resync && m.Role != RoleRebuilding {
 			return invalid("member %d: resync flag on %s member", i, m.Role)
+		}
+		if m.Failure > FailMissing {
+			return invalid("member %d: bad fail reason %d", i, m.Failure)
+		}
+		if m.Failure != FailUnrecorded && m.Role != RoleFailed {
+			return invalid("member %d: fail reason %s on %s member", i, m.Failure, m.Role)
 		}
 	}
 	if sb.RegionRows < 1 {
@@ -278,6 +315,7 @@ func (sb *Superblock) Marshal() ([]byte, error) {
 		if m.Resync {
 			e[49] = 1
 		}
+		e[50] = byte(m.Failure)
 		le.PutUint64(e[56:], uint64(m.Checkpoint))
 	}
 	le.PutUint32(b[crcOffset:], crc32.Checksum(b[:crcOffset], castagnoli))
@@ -385,6 +423,7 @@ func Unmarshal(b []byte) (*Superblock, error) {
 		default:
 			return nil, invalid("member %d: bad flags %d", i, e[49])
 		}
+		m.Failure = FailReason(e[50])
 		cp := le.Uint64(e[56:])
 		if cp > 1<<62 {
 			return nil, invalid("member %d: checkpoint out of range", i)
@@ -397,9 +436,22 @@ func Unmarshal(b []byte) (*Superblock, error) {
 	return sb, nil
 }
 
-// ReadCopies reads both copies from r and returns the valid one with the
-// higher event counter. It fails only when neither copy is valid; the error
-// then names both reasons.
+// Newer reports whether a is a newer metadata version than b: the higher
+// owner epoch first (a new owner's view beats anything a fenced, older owner
+// wrote afterwards, however many events), then the higher event counter.
+// It is the one order of superblock versions: of a member's two copies
+// (ReadCopies), of the members at assembly, and of the drives the volume
+// manager scans.
+func Newer(a, b *Superblock) bool {
+	if a.Epoch != b.Epoch {
+		return a.Epoch > b.Epoch
+	}
+	return a.Events > b.Events
+}
+
+// ReadCopies reads both copies from r and returns the newer valid one
+// (Newer). It fails only when neither copy is valid; the error then names
+// both reasons.
 func ReadCopies(r io.ReaderAt) (*Superblock, error) {
 	var best *Superblock
 	var errs []error
@@ -414,7 +466,7 @@ func ReadCopies(r io.ReaderAt) (*Superblock, error) {
 			errs = append(errs, fmt.Errorf("copy %c at %d: %w", 'A'+i, off, err))
 			continue
 		}
-		if best == nil || sb.Events > best.Events {
+		if best == nil || Newer(sb, best) {
 			best = sb
 		}
 	}

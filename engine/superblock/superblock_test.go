@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/fabraid/fabraid/engine/layout"
@@ -36,6 +37,7 @@ func sample() *Superblock {
 	sb.Members[3].Resync = true
 	sb.Members[3].Checkpoint = 12
 	sb.Members[4].Role = RoleFailed
+	sb.Members[4].Failure = FailAdmin
 	sb.MemberUUID = sb.Members[5].UUID
 	return sb
 }
@@ -147,6 +149,26 @@ func FuzzUnmarshal(f *testing.F) {
 	f.Add(b)
 	f.Add(b[:300])
 	f.Add([]byte(Magic))
+	// Every fail reason, and a version 1 copy written before reasons were
+	// recorded (byte 50 of the entry zero).
+	for _, r := range []FailReason{FailUnrecorded, FailIO, FailMissing, FailMissing + 1} {
+		sb := sample()
+		sb.Members[4].Failure = r
+		b, err := sb.Marshal()
+		if r > FailMissing {
+			b, _ = sample().Marshal()
+			b[headerSize+4*entrySize+50] = byte(r)
+			sealCRC(b)
+		} else if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	v1 := sample()
+	v1.Version, v1.JournalOffset, v1.JournalBytes = VersionNoJournal, 0, 0
+	v1.Members[4].Failure = FailUnrecorded
+	b1, _ := v1.Marshal()
+	f.Add(b1)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) >= CopySize && len(data) > 300 {
 			// Keep the fuzzer's mutations from being killed by the CRC
@@ -165,6 +187,11 @@ func FuzzUnmarshal(f *testing.F) {
 		if err != nil {
 			return
 		}
+		for i, m := range sb.Members {
+			if m.Failure > FailMissing || m.Failure != FailUnrecorded && m.Role != RoleFailed {
+				t.Fatalf("member %d: %s member with fail reason %d decoded", i, m.Role, m.Failure)
+			}
+		}
 		enc, err := sb.Marshal()
 		if err != nil {
 			t.Fatalf("decoded superblock does not re-encode: %v", err)
@@ -181,4 +208,68 @@ func FuzzUnmarshal(f *testing.F) {
 			t.Fatal("marshal not deterministic")
 		}
 	})
+}
+
+// A new owner's copy (higher epoch, fewer events) beats the old owner's
+// copy with more events: the epoch orders first, in ReadCopies as in
+// assembly.
+func TestReadCopiesNewOwnerEpochWins(t *testing.T) {
+	newOwner := sample()
+	newOwner.Epoch, newOwner.Events = 4, 101
+	oldOwner := sample()
+	oldOwner.Epoch, oldOwner.Events = 3, 102
+	bn, _ := newOwner.Marshal()
+	bo, _ := oldOwner.Marshal()
+	for _, order := range [][2][]byte{{bn, bo}, {bo, bn}} {
+		disk := make(fakeDisk, MetaEnd)
+		copy(disk[CopyAOffset:], order[0])
+		copy(disk[CopyBOffset:], order[1])
+		sb, err := ReadCopies(disk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb.Epoch != 4 || sb.Events != 101 {
+			t.Fatalf("ReadCopies chose epoch %d events %d, want the new owner's epoch 4 events 101", sb.Epoch, sb.Events)
+		}
+	}
+	if !Newer(newOwner, oldOwner) || Newer(oldOwner, newOwner) || Newer(newOwner, newOwner) {
+		t.Fatal("Newer does not order epoch first")
+	}
+}
+
+// The fail reason lives in byte 50 of a member table entry, reserved and
+// zero in copies written before reasons were recorded: those still decode
+// (reason unrecorded), in both format versions. Unknown reasons and a
+// reason on a member that is not failed are rejected.
+func TestFailReason(t *testing.T) {
+	for _, ver := range []uint32{Version, VersionNoJournal} {
+		sb := sample()
+		if ver == VersionNoJournal {
+			sb.Version, sb.JournalOffset, sb.JournalBytes = ver, 0, 0
+		}
+		b, err := sb.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := b[headerSize+4*entrySize:]
+		if FailReason(e[50]) != FailAdmin {
+			t.Fatalf("version %d: fail reason byte %d, want %d", ver, e[50], FailAdmin)
+		}
+		e[50] = 0 // as an older build wrote it
+		sealCRC(b)
+		got, err := Unmarshal(b)
+		if err != nil || got.Members[4].Role != RoleFailed || got.Members[4].Failure != FailUnrecorded {
+			t.Fatalf("version %d copy without a reason: %+v, %v", ver, got, err)
+		}
+		e[50] = byte(FailMissing + 1)
+		sealCRC(b)
+		if _, err := Unmarshal(b); err == nil || !strings.Contains(err.Error(), "fail reason") {
+			t.Fatalf("version %d: unknown reason accepted: %v", ver, err)
+		}
+	}
+	sb := sample()
+	sb.Members[0].Failure = FailIO // member 0 is active
+	if _, err := sb.Marshal(); err == nil || !strings.Contains(err.Error(), "fail reason io-error on active member") {
+		t.Fatalf("reason on an active member: %v", err)
+	}
 }

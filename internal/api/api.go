@@ -27,6 +27,9 @@ type OpRequest struct {
 	Drive  string `json:"drive,omitempty"`
 	Rate   int64  `json:"rate,omitempty"`
 	Repair bool   `json:"repair,omitempty"`
+	// Force (fail): carry out a fail that would lose a group (the volume
+	// fails); without it such a fail is refused and nothing changes.
+	Force bool `json:"force,omitempty"`
 }
 
 // Error is an error reply; Status is the HTTP status.
@@ -91,7 +94,7 @@ func (c *Client) Delete(ref string) error {
 	return c.do("DELETE", "/v1/volumes/"+url.PathEscape(ref), nil, nil)
 }
 
-// Op runs a volume operation: fail, replace, rebuild or scrub.
+// Op runs a volume operation: fail, replace, re-add, rebuild or scrub.
 func (c *Client) Op(ref, op string, r OpRequest) error {
 	return c.do("POST", "/v1/volumes/"+url.PathEscape(ref)+"/"+op, r, nil)
 }

@@ -43,6 +43,11 @@ type Config struct {
 	// template is installed, else as child processes), EngineSystemd or
 	// EngineProcess.
 	EngineMode string
+	// NSDDiscovery is what the Storage Scale nsddevices user exit returns
+	// after listing fabraid's volumes: NSDMerge (default; return 1, Scale
+	// also runs its built-in discovery and merges) or NSDExclusive (return
+	// 0, Scale uses only fabraid's list).
+	NSDDiscovery string
 }
 
 // Engine modes (the engine_mode key).
@@ -50,6 +55,12 @@ const (
 	EngineAuto    = "auto"
 	EngineSystemd = "systemd"
 	EngineProcess = "process"
+)
+
+// Storage Scale discovery modes (the nsd_discovery key).
+const (
+	NSDMerge     = "merge"
+	NSDExclusive = "exclusive"
 )
 
 // Default returns the configuration used for keys a file does not set.
@@ -66,6 +77,7 @@ func Default() Config {
 		ExportAddress:  "127.0.0.1",
 		ExportPort:     4420,
 		EngineMode:     EngineAuto,
+		NSDDiscovery:   NSDMerge,
 	}
 }
 
@@ -193,8 +205,15 @@ func (c *Config) set(key, val string) error {
 		default:
 			return fmt.Errorf("%q: want auto, systemd or process", val)
 		}
+	case "nsd_discovery":
+		switch val {
+		case NSDMerge, NSDExclusive:
+			c.NSDDiscovery = val
+		default:
+			return fmt.Errorf("%q: want merge (Scale also runs its own discovery) or exclusive (Scale uses only fabraid's devices)", val)
+		}
 	default:
-		return errors.New("unknown key (known: node_name, storage_interfaces, storage_cidrs, state_dir, api_socket, metrics_address, export_address, export_port, engine_mode)")
+		return errors.New("unknown key (known: node_name, storage_interfaces, storage_cidrs, state_dir, api_socket, metrics_address, export_address, export_port, engine_mode, nsd_discovery)")
 	}
 	return nil
 }

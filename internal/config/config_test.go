@@ -20,6 +20,7 @@ metrics_address = :9500
 export_address = 10.10.0.1
 export_port = 4421
 engine_mode = systemd
+nsd_discovery = exclusive
 `
 	c, err := Parse(strings.NewReader(in), "t.conf")
 	if err != nil {
@@ -28,7 +29,8 @@ engine_mode = systemd
 	if c.NodeName != "node1" || len(c.StorageInterfaces) != 2 || c.StorageInterfaces[1] != "eth2" ||
 		len(c.StorageCIDRs) != 2 || c.StorageCIDRs[0].String() != "10.10.0.0/16" ||
 		c.StateDir != "/var/lib/fab" || c.APISocket != "/run/fab/api.sock" || c.MetricsAddress != ":9500" ||
-		c.ExportAddress != "10.10.0.1" || c.ExportPort != 4421 || c.EngineMode != EngineSystemd {
+		c.ExportAddress != "10.10.0.1" || c.ExportPort != 4421 || c.EngineMode != EngineSystemd ||
+		c.NSDDiscovery != NSDExclusive {
 		t.Fatalf("got %+v", c)
 	}
 }
@@ -39,7 +41,8 @@ func TestParseDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := Default()
-	if c.StateDir != d.StateDir || c.APISocket != d.APISocket || c.ExportPort != 4420 || c.NodeName == "" || c.EngineMode != EngineAuto {
+	if c.StateDir != d.StateDir || c.APISocket != d.APISocket || c.ExportPort != 4420 || c.NodeName == "" || c.EngineMode != EngineAuto ||
+		c.NSDDiscovery != NSDMerge {
 		t.Fatalf("got %+v", c)
 	}
 }
@@ -58,6 +61,7 @@ func TestParseErrors(t *testing.T) {
 		{"export_port = 70000", "t.conf:1: export_port: \"70000\": want a TCP port"},
 		{"storage_interfaces = eth/0", "t.conf:1: storage_interfaces:"},
 		{"\n\nengine_mode = docker", "t.conf:3: engine_mode: \"docker\": want auto, systemd or process"},
+		{"nsd_discovery = only", "t.conf:1: nsd_discovery: \"only\": want merge"},
 		{"engine_mode =", "t.conf:1: engine_mode: \"\": want auto"},
 	} {
 		_, err := Parse(strings.NewReader(tc.in), "t.conf")

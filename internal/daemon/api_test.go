@@ -41,6 +41,7 @@ func TestAPI(t *testing.T) {
 		{"DELETE", "/v1/volumes/nope", "", 404, `no such volume`},
 		{"POST", "/v1/volumes/nope/fail", `{"slot":1}`, 404, `no such volume`},
 		{"POST", "/v1/volumes/nope/fail", `{`, 400, `bad request`},
+		{"POST", "/v1/volumes/nope/re-add", `{"slot":1}`, 404, `no such volume`},
 		{"POST", "/v1/volumes/nope/explode", `{}`, 400, `unknown operation`},
 		{"POST", "/v1/volumes", `{"name":"v","k":1,"m":1}`, 400, `want --data >= 2`},
 		{"POST", "/v1/volumes", `{"name":"bad name","k":2,"m":1}`, 400, `volume name`},

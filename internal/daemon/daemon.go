@@ -21,6 +21,7 @@ import (
 	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/config"
 	"github.com/fabraid/fabraid/internal/drive"
+	"github.com/fabraid/fabraid/internal/unixsock"
 	"github.com/fabraid/fabraid/internal/volmgr"
 	"github.com/fabraid/fabraid/kernel/ublk"
 )
@@ -151,13 +152,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := os.MkdirAll(c.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
-	os.Remove(c.APISocket)
-	ln, err := net.Listen("unix", c.APISocket)
+	ln, err := unixsock.Listen(c.APISocket, 0o600)
 	if err != nil {
-		return fmt.Errorf("api socket: %w", err)
-	}
-	if err := os.Chmod(c.APISocket, 0o600); err != nil {
-		ln.Close()
 		return fmt.Errorf("api socket: %w", err)
 	}
 	defer ln.Close()
@@ -322,7 +318,9 @@ func (d *Daemon) Handler() http.Handler {
 		var err error
 		switch r.PathValue("op") {
 		case "fail":
-			err = d.mgr.Fail(ref, q.Slot)
+			err = d.mgr.Fail(ref, q.Slot, q.Force)
+		case "re-add":
+			err = d.mgr.ReAdd(ref, q.Slot, q.Rate)
 		case "replace":
 			err = d.mgr.Replace(ref, q.Slot, q.Drive, q.Rate)
 		case "rebuild":

@@ -304,6 +304,8 @@ func contents(p *Package, root, bin, gen string, mtime time.Time) files.Contents
 		switch {
 		case f.Kind == Dir:
 			c.Type = files.TypeDir
+		case f.Kind == Symlink:
+			c.Type, c.Source = files.TypeSymlink, f.Src
 		case f.Gen == GenFabraid || f.Gen == GenFabraidd:
 			c.Source = filepath.Join(bin, f.Gen)
 		case strings.HasPrefix(f.Gen, GenMan):

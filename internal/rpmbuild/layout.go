@@ -21,12 +21,13 @@ const (
 	Config       // %config(noreplace)
 	Doc          // %doc
 	Dir          // %dir: a directory the package owns
+	Symlink      // a symbolic link to Src
 )
 
 // File is one path in the package.
 type File struct {
 	Dst  string      // absolute path on the installed system
-	Src  string      // source, relative to the checkout root ("" for Dir and generated files)
+	Src  string      // source, relative to the checkout root ("" for Dir and generated files); a Symlink's target
 	Mode fs.FileMode // permission bits
 	Kind Kind
 	// Gen names a generated file (a binary, a man page, the completion);
@@ -48,6 +49,7 @@ const (
 	StateDir      = "/var/lib/fabraid"                       // %{_localstatedir}/lib/fabraid
 	DataDir       = "/usr/share/fabraid"                     // %{_datadir}/fabraid
 	ScaleDir      = "/usr/share/fabraid/scale"               // %{_datadir}/fabraid/scale
+	LibexecDir    = "/usr/libexec/fabraid"                   // %{_libexecdir}/fabraid
 	DocDir        = "/usr/share/doc/fabraid"                 // %{_docdir}/fabraid
 	ManDir        = "/usr/share/man"                         // %{_mandir}
 	CompletionDir = "/usr/share/bash-completion/completions" // %{bash_completions_dir}
@@ -141,6 +143,7 @@ func Layout(root string, manPages []string) (*Package, error) {
 	// depend on whether it exists.
 	add(File{Dst: DataDir, Mode: 0o755, Kind: Dir})
 	add(File{Dst: ScaleDir, Mode: 0o755, Kind: Dir})
+	add(File{Dst: LibexecDir, Mode: 0o755, Kind: Dir})
 	steps := []func(string, *Package) error{addSystemd, addUdev, addDirFiles("packaging/modules-load.d", ModulesLoad, ".conf"),
 		addDirFiles("packaging/tmpfiles.d", TmpfilesDir, ".conf"), addScale}
 	for _, step := range steps {
@@ -295,9 +298,13 @@ func addDirFiles(dir, dst, suffix string) func(string, *Package) error {
 	}
 }
 
-// addScale packages the tree packaging/scale under ScaleDir, README
-// included (it says how to install the user exit and callbacks); files
-// with an execute bit are 0755, others 0644.
+// addScale packages the tree packaging/scale under ScaleDir, READMEs
+// included; files with an execute bit are 0755, others 0644. The
+// top-level fabraid-* programs (the Scale callbacks) are also linked from
+// LibexecDir, the paths mmaddcallback is given (docs/storage-scale.md).
+// nsddevices is not installed where Scale runs it (/var/mmfs/etc belongs
+// to Scale and a site may have its own user exit): the administrator
+// copies it.
 func addScale(root string, p *Package) error {
 	const dir = "packaging/scale"
 	base := filepath.Join(root, dir)
@@ -329,6 +336,10 @@ func addScale(root string, p *Package) error {
 				mode = 0o755
 			}
 			p.Files = append(p.Files, File{Dst: dst, Src: dir + "/" + rel, Mode: mode})
+			if mode == 0o755 && !strings.Contains(rel, "/") && strings.HasPrefix(rel, "fabraid-") {
+				p.Files = append(p.Files, File{Dst: LibexecDir + "/" + rel, Src: "../../share/fabraid/scale/" + rel,
+					Mode: 0o777, Kind: Symlink})
+			}
 		default:
 			return fmt.Errorf("layout: %s/%s: not a regular file or directory", dir, rel)
 		}

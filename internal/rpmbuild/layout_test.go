@@ -67,6 +67,7 @@ func TestLayoutPicksUpNewFiles(t *testing.T) {
 		"packaging/modules-load.d/fabraid.conf":          "nvmet\n",
 		"packaging/tmpfiles.d/fabraid.conf":              "d /run/fabraid 0700 root root -\n",
 		"packaging/scale/nsddevices":                     "#!/bin/ksh\n",
+		"packaging/scale/fabraid-scale-prestartup":       "#!/bin/sh\n",
 		"packaging/scale/callbacks/fabraid-callback.sh":  "#!/bin/sh\n",
 		"packaging/scale/README.md":                      "how to install",
 		"packaging/scale/callbacks/fabraid.callback.txt": "mmaddcallback ...",
@@ -102,6 +103,14 @@ func TestLayoutPicksUpNewFiles(t *testing.T) {
 	for dst := range got {
 		if strings.Contains(dst, "README") && !strings.HasPrefix(dst, ScaleDir) && !strings.HasPrefix(dst, DocDir) {
 			t.Errorf("README packaged as %s", dst)
+		}
+	}
+	if l := got["/usr/libexec/fabraid/fabraid-scale-prestartup"]; l.Kind != Symlink || l.Src != "../../share/fabraid/scale/fabraid-scale-prestartup" {
+		t.Errorf("callback not linked from /usr/libexec/fabraid: %+v", l)
+	}
+	for _, no := range []string{"/usr/libexec/fabraid/nsddevices", "/usr/libexec/fabraid/fabraid-callback.sh"} {
+		if _, ok := got[no]; ok {
+			t.Errorf("%s linked: only top-level fabraid-* programs are", no)
 		}
 	}
 	if got["/etc/fabraid/fabraid.conf"].Kind != Config || got["/var/lib/fabraid"].Kind != Dir {

@@ -24,6 +24,7 @@ var macroDirs = []struct{ dir, macro string }{
 	{DocDir, "%{_docdir}/fabraid"},
 	{ManDir, "%{_mandir}"},
 	{"/usr/share", "%{_datadir}"},
+	{"/usr/libexec", "%{_libexecdir}"},
 	{BinDir, "%{_bindir}"},
 	{SbinDir, "%{_sbindir}"},
 	{"/var/lib", "%{_localstatedir}/lib"},
@@ -46,8 +47,9 @@ type specFile struct {
 }
 
 // specFiles turns the definition into %install and %files lines. Man pages,
-// the completion and the Storage Scale tree are spelled as globs and whole
-// directories, so that a new command or Scale file needs no .spec change.
+// the completion, the Storage Scale tree and its links are spelled as globs,
+// loops and whole directories, so that a new command or Scale file needs no
+// .spec change.
 func specFiles(p *Package) specFile {
 	var s specFile
 	s.Install = []string{
@@ -59,6 +61,8 @@ func specFiles(p *Package) specFile {
 		"install -p -m 0644 man/*.8 %{buildroot}%{_mandir}/man8/",
 		"install -d -m 0755 %{buildroot}%{_datadir}/fabraid/scale",
 		"if [ -d packaging/scale ]; then cp -pr packaging/scale/. %{buildroot}%{_datadir}/fabraid/scale/; fi",
+		"install -d -m 0755 %{buildroot}%{_libexecdir}/fabraid",
+		"for f in packaging/scale/fabraid-*; do [ -x \"$f\" ] && ln -s ../../share/fabraid/scale/${f##*/} %{buildroot}%{_libexecdir}/fabraid/; done",
 	}
 	s.Files = []string{
 		"%{_bindir}/fabraid",
@@ -67,9 +71,10 @@ func specFiles(p *Package) specFile {
 		"%{_mandir}/man1/fabraid*.1*",
 		"%{_mandir}/man8/fabraidd*.8*",
 		"%{_datadir}/fabraid/",
+		"%{_libexecdir}/fabraid/",
 	}
 	for _, f := range p.Files {
-		if f.Gen != "" || strings.HasPrefix(f.Dst, DataDir) {
+		if f.Gen != "" || strings.HasPrefix(f.Dst, DataDir) || strings.HasPrefix(f.Dst, LibexecDir) {
 			continue
 		}
 		m := macroPath(f.Dst)

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +20,7 @@ import (
 	"github.com/fabraid/fabraid/engine"
 	"github.com/fabraid/fabraid/engine/superblock"
 	"github.com/fabraid/fabraid/internal/unixjson"
+	"github.com/fabraid/fabraid/internal/unixsock"
 )
 
 // Engine child processes
@@ -43,6 +44,7 @@ type engineReq struct {
 	Path   string `json:"path,omitempty"`
 	Rate   int64  `json:"rate,omitempty"`
 	Repair bool   `json:"repair,omitempty"`
+	Force  bool   `json:"force,omitempty"`
 }
 
 // ServeOptions configure ServeEngine.
@@ -55,6 +57,9 @@ type ServeOptions struct {
 	// is kept current (the ublk id once the device exists, the member list
 	// after a replace), so a restart by systemd serves the same device.
 	SpecPath string
+	// Queues is the number of ublk queues (0: one per CPU this process may
+	// run on).
+	Queues int
 	// Ready, when set, is called once the socket answers.
 	Ready func(ublkPath string)
 	Log   *slog.Logger
@@ -73,13 +78,16 @@ func ServeEngine(ctx context.Context, o ServeOptions) error {
 	if o.SpecPath != "" {
 		members = presentMembers(members, log)
 	}
-	vol, err := assemble(members, log)
+	exec := newExecutor(log)
+	vol, err := assemble(members, exec, log)
 	if err != nil {
+		closeExecutor(exec)
 		return fmt.Errorf("assemble: %w", err)
 	}
-	l, err := StartLocal(vol, o.UblkID, log)
+	l, err := StartLocal(vol, o.UblkID, log, LocalOptions{Executor: exec, Queues: o.Queues})
 	if err != nil {
 		vol.Close()
+		closeExecutor(exec)
 		return err
 	}
 	saveSpec := func(f func(*SpecFile)) {
@@ -92,13 +100,11 @@ func ServeEngine(ctx context.Context, o ServeOptions) error {
 	}
 	saveSpec(func(s *SpecFile) { s.UblkID = l.Device().ID(); s.Members = specMembers(vol.Status()) })
 	socket := o.Socket
-	os.Remove(socket)
-	ln, err := net.Listen("unix", socket)
+	ln, err := unixsock.Listen(socket, 0o600)
 	if err != nil {
 		l.Stop()
 		return fmt.Errorf("engine socket: %w", err)
 	}
-	os.Chmod(socket, 0o600)
 	stop := make(chan struct{}, 1)
 	mux := http.NewServeMux()
 	reply := func(w http.ResponseWriter, v any, err error) {
@@ -128,7 +134,14 @@ func ServeEngine(ctx context.Context, o ServeOptions) error {
 			reply(w, map[string]bool{"ok": true}, f(q))
 		})
 	}
-	post("/fail", func(q engineReq) error { return l.Fail(q.Slot) })
+	post("/fail", func(q engineReq) error { return l.Fail(q.Slot, q.Force) })
+	post("/readd", func(q engineReq) error {
+		err := l.ReAdd(q.Path, q.Rate)
+		if err == nil {
+			saveSpec(func(s *SpecFile) { s.Members = specMembers(vol.Status()) })
+		}
+		return err
+	})
 	post("/replace", func(q engineReq) error {
 		err := l.Replace(q.Slot, q.Path, q.Rate)
 		if err == nil {
@@ -145,6 +158,12 @@ func ServeEngine(ctx context.Context, o ServeOptions) error {
 		}
 		return nil
 	})
+	// Profiles of the engine process (the socket is root-only):
+	// go tool pprof over the socket, e.g. curl --unix-socket S
+	// http://engine/debug/pprof/profile?seconds=10 > cpu.pprof.
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	srv := &http.Server{Handler: mux}
 	go srv.Serve(ln)
 	log.Info("engine serving", "volume", vol.Name(), "ublk", l.Device().BlockPath(), "socket", socket)
@@ -232,7 +251,12 @@ func (c *child) Status() (EngineStatus, error) {
 	err := c.call("GET", "/status", nil, &st)
 	return st, err
 }
-func (c *child) Fail(slot int) error { return c.call("POST", "/fail", engineReq{Slot: slot}, nil) }
+func (c *child) Fail(slot int, force bool) error {
+	return c.call("POST", "/fail", engineReq{Slot: slot, Force: force}, nil)
+}
+func (c *child) ReAdd(path string, rate int64) error {
+	return c.call("POST", "/readd", engineReq{Path: path, Rate: rate}, nil)
+}
 func (c *child) Replace(slot int, path string, rate int64) error {
 	return c.call("POST", "/replace", engineReq{Slot: slot, Path: path, Rate: rate}, nil)
 }

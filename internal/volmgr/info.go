@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/fabraid/fabraid/engine"
+	"github.com/fabraid/fabraid/engine/superblock"
 )
 
 // Info describes a volume for the API and the CLI.
@@ -49,6 +50,10 @@ type MemberInfo struct {
 	Role       string `json:"role"`
 	Resync     bool   `json:"resync,omitempty"`
 	Checkpoint int64  `json:"checkpoint,omitempty"`
+	// Failure says why a failed member failed: "admin", "io-error",
+	// "missing" or "unrecorded". It stays failed until re-added or
+	// replaced.
+	Failure string `json:"failure,omitempty"`
 }
 
 // Progress is a running rebuild, resync or scrub.
@@ -101,7 +106,11 @@ func (m *Manager) Info(ref string) (Info, error) {
 		Journal: s.Journal, WriteHoleStripes: s.WriteHoleStripes}
 	for _, ms := range s.Members {
 		role := strings.ToLower(ms.Role.String())
-		in.Members = append(in.Members, MemberInfo{Slot: ms.Slot, Device: ms.Device, Domain: ms.Domain, Role: role, Resync: ms.Resync, Checkpoint: ms.Checkpoint})
+		mi := MemberInfo{Slot: ms.Slot, Device: ms.Device, Domain: ms.Domain, Role: role, Resync: ms.Resync, Checkpoint: ms.Checkpoint}
+		if ms.Role == superblock.RoleFailed {
+			mi.Failure = ms.Failure.String()
+		}
+		in.Members = append(in.Members, mi)
 		switch {
 		case strings.Contains(role, "fail"):
 			in.Failed++

@@ -220,7 +220,7 @@ func volumePathGuest(t *testing.T, g *vmtest.Env) {
 	// slot 3 for real — its disk is pulled out of the guest (qemu
 	// device_del) and the engine must notice from the I/O errors alone.
 	time.Sleep(300 * time.Millisecond)
-	if err := m.Fail("vol0", 0); err != nil {
+	if err := m.Fail("vol0", 0, false); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(300 * time.Millisecond)

@@ -49,13 +49,16 @@ type Options struct {
 // process (Local).
 func StartInProcess(log *slog.Logger) StartFunc {
 	return func(_ context.Context, s EngineSpec) (Engine, error) {
-		vol, err := assemble(s.Members, log)
+		exec := newExecutor(log)
+		vol, err := assemble(s.Members, exec, log)
 		if err != nil {
+			closeExecutor(exec)
 			return nil, fmt.Errorf("assemble volume %s: %w", s.Name, err)
 		}
-		l, err := StartLocal(vol, s.UblkID, log)
+		l, err := StartLocal(vol, s.UblkID, log, LocalOptions{Executor: exec})
 		if err != nil {
 			vol.Close()
+			closeExecutor(exec)
 			return nil, err
 		}
 		return l, nil
@@ -121,23 +124,26 @@ type onDisk struct {
 	uuid    [16]byte
 	name    string
 	members []string // paths of members in the newest view
-	sb      *superblock.Superblock
+	// failed maps a slot the newest view records as failed to the drive
+	// still holding that member: not assembled, kept for a re-add.
+	failed map[int]string
+	sb     *superblock.Superblock
+}
+
+// scanned is a claimed drive and the superblock read from it.
+type scanned struct {
+	path string
+	sb   *superblock.Superblock
 }
 
 // scan reads the superblocks of the claimed drives and groups them by
-// volume. Only drives whose member UUID is in the newest view's member
-// table are members (a drive replaced out of a volume keeps an old
-// superblock and is ignored).
+// volume (groupVolumes).
 func (m *Manager) scan() (map[[16]byte]*onDisk, error) {
 	ds, err := m.opts.Drives.ClaimedDrives()
 	if err != nil {
 		return nil, err
 	}
-	type cand struct {
-		path string
-		sb   *superblock.Superblock
-	}
-	by := map[[16]byte][]cand{}
+	var found []scanned
 	for _, d := range ds {
 		f, err := os.Open(d.Path)
 		if err != nil {
@@ -148,25 +154,43 @@ func (m *Manager) scan() (map[[16]byte]*onDisk, error) {
 		if err != nil {
 			continue // blank claimed drive
 		}
-		by[sb.VolumeUUID] = append(by[sb.VolumeUUID], cand{d.Path, sb})
+		found = append(found, scanned{d.Path, sb})
+	}
+	return groupVolumes(found), nil
+}
+
+// groupVolumes groups scanned drives by volume. The newest view
+// (superblock.Newer) decides: only drives whose member UUID is in its
+// member table are members (a drive replaced out of a volume keeps an old
+// superblock and is ignored), and a drive of a slot it records as failed
+// is no member either: a failed member returns only by an explicit re-add.
+func groupVolumes(found []scanned) map[[16]byte]*onDisk {
+	by := map[[16]byte][]scanned{}
+	for _, c := range found {
+		by[c.sb.VolumeUUID] = append(by[c.sb.VolumeUUID], c)
 	}
 	out := map[[16]byte]*onDisk{}
 	for u, cs := range by {
 		newest := cs[0].sb
 		for _, c := range cs[1:] {
-			if c.sb.Epoch > newest.Epoch || c.sb.Epoch == newest.Epoch && c.sb.Events > newest.Events {
+			if superblock.Newer(c.sb, newest) {
 				newest = c.sb
 			}
 		}
-		v := &onDisk{uuid: u, name: newest.Name, sb: newest}
+		v := &onDisk{uuid: u, name: newest.Name, sb: newest, failed: map[int]string{}}
 		for _, c := range cs {
-			if c.sb.Slot < len(newest.Members) && newest.Members[c.sb.Slot].UUID == c.sb.MemberUUID {
-				v.members = append(v.members, c.path)
+			if c.sb.Slot >= len(newest.Members) || newest.Members[c.sb.Slot].UUID != c.sb.MemberUUID {
+				continue
 			}
+			if newest.Members[c.sb.Slot].Role == superblock.RoleFailed {
+				v.failed[c.sb.Slot] = c.path
+				continue
+			}
+			v.members = append(v.members, c.path)
 		}
 		out[u] = v
 	}
-	return out, nil
+	return out
 }
 
 // record is the per-volume state file: the ublk device id to re-attach.
@@ -350,6 +374,11 @@ func (m *Manager) freeDrives(vols map[[16]byte]*onDisk) ([]drive.Drive, error) {
 		for _, p := range v.members {
 			used[p] = true
 		}
+		// A failed member's drive is kept for its re-add: it may hold
+		// the only other copy of what the volume lost.
+		for _, p := range v.failed {
+			used[p] = true
+		}
 	}
 	m.mu.Lock()
 	for _, e := range m.engines {
@@ -428,12 +457,12 @@ func (m *Manager) Create(ctx context.Context, r CreateRequest) (Info, error) {
 	var devs []engine.Member
 	defer func() {
 		for _, d := range devs {
-			d.(*engine.FileMember).Close()
+			d.Close()
 		}
 	}()
 	domains := make([]string, len(paths))
 	for i, p := range paths {
-		fm, err := openMember(p)
+		fm, err := openMember(p, m.log)
 		if err != nil {
 			return Info{}, fmt.Errorf("volume %s: %w", r.Name, err)
 		}
@@ -444,7 +473,9 @@ func (m *Manager) Create(ctx context.Context, r CreateRequest) (Info, error) {
 		// One node: every member is in this node's domain. The cluster
 		// layer spreads members over nodes.
 		AllowDomainViolation: true, CTime: time.Now().Unix()}
-	vol, err := engine.Create(cfg, devs, paths, engine.Options{Logger: m.log})
+	exec := newExecutor(m.log)
+	defer closeExecutor(exec)
+	vol, err := engine.Create(cfg, devs, paths, engine.Options{Logger: m.log, Executor: exec})
 	if err != nil {
 		return Info{}, fmt.Errorf("create volume %s: %w", r.Name, err)
 	}
@@ -479,13 +510,35 @@ func (m *Manager) resolve(ref string) ([16]byte, Engine, error) {
 	return [16]byte{}, nil, fmt.Errorf("%w: %s", ErrNotFound, ref)
 }
 
-// Fail marks member slot of volume ref failed.
-func (m *Manager) Fail(ref string, slot int) error {
+// Fail marks member slot of volume ref failed by administrator request.
+// Unless force, a fail that would lose a group is refused before anything
+// changes.
+func (m *Manager) Fail(ref string, slot int, force bool) error {
 	_, e, err := m.resolve(ref)
 	if err != nil {
 		return err
 	}
-	return e.Fail(slot)
+	return e.Fail(slot, force)
+}
+
+// ReAdd brings failed member slot of volume ref back from the claimed drive
+// that still holds it and starts the rebuild of what it missed (the
+// regions written since it failed; everything after an I/O error).
+func (m *Manager) ReAdd(ref string, slot int, rate int64) error {
+	u, e, err := m.resolve(ref)
+	if err != nil {
+		return err
+	}
+	vols, err := m.scan()
+	if err != nil {
+		return err
+	}
+	v := vols[u]
+	if v == nil || v.failed[slot] == "" {
+		return fmt.Errorf("%w: volume %s: re-add: no claimed drive holds the failed member of slot %d (fabraid volume replace puts a new drive there)",
+			ErrInvalid, ref, slot)
+	}
+	return e.ReAdd(v.failed[slot], rate)
 }
 
 // Replace puts claimed, unused drive dev into failed slot and starts the

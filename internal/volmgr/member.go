@@ -3,33 +3,36 @@ package volmgr
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
-	"os"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/fabraid/fabraid/engine"
+	"github.com/fabraid/fabraid/kernel/memberio"
 )
 
 // openMember opens a member device exclusively (O_EXCL on a block device:
-// mkfs, mount, md and a second engine are refused while we hold it).
-func openMember(path string) (*engine.FileMember, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_EXCL, 0)
+// mkfs, mount, md and a second engine are refused while we hold it) with
+// O_DIRECT (kernel/memberio: a write's error reaches the engine with its
+// completion, before the request is acknowledged).
+func openMember(path string, log *slog.Logger) (*memberio.Member, error) {
+	m, err := memberio.Open(path, memberio.Options{Exclusive: true, Log: log})
 	if err != nil {
 		return nil, fmt.Errorf("open member %s exclusively: %w", path, err)
 	}
-	return engine.NewFileMember(f), nil
+	return m, nil
 }
 
 // openMemberWait is openMember, retried for up to memberBusyTimeout while
 // the device is busy: the members of an engine that was just killed are
 // released once the kernel has torn down its io_uring, asynchronously
 // after the exit.
-func openMemberWait(path string) (*engine.FileMember, error) {
+func openMemberWait(path string, log *slog.Logger) (*memberio.Member, error) {
 	deadline := time.Now().Add(memberBusyTimeout)
 	for {
-		m, err := openMember(path)
+		m, err := openMember(path, log)
 		if err == nil || !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
 			return m, err
 		}
@@ -39,18 +42,36 @@ func openMemberWait(path string) (*engine.FileMember, error) {
 
 const memberBusyTimeout = 10 * time.Second
 
-// assemble opens the members exclusively and assembles the volume.
-func assemble(paths []string, log *slog.Logger) (*engine.Volume, error) {
+// newExecutor returns the io_uring member executor, or, on a kernel where
+// io_uring cannot be set up, the goroutine-per-I/O executor (logged).
+func newExecutor(log *slog.Logger) engine.Executor {
+	e, err := memberio.NewExecutor(memberio.ExecutorConfig{})
+	if err != nil {
+		log.Warn("io_uring member I/O unavailable; using one goroutine per member I/O", "err", err)
+		return engine.ParallelExecutor{}
+	}
+	return e
+}
+
+// closeExecutor releases an executor's rings.
+func closeExecutor(e engine.Executor) {
+	if c, ok := e.(io.Closer); ok {
+		c.Close()
+	}
+}
+
+// assemble opens the members exclusively and assembles the volume with exec.
+func assemble(paths []string, exec engine.Executor, log *slog.Logger) (*engine.Volume, error) {
 	var devs []engine.Member
 	for _, p := range paths {
-		m, err := openMemberWait(p)
+		m, err := openMemberWait(p, log)
 		if err != nil {
 			for _, d := range devs {
-				d.(*engine.FileMember).Close()
+				d.Close()
 			}
 			return nil, err
 		}
 		devs = append(devs, m)
 	}
-	return engine.Assemble(devs, paths, engine.Options{Logger: log})
+	return engine.Assemble(devs, paths, engine.Options{Logger: log, Executor: exec})
 }

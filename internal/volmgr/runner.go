@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fabraid/fabraid/engine"
+	"github.com/fabraid/fabraid/engine/layout"
 	"github.com/fabraid/fabraid/kernel/ublk"
 )
 
@@ -19,9 +20,14 @@ import (
 type Engine interface {
 	// Status is the engine's view of the volume plus background tasks.
 	Status() (EngineStatus, error)
-	Fail(slot int) error
+	// Fail marks slot failed by administrator request; unless force, a
+	// fail that would lose a group is refused before anything changes.
+	Fail(slot int, force bool) error
 	// Replace puts the device at path into failed slot and starts a rebuild.
 	Replace(slot int, path string, rate int64) error
+	// ReAdd puts the device at path, which holds a failed member, back
+	// into its slot and starts the rebuild of what it missed.
+	ReAdd(path string, rate int64) error
 	// Rebuild starts a rebuild of stale or replaced members in the background.
 	Rebuild(rate int64) error
 	// Scrub starts a parity check (repairing mismatches when repair) in the
@@ -60,6 +66,7 @@ var ErrBusy = errors.New("a rebuild or scrub is already running")
 // safe for concurrent use.
 type Local struct {
 	vol     *engine.Volume
+	exec    engine.Executor
 	dev     *ublk.Device
 	ctl     *ublk.Control
 	started time.Time
@@ -72,10 +79,42 @@ type Local struct {
 	last   *TaskResult
 }
 
+// LocalOptions tune how a Local serves its volume.
+type LocalOptions struct {
+	// Executor is the volume's member executor (the Local closes it when
+	// it stops, if it is an io.Closer).
+	Executor engine.Executor
+	// Queues is the number of ublk queues, each with its own thread and
+	// ring; 0 means one per CPU the process may run on (its affinity, which
+	// a systemd unit's CPUAffinity= or a cpuset sets).
+	Queues int
+	// Depth is the number of requests in flight per queue (default 128).
+	Depth int
+}
+
+// ublkConfig is the device configuration for a volume with geometry g:
+// async serving (many requests in flight per queue, each waiting on its
+// member I/O), requests of at least one full stripe (so that large writes
+// reach the engine as full-stripe writes; at least 1 MiB), 4 KiB blocks,
+// chunk and stripe as minimum and optimal I/O size. The device advertises
+// a volatile write cache with FUA (kernel/ublk), so file systems send
+// flushes and FUA writes.
+func ublkConfig(ublkID, blockSize int, g layout.Geometry, o LocalOptions) *ublk.Config {
+	queues := o.Queues
+	if queues <= 0 {
+		queues = runtime.NumCPU()
+	}
+	stripe := int(g.StripeBytes())
+	maxIO := max(1<<20, stripe)
+	maxIO = (maxIO + stripe - 1) / stripe * stripe
+	return &ublk.Config{ID: ublkID, Queues: queues, Depth: o.Depth, Async: true, MaxIOBytes: maxIO,
+		LogicalBlockSize: blockSize, IOMin: g.ChunkSize, IOOpt: stripe}
+}
+
 // StartLocal serves vol as a ublk device: it re-attaches to device ublkID
 // when that device exists and has lost its server (user recovery), else it
 // creates a device, with id ublkID when free (ublk.AnyID: any).
-func StartLocal(vol *engine.Volume, ublkID int, log *slog.Logger) (*Local, error) {
+func StartLocal(vol *engine.Volume, ublkID int, log *slog.Logger, o LocalOptions) (*Local, error) {
 	ctl, err := ublk.OpenControl()
 	if err != nil {
 		return nil, fmt.Errorf("volume %s: %w", vol.Name(), err)
@@ -87,7 +126,7 @@ func StartLocal(vol *engine.Volume, ublkID int, log *slog.Logger) (*Local, error
 		}
 	}()
 	g := vol.Geometry()
-	cfg := &ublk.Config{ID: ublkID, Queues: 1, Depth: 64, LogicalBlockSize: vol.BlockSize(), IOMin: g.ChunkSize, IOOpt: int(g.StripeBytes())}
+	cfg := ublkConfig(ublkID, vol.BlockSize(), g, o)
 	if want := cfg.Queues + 2; runtime.GOMAXPROCS(0) < want {
 		runtime.GOMAXPROCS(want) // see fabraid ublk serve: an idle P per queue thread
 	}
@@ -117,7 +156,8 @@ func StartLocal(vol *engine.Volume, ublkID int, log *slog.Logger) (*Local, error
 		log.Info("created ublk device", "volume", vol.Name(), "ublk", dev.BlockPath())
 	}
 	ok = true // the device uses ctl until it is closed
-	return &Local{vol: vol, dev: dev, ctl: ctl, started: time.Now(), log: log}, nil
+	log.Info("serving", "volume", vol.Name(), "queues", cfg.Queues, "depth", dev.Depth(), "max_io_bytes", cfg.MaxIOBytes)
+	return &Local{vol: vol, exec: o.Executor, dev: dev, ctl: ctl, started: time.Now(), log: log}, nil
 }
 
 // serverExitTimeout bounds how long a new engine waits for the kernel to
@@ -173,11 +213,38 @@ func (l *Local) Status() (EngineStatus, error) {
 }
 
 // Fail implements Engine.
-func (l *Local) Fail(slot int) error {
-	if err := l.vol.FailMember(slot); err != nil {
+func (l *Local) Fail(slot int, force bool) error {
+	fail := l.vol.FailMember
+	if force {
+		fail = l.vol.ForceFailMember
+	}
+	err := fail(slot)
+	switch {
+	case errors.Is(err, engine.ErrWouldLoseGroup):
+		return fmt.Errorf("volume %s: %w (force fails it anyway, and the volume fails)", l.vol.Name(), err)
+	case err != nil:
 		return fmt.Errorf("volume %s: fail slot %d: %w", l.vol.Name(), slot, err)
 	}
 	return nil
+}
+
+// ReAdd implements Engine.
+func (l *Local) ReAdd(path string, rate int64) error {
+	l.mu.Lock()
+	busy := l.task != ""
+	l.mu.Unlock()
+	if busy {
+		return fmt.Errorf("volume %s: re-add: %w", l.vol.Name(), ErrBusy)
+	}
+	m, err := openMember(path, l.log)
+	if err != nil {
+		return fmt.Errorf("volume %s: re-add %s: %w", l.vol.Name(), path, err)
+	}
+	if err := l.vol.ReAdd(m, path); err != nil {
+		m.Close()
+		return fmt.Errorf("volume %s: %w", l.vol.Name(), err)
+	}
+	return l.Rebuild(rate)
 }
 
 // Replace implements Engine.
@@ -188,7 +255,7 @@ func (l *Local) Replace(slot int, path string, rate int64) error {
 	if busy {
 		return fmt.Errorf("volume %s: replace: %w", l.vol.Name(), ErrBusy)
 	}
-	m, err := openMember(path)
+	m, err := openMember(path, l.log)
 	if err != nil {
 		return fmt.Errorf("volume %s: replace slot %d: %w", l.vol.Name(), slot, err)
 	}
@@ -262,6 +329,7 @@ func (l *Local) Stop() error {
 	if cerr := l.vol.Close(); err == nil {
 		err = cerr
 	}
+	closeExecutor(l.exec)
 	if err != nil {
 		return fmt.Errorf("volume %s: stop: %w", l.vol.Name(), err)
 	}

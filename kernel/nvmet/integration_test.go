@@ -94,7 +94,7 @@ func targetGuest(t *testing.T, g *vmtest.Env) {
 	// errno, and the next Apply recovers.
 	if !feat.Auth {
 		authSpec := spec
-		authSpec.Hosts = []nvmet.Host{{NQN: id.NQN, DHCHAPKey: nvmf.Secret{Key: make([]byte, 32)}.String()}}
+		authSpec.Hosts = []nvmet.Host{{NQN: id.NQN, DHCHAPKey: nvmf.Secret{Key: make([]byte, 32)}.Reveal()}}
 		_, err := tg.Apply(authSpec)
 		if !errors.Is(err, nvmet.ErrNotSupported) {
 			t.Fatalf("apply with a DH-HMAC-CHAP key without kernel support: %v, want ErrNotSupported", err)
@@ -124,7 +124,7 @@ func targetGuest(t *testing.T, g *vmtest.Env) {
 	// so the host is recreated; the connect below proves it has no key.
 	if feat.Auth {
 		keyed := spec
-		keyed.Hosts = []nvmet.Host{{NQN: id.NQN, DHCHAPKey: nvmf.Secret{Key: make([]byte, 32)}.String()}}
+		keyed.Hosts = []nvmet.Host{{NQN: id.NQN, DHCHAPKey: nvmf.Secret{Key: make([]byte, 32)}.Reveal()}}
 		if _, err := tg.Apply(keyed); err != nil {
 			t.Fatal(err)
 		}

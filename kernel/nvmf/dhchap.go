@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,10 +29,12 @@ const (
 	SecretSHA512      SecretHash = 3
 )
 
-// Secret is a DH-HMAC-CHAP secret: key bytes and the transform hash. Its
-// String is the "DHHC-1:<hh>:<base64(key || crc32(key) LE)>:" form that
-// nvme-cli's gen-dhchap-key prints and the kernel's configfs (dhchap_key)
-// and connect option (dhchap_secret) accept.
+// Secret is a DH-HMAC-CHAP secret: key bytes and the transform hash.
+// Reveal returns the "DHHC-1:<hh>:<base64(key || crc32(key) LE)>:" form
+// that nvme-cli's gen-dhchap-key prints and the kernel's configfs
+// (dhchap_key) and connect option (dhchap_secret) accept. String,
+// GoString and LogValue redact the key, so a Secret printed with fmt or
+// logged with slog never shows it.
 type Secret struct {
 	Hash SecretHash
 	Key  []byte
@@ -51,7 +54,21 @@ func GenerateSecret(keyLen int) (Secret, error) {
 	return Secret{Hash: SecretNoTransform, Key: k}, nil
 }
 
-func (s Secret) String() string {
+// redacted is what String, GoString and LogValue print.
+func (s Secret) redacted() string { return fmt.Sprintf("DHHC-1:%02d:<redacted>:", s.Hash) }
+
+// String is the secret with its key redacted; see Reveal.
+func (s Secret) String() string { return s.redacted() }
+
+// GoString is the secret with its key redacted (%#v).
+func (s Secret) GoString() string { return "nvmf.Secret{" + s.redacted() + "}" }
+
+// LogValue keeps the key out of slog output.
+func (s Secret) LogValue() slog.Value { return slog.StringValue(s.redacted()) }
+
+// Reveal is the secret with its key, in the DHHC-1 form, for configfs,
+// connect options and secret files only.
+func (s Secret) Reveal() string {
 	buf := make([]byte, len(s.Key)+4)
 	copy(buf, s.Key)
 	// The kernel computes ~crc32_le(~0, key) and compares it little-endian
@@ -105,7 +122,7 @@ func SaveSecret(path string, s Secret) error {
 		tmp.Close()
 		return fmt.Errorf("save secret %s: %w", path, err)
 	}
-	if _, err := tmp.WriteString(s.String() + "\n"); err != nil {
+	if _, err := tmp.WriteString(s.Reveal() + "\n"); err != nil {
 		tmp.Close()
 		return fmt.Errorf("save secret %s: %w", path, err)
 	}

@@ -3,8 +3,11 @@ package nvmf
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -14,7 +17,7 @@ func TestSecret(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		str := s.String()
+		str := s.Reveal()
 		back, err := ParseSecret(str)
 		if err != nil {
 			t.Fatalf("ParseSecret(%q): %v", str, err)
@@ -28,7 +31,7 @@ func TestSecret(t *testing.T) {
 	}
 	// A known vector: 32 zero bytes; CRC-32 (IEEE) of them is 0x190a55ad,
 	// stored little-endian.
-	zero := Secret{Key: make([]byte, 32)}.String()
+	zero := Secret{Key: make([]byte, 32)}.Reveal()
 	if want := "DHHC-1:00:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAACtVQoZ:"; zero != want {
 		t.Fatalf("zero secret = %s, want %s", zero, want)
 	}
@@ -66,5 +69,32 @@ func TestSaveLoadSecret(t *testing.T) {
 	os.Chmod(p, 0o644)
 	if _, err := LoadSecret(p); err == nil {
 		t.Fatal("world-readable secret accepted")
+	}
+}
+
+// TestSecretRedacted: printing or logging a Secret never shows its key
+// (String used to return the whole DHHC-1 secret).
+func TestSecretRedacted(t *testing.T) {
+	s := Secret{Key: bytes.Repeat([]byte{0x42}, 32)}
+	key := s.Reveal()
+	b64 := strings.Split(key, ":")[2]
+	var logged bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logged, nil))
+	log.Info("connect", "secret", s)
+	slog.New(slog.NewJSONHandler(&logged, nil)).Info("connect", "secret", s)
+	for name, out := range map[string]string{
+		"String": s.String(), "%v": fmt.Sprintf("%v", s), "%s": fmt.Sprintf("%s", s),
+		"%+v": fmt.Sprintf("%+v", s), "%#v": fmt.Sprintf("%#v", s), "slog": logged.String(),
+		"%v of a pointer": fmt.Sprintf("%v", &s),
+	} {
+		if strings.Contains(out, b64) {
+			t.Errorf("%s shows the key: %s", name, out)
+		}
+		if !strings.Contains(out, "redacted") {
+			t.Errorf("%s = %q, want it marked redacted", name, out)
+		}
+	}
+	if back, err := ParseSecret(key); err != nil || !bytes.Equal(back.Key, s.Key) {
+		t.Fatalf("Reveal does not round-trip: %v", err)
 	}
 }

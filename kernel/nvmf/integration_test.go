@@ -69,7 +69,7 @@ func fabricSpec(g *vmtest.Env, auth bool, ana1, ana2 nvmet.ANAState, withP2 bool
 	}
 	if auth {
 		// A real DH exchange (ffdhe2048) with SHA-384, bidirectional.
-		s.Hosts = append(s.Hosts, nvmet.Host{NQN: hostC.NQN, DHCHAPKey: hostKey.String(), DHCHAPCtrlKey: ctrlKey.String(),
+		s.Hosts = append(s.Hosts, nvmet.Host{NQN: hostC.NQN, DHCHAPKey: hostKey.Reveal(), DHCHAPCtrlKey: ctrlKey.Reveal(),
 			DHCHAPHash: "hmac(sha384)", DHCHAPDHGroup: "ffdhe2048"})
 		s.Subsystems = append(s.Subsystems, nvmet.Subsystem{NQN: s3, AllowedHosts: []string{hostC.NQN},
 			Namespaces: []nvmet.Namespace{{NSID: 1, DevicePath: g.Disks[2]}}})
@@ -251,7 +251,7 @@ func fabricInitiator(t *testing.T, g *vmtest.Env) {
 	// DH-HMAC-CHAP.
 	if auth {
 		o := opt(hostC, s3, addr1, "")
-		for _, bad := range []struct{ name, key string }{{"no key", ""}, {"wrong key", wrongKey.String()}} {
+		for _, bad := range []struct{ name, key string }{{"no key", ""}, {"wrong key", wrongKey.Reveal()}} {
 			o.DHCHAPSecret = bad.key
 			start := time.Now()
 			c, err := h.Connect(o)
@@ -264,12 +264,12 @@ func fabricInitiator(t *testing.T, g *vmtest.Env) {
 				t.Errorf("refusal not classified: %v", err)
 			}
 		}
-		o.DHCHAPSecret, o.DHCHAPCtrlSecret = hostKey.String(), wrongKey.String()
+		o.DHCHAPSecret, o.DHCHAPCtrlSecret = hostKey.Reveal(), wrongKey.Reveal()
 		if c, err := h.Connect(o); err == nil {
 			h.Disconnect(c.Name)
 			t.Fatal("controller authenticated with the wrong controller key")
 		}
-		o.DHCHAPCtrlSecret = ctrlKey.String()
+		o.DHCHAPCtrlSecret = ctrlKey.Reveal()
 		c, err := h.Connect(o)
 		if err != nil {
 			t.Fatalf("DH-HMAC-CHAP with the right keys: %v", err)

@@ -19,7 +19,7 @@ func baseOptions() Options {
 }
 
 func TestOptionsString(t *testing.T) {
-	secret := Secret{Key: make([]byte, 32)}.String()
+	secret := Secret{Key: make([]byte, 32)}.Reveal()
 	tests := []struct {
 		name   string
 		modify func(*Options)
@@ -83,7 +83,7 @@ func TestOptionsValidate(t *testing.T) {
 		{"ctrl loss -2", func(o *Options) { o.Timeouts = &Timeouts{KeepAlive: 1, ReconnectDelay: 1, CtrlLoss: -2, FastIOFail: 0} }, "ctrl_loss_tmo"},
 		{"fast fail after loss", func(o *Options) { o.Timeouts = &Timeouts{KeepAlive: 1, ReconnectDelay: 1, CtrlLoss: 5, FastIOFail: 10} }, "exceeds"},
 		{"bad secret", func(o *Options) { o.DHCHAPSecret = "DHHC-1:00:AAAA:" }, "dhchap_secret"},
-		{"ctrl secret alone", func(o *Options) { o.DHCHAPCtrlSecret = Secret{Key: make([]byte, 32)}.String() }, "needs dhchap_secret"},
+		{"ctrl secret alone", func(o *Options) { o.DHCHAPCtrlSecret = Secret{Key: make([]byte, 32)}.Reveal() }, "needs dhchap_secret"},
 		{"iface injection", func(o *Options) { o.HostIface = "eth0,tls" }, "host_iface"},
 		{"tls on rdma", func(o *Options) { o.Transport = RDMA; o.TLS = true }, "tls"},
 		{"loop with address", func(o *Options) { o.Transport = Loop }, "loop"},
@@ -146,7 +146,7 @@ func FuzzOptions(f *testing.F) {
 	o := baseOptions()
 	f.Add(o.String())
 	o.Timeouts = member()
-	o.DHCHAPSecret = Secret{Key: make([]byte, 48)}.String()
+	o.DHCHAPSecret = Secret{Key: make([]byte, 48)}.Reveal()
 	f.Add(o.String())
 	f.Add("transport=loop,nqn=" + testNQN + ",hostnqn=" + testHostNQN + ",hostid=" + testHostID + ",discovery")
 	f.Add("transport=tcp,traddr=::1,trsvcid=8009,nqn=" + DiscoveryNQN + ",hostnqn=" + testHostNQN + ",hostid=" + testHostID + ",keep_alive_tmo=1,reconnect_delay=1,ctrl_loss_tmo=-1,fast_io_fail_tmo=-1")

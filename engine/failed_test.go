@@ -1,0 +1,124 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/fabraid/fabraid/engine/superblock"
+)
+
+// A failed member stays failed across a restart with the same members,
+// whatever failed it (admin request, an I/O error, absent at an assembly),
+// with the reason recorded; only ReAdd brings it back, rebuilding the
+// regions written meanwhile (everything after an I/O error), and then it
+// holds the right data.
+func TestFailedMemberStaysFailed(t *testing.T) {
+	for _, reason := range []superblock.FailReason{superblock.FailAdmin, superblock.FailIO, superblock.FailMissing} {
+		t.Run(reason.String(), func(t *testing.T) {
+			v, mm := newTestVolume(t, Config{Name: "sticky", K: 2, M: 1, ChunkSize: 4096}, 1<<20)
+			model := bytes.Repeat([]byte{0x11}, int(v.Size()))
+			if _, err := v.WriteAt(model, 0); err != nil {
+				t.Fatal(err)
+			}
+			all := func() []Member {
+				var d []Member
+				for _, m := range mm {
+					m.Reopen()
+					d = append(d, m)
+				}
+				return d
+			}
+			switch reason {
+			case superblock.FailAdmin:
+				if err := v.FailMember(1); err != nil {
+					t.Fatal(err)
+				}
+			case superblock.FailIO:
+				mm[1].SetFailed(true)
+				if _, err := v.WriteAt(model[:4096], 0); err != nil {
+					t.Fatal(err)
+				}
+				mm[1].SetFailed(false)
+			case superblock.FailMissing:
+				if err := v.Close(); err != nil {
+					t.Fatal(err)
+				}
+				d := all()
+				var err error
+				if v, err = Assemble([]Member{d[0], d[2]}, nil, Options{Logger: quietLogger()}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Written while slot 1 is away: its copy of these rows is stale.
+			copy(model[:64<<10], bytes.Repeat([]byte{0x22}, 64<<10))
+			if _, err := v.WriteAt(model[:64<<10], 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := v.Close(); err != nil {
+				t.Fatal(err)
+			}
+			v, err := Assemble(all(), []string{"m0", "m1", "m2"}, Options{Logger: quietLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := v.Status().Members[1]
+			if st.Role != superblock.RoleFailed || st.Failure != reason || st.Device != "(missing)" {
+				t.Fatalf("slot 1 after a restart with the same members: %s (reason %s, device %s, resync %v), want failed (%s), not assembled",
+					st.Role, st.Failure, st.Device, st.Resync, reason)
+			}
+			mm[1].Reopen() // assembly closed the device it left out
+			if err := v.ReAdd(mm[1], "m1"); err != nil {
+				t.Fatal(err)
+			}
+			if st := v.Status().Members[1]; st.Role != superblock.RoleRebuilding || st.Resync != (reason != superblock.FailIO) ||
+				st.Failure != superblock.FailUnrecorded {
+				t.Fatalf("slot 1 after re-add: %+v", st)
+			}
+			if err := v.Rebuild(context.Background(), RebuildOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			// Slot 1's data, read through a degraded volume without slot 0.
+			if err := v.FailMember(0); err != nil {
+				t.Fatal(err)
+			}
+			got := make([]byte, v.Size())
+			if _, err := v.ReadAt(got, 0); err != nil || !bytes.Equal(got, model) {
+				t.Fatalf("read without slot 0 after re-add: %v (equal %v)", err, bytes.Equal(got, model))
+			}
+			if err := v.Close(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// An admin fail that would lose a group is refused before anything
+// changes; ForceFailMember carries it out (and the volume fails).
+func TestFailMemberRefusesGroupLoss(t *testing.T) {
+	v, _ := newTestVolume(t, Config{Name: "refuse", K: 2, M: 1, ChunkSize: 4096}, 1<<20)
+	if err := v.FailMember(0); err != nil {
+		t.Fatal(err)
+	}
+	before := v.Status()
+	err := v.FailMember(1)
+	if !errors.Is(err, ErrWouldLoseGroup) || !strings.Contains(err.Error(), "group 0 would keep 1 of 3 members in sync (slot 0 failed), it needs k=2") {
+		t.Fatalf("fail of a second member of a 2+1 group: %v, want %v", err, ErrWouldLoseGroup)
+	}
+	after := v.Status()
+	if after.Failed || after.Events != before.Events || after.Members[1].Role != superblock.RoleActive {
+		t.Fatalf("refused fail changed the volume: failed %v, events %d -> %d, slot 1 %s",
+			after.Failed, before.Events, after.Events, after.Members[1].Role)
+	}
+	if _, err := v.ReadAt(make([]byte, 4096), 0); err != nil {
+		t.Fatalf("read after a refused fail: %v", err)
+	}
+	if err := v.ForceFailMember(1); !errors.Is(err, ErrVolumeFailed) {
+		t.Fatalf("forced fail: %v, want %v", err, ErrVolumeFailed)
+	}
+	if st := v.Status(); !st.Failed || st.Members[1].Role != superblock.RoleFailed || st.Members[1].Failure != superblock.FailAdmin {
+		t.Fatalf("after forced fail: %+v", st)
+	}
+}

@@ -1,0 +1,50 @@
+// Package exporter is the drive exporter of a node: a level-triggered,
+// idempotent reconcile that makes the kernel's nvmet target export exactly
+// the node's drives that are members of a volume, each to exactly the host
+// that runs that volume's engine (the owner).
+//
+// # Desired state
+//
+// Desire is pure: from this node's claimed drives, the volumes and their
+// owners' host NQNs and DH-HMAC-CHAP secrets, and the kernel's nvmet
+// features, it computes an nvmet.Spec:
+//
+//   - every local drive that is a member of a volume owned by another node
+//     is subsystem nqn.2026-11.io.fabraid:drive:<drive id> (NQN), namespace
+//     1 = the drive, with a namespace UUID and NGUID derived from the drive
+//     id (NamespaceUUID: stable across reboots, re-exports and owners);
+//   - allowed hosts = exactly the owner's host NQN; allow_any_host is never
+//     set (kernel/nvmet refuses it anyway);
+//   - the owner's host entry carries its DH-HMAC-CHAP secret whenever the
+//     kernel has nvmet authentication (dhchap_key in configfs); an owner
+//     without a secret is then not exported to (a Problem) unless
+//     Input.AllowNoAuth;
+//   - all exported drives are linked on one tcp port per storage address
+//     (ids PortBase, PortBase+1, ... in kernel/nvmet's DriveOwnership
+//     range, service id DefaultServiceID unless set);
+//   - drives in no volume, in a volume this node owns (its engine opens
+//     them directly), or claimed by two volumes (a Problem) are not
+//     exported, and are unexported when they get there.
+//
+// # Apply and fencing
+//
+// Reconcile reads configfs every time and converges it with kernel/nvmet
+// (DriveOwnership: the volume manager's …:vol:* subsystems and ports are
+// left alone). Removing a host from allowed_hosts does not end the
+// controllers it already has, so a changed owner (or a changed secret)
+// would leave the old owner writing. Fence finds those subsystems in the
+// actual state (linked on a port, and allowing a host or key the desired
+// state does not); Reconcile first applies the desired state with them
+// unlinked from every port, which makes the kernel tear down their
+// controllers, then the desired state, which links them again for the new
+// owner only. A crash between the two steps is finished by the next
+// Reconcile: the subsystem is then unlinked and already re-pointed, and the
+// second step links it. Result.Fenced names the drives fenced this time;
+// the caller acknowledges "fenced for epoch E" in the cluster store after
+// Reconcile returns without error.
+//
+// # What it does not do
+//
+// It does not talk to etcd, load modules or choose owners; the caller
+// adapts the node registry to Input. Run one Reconcile at a time per node.
+package exporter
