@@ -412,8 +412,8 @@ func TestFencedByOneCopy(t *testing.T) {
 		}
 	}
 	epoch := v1.Status().Epoch
-	if err := v1.FailMember(2); !errors.Is(err, ErrFenced) && err != nil {
-		t.Fatalf("old owner fail member: %v", err)
+	if err := v1.FailMember(2); !errors.Is(err, ErrFenced) {
+		t.Fatalf("old owner fail member: %v, want %v", err, ErrFenced)
 	}
 	if _, err := v1.ReadAt(make([]byte, 4096), 0); !errors.Is(err, ErrFenced) {
 		t.Fatalf("old owner read after a newer epoch in copy A: %v, want %v", err, ErrFenced)

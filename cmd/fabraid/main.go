@@ -41,6 +41,7 @@ func newRootCmd() *cobra.Command {
 		newNvmeCmd(),
 		newDriveCmd(),
 		newVolumeCmd(),
+		newClusterCmd(),
 		newNsdCmd(),
 		newWaitCmd(),
 		manpage.Command("1", "fabraid "+version),

@@ -43,6 +43,8 @@ type Config struct {
 	// template is installed, else as child processes), EngineSystemd or
 	// EngineProcess.
 	EngineMode string
+	// Cluster holds the cluster keys (see Cluster).
+	Cluster Cluster
 	// NSDDiscovery is what the Storage Scale nsddevices user exit returns
 	// after listing fabraid's volumes: NSDMerge (default; return 1, Scale
 	// also runs its built-in discovery and merges) or NSDExclusive (return
@@ -77,6 +79,7 @@ func Default() Config {
 		ExportAddress:  "127.0.0.1",
 		ExportPort:     4420,
 		EngineMode:     EngineAuto,
+		Cluster:        defaultCluster(),
 		NSDDiscovery:   NSDMerge,
 	}
 }
@@ -133,6 +136,10 @@ func Parse(r io.Reader, name string) (Config, error) {
 	}
 	if err := sc.Err(); err != nil {
 		return Config{}, &Error{File: name, Err: err}
+	}
+	if err := c.Cluster.check(seen); err != nil {
+		err.File = name
+		return Config{}, err
 	}
 	return c, nil
 }
@@ -213,7 +220,10 @@ func (c *Config) set(key, val string) error {
 			return fmt.Errorf("%q: want merge (Scale also runs its own discovery) or exclusive (Scale uses only fabraid's devices)", val)
 		}
 	default:
-		return errors.New("unknown key (known: node_name, storage_interfaces, storage_cidrs, state_dir, api_socket, metrics_address, export_address, export_port, engine_mode, nsd_discovery)")
+		if ok, err := c.Cluster.set(key, val); ok {
+			return err
+		}
+		return errors.New("unknown key (known: node_name, storage_interfaces, storage_cidrs, state_dir, api_socket, metrics_address, export_address, export_port, engine_mode, nsd_discovery, " + clusterKeys + ")")
 	}
 	return nil
 }

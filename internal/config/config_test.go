@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -103,6 +104,52 @@ func TestParseEngineMode(t *testing.T) {
 		c, err := Parse(strings.NewReader("engine_mode = "+m+"\n"), "t.conf")
 		if err != nil || c.EngineMode != m {
 			t.Errorf("engine_mode = %s: %q %v", m, c.EngineMode, err)
+		}
+	}
+}
+
+func TestParseCluster(t *testing.T) {
+	in := `cluster_address = 10.10.0.1
+failure_domain = rack3
+etcd_peer_port = 12380
+etcd_client_port = 12379
+join_port = 19437
+etcd_members = 5
+node_lease_ttl = 20
+`
+	c, err := Parse(strings.NewReader(in), "t.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Cluster{Address: "10.10.0.1", Domain: "rack3", PeerPort: 12380, ClientPort: 12379, JoinPort: 19437, Members: 5, LeaseTTL: 20}
+	if fmt.Sprint(c.Cluster) != fmt.Sprint(want) {
+		t.Fatalf("got %+v, want %+v", c.Cluster, want)
+	}
+	ext, err := Parse(strings.NewReader("etcd_endpoints = https://e1:2379, https://e2:2379\netcd_ca_file = /etc/e/ca\netcd_cert_file = /etc/e/c\netcd_key_file = /etc/e/k\n"), "t.conf")
+	if err != nil || len(ext.Cluster.Endpoints) != 2 || ext.Cluster.KeyFile != "/etc/e/k" {
+		t.Fatalf("external: %+v %v", ext.Cluster, err)
+	}
+	if d := Default().Cluster; d.PeerPort != 2380 || d.ClientPort != 2379 || d.JoinPort != 9437 || d.Members != 3 || d.LeaseTTL != 10 {
+		t.Fatalf("defaults %+v", d)
+	}
+	for _, tc := range []struct{ in, want string }{
+		{"cluster_address = node1", "t.conf:1: cluster_address: \"node1\" is not a unicast IP"},
+		{"cluster_address = 0.0.0.0", "t.conf:1: cluster_address:"},
+		{"\nfailure_domain = a/b", "t.conf:2: failure_domain:"},
+		{"etcd_members = 2", "t.conf:1: etcd_members: \"2\": want 1, 3 or 5"},
+		{"join_port = 0", "t.conf:1: join_port: \"0\": want a TCP port"},
+		{"etcd_client_port = x", "t.conf:1: etcd_client_port:"},
+		{"node_lease_ttl = 1", "t.conf:1: node_lease_ttl: \"1\": want seconds, 2..300"},
+		{"etcd_endpoints = http://e1:2379", "t.conf:1: etcd_endpoints: \"http://e1:2379\": want https://host:port"},
+		{"etcd_endpoints = ,", "t.conf:1: etcd_endpoints: empty"},
+		{"node_name = a\netcd_endpoints = https://e:2379\netcd_ca_file = /ca", "t.conf:2: etcd_endpoints: needs etcd_cert_file"},
+		{"\n\netcd_key_file = /k", "t.conf:3: etcd_key_file: only used with etcd_endpoints"},
+		{"etcd_ca_file = rel", "t.conf:1: etcd_ca_file: \"rel\": want an absolute path"},
+	} {
+		_, err := Parse(strings.NewReader(tc.in), "t.conf")
+		var ce *Error
+		if err == nil || !errors.As(err, &ce) || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("Parse(%q) = %v, want prefix %q", tc.in, err, tc.want)
 		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fabraid/fabraid/internal/api"
+	"github.com/fabraid/fabraid/internal/cluster"
 	"github.com/fabraid/fabraid/internal/config"
 	"github.com/fabraid/fabraid/internal/drive"
 	"github.com/fabraid/fabraid/internal/unixsock"
@@ -42,13 +43,16 @@ type Options struct {
 
 // Daemon is a running fabraidd.
 type Daemon struct {
-	opts   Options
-	log    *slog.Logger
-	mgr    *volmgr.Manager
-	kick   chan struct{}
-	errors atomic.Int64
-	status atomic.Value // string
-	mode   string       // config.EngineSystemd or config.EngineProcess
+	opts Options
+	log  *slog.Logger
+	mgr  *volmgr.Manager
+	// cluster is the node's cluster membership; in no cluster it runs
+	// nothing and the node is a one-node system.
+	cluster *cluster.Node
+	kick    chan struct{}
+	errors  atomic.Int64
+	status  atomic.Value // string
+	mode    string       // config.EngineSystemd or config.EngineProcess
 }
 
 // New prepares the daemon; nothing runs until Run.
@@ -72,6 +76,9 @@ func New(o Options) (*Daemon, error) {
 		return nil, err
 	}
 	d.mgr = mgr
+	if d.cluster, err = d.newCluster(); err != nil {
+		return nil, err
+	}
 	return d, nil
 }
 
@@ -119,6 +126,9 @@ func (d *Daemon) reconcile(ctx context.Context) {
 	if err := d.mgr.Reconcile(ctx); err != nil {
 		d.errors.Add(1)
 		d.log.Error("reconcile", "err", err)
+	}
+	if err := d.cluster.Refresh(ctx); err != nil {
+		d.log.Warn("cluster: cannot update this node's registry record", "err", err)
 	}
 	counts := map[string]int{}
 	vols := d.mgr.List()
@@ -175,6 +185,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	// The API answers once the first reconcile has adopted or started the
 	// volumes, so the CLI never sees a half-known node.
 	d.reconcile(ctx)
+	go d.startCluster(ctx)
+	defer d.cluster.Close()
 	apiSrv := &http.Server{Handler: d.Handler()}
 	go apiSrv.Serve(ln)
 	defer apiSrv.Close()
@@ -250,6 +262,9 @@ func (d *Daemon) Handler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		if err != nil {
 			code := http.StatusInternalServerError
+			if c := clusterCode(err); c != 0 {
+				code = c
+			}
 			switch {
 			case errors.Is(err, volmgr.ErrNotFound):
 				code = http.StatusNotFound
@@ -280,6 +295,7 @@ func (d *Daemon) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/node", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, api.Node{Name: d.opts.Config.NodeName, HostNQN: d.mgr.HostNQN(), Version: d.opts.Version, PID: os.Getpid()}, nil)
 	})
+	d.clusterRoutes(mux, reply, decode)
 	mux.HandleFunc("GET /v1/volumes", func(w http.ResponseWriter, r *http.Request) {
 		v := d.mgr.List()
 		if v == nil {

@@ -304,6 +304,9 @@ func daemonGuest(t *testing.T, g *vmtest.Env) {
 	v := startVerifier(t, in.Device)
 	f := v.f
 
+	// An admin fail is sticky: slot 2 stays failed through the engine
+	// restart and the daemon restart below (checked before the replace).
+	mustRun(t, "volume", "fail", "vol0", "2")
 	// kill -9 the engine under load: the supervisor starts a new one that
 	// re-attaches to the ublk device.
 	time.Sleep(time.Second)
@@ -357,6 +360,9 @@ func daemonGuest(t *testing.T, g *vmtest.Env) {
 	// what this step tests.
 	if s := waitSettled(t, "vol0"); s.WriteHoleStripes != 0 {
 		t.Errorf("write-hole stripes after a clean resync: %+v", s)
+	}
+	if s := show(t); s.Failed != 1 || s.Members[2].Role != "failed" || s.Members[2].Failure != "admin" {
+		t.Errorf("slot 2 after engine and daemon restarts: %+v, want failed (admin)", s.Members)
 	}
 	mustRun(t, "volume", "fail", "vol0", "2")
 	if s := show(t); s.State != "degraded" || s.Failed != 1 {

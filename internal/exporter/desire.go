@@ -71,8 +71,10 @@ type Host struct {
 
 // Volume is one volume as the exporter needs it.
 type Volume struct {
-	UUID    string   // for messages and Export.Volume
-	Owner   Host     // the node running the volume's engine
+	UUID string // for messages and Export.Volume
+	// Owner is the node running the volume's engine. An empty NQN (no
+	// owner: a failover in progress) exports the members to nobody.
+	Owner   Host
 	Members []string // drive ids of every member, on any node
 }
 
@@ -177,6 +179,8 @@ func Desire(in Input, f nvmet.Features) Desired {
 			continue
 		case h.NQN == in.HostNQN:
 			continue // owned here: opened directly
+		case h.NQN == "":
+			continue // no owner (failover in progress): fenced from everyone
 		case f.Auth && h.Secret == "" && !in.AllowNoAuth:
 			problem("drive %s of volume %s: owner %s: %w (the kernel has DH-HMAC-CHAP); not exported", id, v.UUID, h.NQN, ErrNoSecret)
 			continue

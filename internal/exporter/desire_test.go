@@ -69,6 +69,7 @@ func TestDesire(t *testing.T) {
 		{name: "volume owned by this node: nothing exported", f: auth,
 			in: func(in *Input) { in.Volumes[0].Owner = Host{NQN: hostA, Secret: keyB} }},
 		{name: "no volumes: nothing exported", f: auth, in: func(in *Input) { in.Volumes = nil }},
+		{name: "no owner (failover): exported to nobody, no problem", f: auth, in: func(in *Input) { in.Volumes[0].Owner = Host{} }},
 		{name: "drive in two volumes is refused, the rest exported", f: auth,
 			in: func(in *Input) {
 				in.Volumes = append(in.Volumes, Volume{UUID: "v2", Owner: Host{NQN: hostC, Secret: keyC}, Members: []string{"d2", "d3"}})

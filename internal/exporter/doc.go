@@ -23,7 +23,8 @@
 //     (ids PortBase, PortBase+1, ... in kernel/nvmet's DriveOwnership
 //     range, service id DefaultServiceID unless set);
 //   - drives in no volume, in a volume this node owns (its engine opens
-//     them directly), or claimed by two volumes (a Problem) are not
+//     them directly), in a volume without an owner (failover in progress:
+//     fenced from everyone), or claimed by two volumes (a Problem) are not
 //     exported, and are unexported when they get there.
 //
 // # Apply and fencing

@@ -291,9 +291,10 @@ func ownerSide(t *testing.T, g *vmtest.Env) {
 	go func() { ioErr <- writeUntilError(remote) }()
 	g.Signal(t, "serving")
 	g.Wait(t, "a", "owner-changed")
+	changed := time.Now()
 	select {
 	case err := <-ioErr:
-		t.Logf("old owner's I/O after the owner change: %v", err)
+		t.Logf("old owner's I/O failed %.2f s after it saw the owner change: %v", time.Since(changed).Seconds(), err)
 	case <-time.After(45 * time.Second):
 		t.Fatal("the old owner's I/O kept succeeding 45 s after the owner change")
 	}

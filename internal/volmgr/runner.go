@@ -13,6 +13,7 @@ import (
 
 	"github.com/fabraid/fabraid/engine"
 	"github.com/fabraid/fabraid/engine/layout"
+	"github.com/fabraid/fabraid/kernel/memberio"
 	"github.com/fabraid/fabraid/kernel/ublk"
 )
 
@@ -127,6 +128,8 @@ func StartLocal(vol *engine.Volume, ublkID int, log *slog.Logger, o LocalOptions
 	}()
 	g := vol.Geometry()
 	cfg := ublkConfig(ublkID, vol.BlockSize(), g, o)
+	// Healthy reads are submitted by the queue threads themselves.
+	backend := memberio.Backend{Volume: vol}
 	if want := cfg.Queues + 2; runtime.GOMAXPROCS(0) < want {
 		runtime.GOMAXPROCS(want) // see fabraid ublk serve: an idle P per queue thread
 	}
@@ -137,7 +140,7 @@ func StartLocal(vol *engine.Volume, ublkID int, log *slog.Logger, o LocalOptions
 			if info.State != ublk.StateQuiesced && info.State != ublk.StateDead {
 				return nil, fmt.Errorf("volume %s: ublk device %d is %s (served by pid %d)", vol.Name(), ublkID, info.State, info.PID)
 			}
-			dev, err = ublk.Recover(ctl, ublkID, vol, cfg)
+			dev, err = ublk.Recover(ctl, ublkID, backend, cfg)
 			if err != nil {
 				return nil, fmt.Errorf("volume %s: recover ublk device %d: %w", vol.Name(), ublkID, err)
 			}
@@ -145,10 +148,10 @@ func StartLocal(vol *engine.Volume, ublkID int, log *slog.Logger, o LocalOptions
 		}
 	}
 	if dev == nil {
-		dev, err = ublk.Create(ctl, vol, cfg)
+		dev, err = ublk.Create(ctl, backend, cfg)
 		if err != nil && ublkID >= 0 {
 			cfg.ID = ublk.AnyID
-			dev, err = ublk.Create(ctl, vol, cfg)
+			dev, err = ublk.Create(ctl, backend, cfg)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("volume %s: create ublk device: %w", vol.Name(), err)

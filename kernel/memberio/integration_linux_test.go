@@ -44,6 +44,7 @@ func TestIntegrationMemberIO(t *testing.T) {
 		defer ctl.Close()
 		t.Run("integrity", func(t *testing.T) { testIntegrity(t, ctl, g.Disks) })
 		t.Run("error-attribution", func(t *testing.T) { testErrorAttribution(t, ctl) })
+		t.Run("read-error", func(t *testing.T) { testReadError(t, ctl) })
 	})
 }
 
@@ -85,7 +86,8 @@ func testIntegrity(t *testing.T, ctl *ublk.Control, disks []string) {
 		t.Fatal(err)
 	}
 	g := vol.Geometry()
-	dev, err := ublk.Create(ctl, vol, &ublk.Config{ID: ublk.AnyID, Queues: 2, Depth: 64, Async: true,
+	bst := &memberio.Stats{}
+	dev, err := ublk.Create(ctl, memberio.Backend{Volume: vol, Stats: bst}, &ublk.Config{ID: ublk.AnyID, Queues: 2, Depth: 64, Async: true,
 		MaxIOBytes: 1 << 20, IOMin: g.ChunkSize, IOOpt: int(g.StripeBytes())})
 	if err != nil {
 		t.Fatal(err)
@@ -148,6 +150,9 @@ func testIntegrity(t *testing.T, ctl *ublk.Control, disks []string) {
 	if st.Enters.Load() >= st.IOs.Load() {
 		t.Errorf("no batching: %d enters for %d I/Os", st.Enters.Load(), st.IOs.Load())
 	}
+	if bst.DirectReads.Load() < writers*opsEach {
+		t.Errorf("%d reads planned for the queue threads; want every read (%d)", bst.DirectReads.Load(), writers*opsEach)
+	}
 	if st.Bounces.Load() != 0 {
 		t.Errorf("%d bounce copies; engine and ublk buffers should be aligned", st.Bounces.Load())
 	}
@@ -191,14 +196,14 @@ func testIntegrity(t *testing.T, ctl *ublk.Control, disks []string) {
 
 // nullBlk creates memory-backed null_blk devices through configfs and
 // returns their paths.
-func nullBlk(t *testing.T, n, sizeMB int) []string {
+func nullBlk(t *testing.T, first, n, sizeMB int) []string {
 	t.Helper()
 	root := "/sys/kernel/config/nullb"
 	if _, err := os.Stat(root); err != nil {
 		t.Fatalf("null_blk configfs: %v", err)
 	}
 	var paths []string
-	for i := range n {
+	for i := first; i < first+n; i++ {
 		dir := filepath.Join(root, fmt.Sprintf("fb%d", i))
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			t.Fatal(err)
@@ -260,7 +265,7 @@ func (l *logRecorder) find(sub ...string) string {
 // the page cache, nothing is failed when it is acknowledged, and the error
 // comes only with the next flush.
 func testErrorAttribution(t *testing.T, ctl *ublk.Control) {
-	paths := nullBlk(t, 12, 32)
+	paths := nullBlk(t, 0, 12, 32)
 	for _, tc := range []struct {
 		name     string
 		paths    []string
@@ -282,7 +287,7 @@ func testErrorAttribution(t *testing.T, ctl *ublk.Control) {
 			}
 			defer vol.Close()
 			g := vol.Geometry()
-			dev, err := ublk.Create(ctl, vol, &ublk.Config{ID: ublk.AnyID, Queues: 2, Async: true, MaxIOBytes: 1 << 20,
+			dev, err := ublk.Create(ctl, memberio.Backend{Volume: vol}, &ublk.Config{ID: ublk.AnyID, Queues: 2, Async: true, MaxIOBytes: 1 << 20,
 				IOMin: g.ChunkSize, IOOpt: int(g.StripeBytes())})
 			if err != nil {
 				t.Fatal(err)
@@ -337,4 +342,63 @@ func testErrorAttribution(t *testing.T, ctl *ublk.Control) {
 			}
 		})
 	}
+}
+
+// testReadError: member 2 goes bad under data that is already written. A
+// read through ublk (planned by the Backend, submitted by the queue thread)
+// gets EIO from member 2; the engine fails member 2 before the read returns
+// and the data comes back reconstructed.
+func testReadError(t *testing.T, ctl *ublk.Control) {
+	paths := nullBlk(t, 12, 6, 32)
+	exec, err := memberio.NewExecutor(memberio.ExecutorConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exec.Close()
+	logs := &logRecorder{}
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	vol, err := engine.Create(engine.Config{Name: "rerr", K: 4, M: 2, AssumeZeroed: true},
+		openMembers(t, paths, memberio.Options{Exclusive: true, Log: log}), paths, engine.Options{Executor: exec, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vol.Close()
+	g := vol.Geometry()
+	bst := &memberio.Stats{}
+	dev, err := ublk.Create(ctl, memberio.Backend{Volume: vol, Stats: bst}, &ublk.Config{ID: ublk.AnyID, Queues: 2, Async: true,
+		MaxIOBytes: 1 << 20, IOMin: g.ChunkSize, IOOpt: int(g.StripeBytes())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	f, err := os.OpenFile(dev.BlockPath(), os.O_RDWR|unix.O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := engine.AlignedBuffer(int(g.StripeBytes()) * 2)
+	fill(b, 7)
+	if _, err := f.WriteAt(b, 0); err != nil {
+		t.Fatal(err)
+	}
+	rng := fmt.Sprintf("+%d-%d", engine.DefaultDataOffset/512, 32<<11-1)
+	if err := os.WriteFile("/sys/kernel/config/nullb/fb14/badblocks", []byte(rng), 0); err != nil {
+		t.Fatal(err)
+	}
+	before := bst.DirectReads.Load()
+	got := engine.AlignedBuffer(len(b))
+	if _, err := f.ReadAt(got, 0); err != nil {
+		t.Fatalf("read with member 2 bad: %v", err)
+	}
+	if !bytes.Equal(got, b) {
+		t.Fatal("read with member 2 bad returned wrong data")
+	}
+	if bst.DirectReads.Load() == before {
+		t.Fatal("the read was not planned for the queue thread")
+	}
+	line := logs.find("member failed", paths[2], "input/output error")
+	if r := vol.Status().Members[2].Role; r != superblock.RoleFailed || line == "" {
+		t.Fatalf("after the read returned: member 2 is %s, log line %q", r, line)
+	}
+	t.Logf("read returned reconstructed data; member 2 (%s) already failed: %s", paths[2], strings.TrimSpace(line))
 }

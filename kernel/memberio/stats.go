@@ -14,4 +14,7 @@ type Stats struct {
 	// Flushes and FlushesSkipped count member flushes issued, and skipped
 	// because the member had no write since its last flush.
 	Flushes, FlushesSkipped atomic.Int64
+	// DirectReads counts reads a Backend planned for a ublk queue thread
+	// to submit itself.
+	DirectReads atomic.Int64
 }

@@ -204,3 +204,31 @@ func (f *File) Flush() error { return f.f.Sync() }
 
 // Close closes the file.
 func (f *File) Close() error { return f.f.Close() }
+
+// DirectReader is implemented by backends whose healthy reads are plain
+// reads of files or devices (the engine volume on O_DIRECT members): the
+// queue thread submits them on its own io_uring and commits the request
+// when they complete, with no hand-off to a worker goroutine and back.
+// Requests it does not plan go the usual way.
+type DirectReader interface {
+	PlanRead(p []byte, off int64) (PlannedRead, bool)
+}
+
+// PlannedRead is one read planned by a DirectReader.
+type PlannedRead interface {
+	// Reads are the file reads to submit; their buffers lie inside the
+	// request's buffer.
+	Reads() []FileRead
+	// Finish takes each read's result (bytes or -errno, in the order of
+	// Reads) and returns the request's error. When a read failed it may
+	// block (the backend redoes the request another way), so the queue
+	// then calls it from a worker.
+	Finish(res []int32) error
+}
+
+// FileRead is one positional read of a file descriptor.
+type FileRead struct {
+	Fd  int
+	Buf []byte
+	Off int64
+}

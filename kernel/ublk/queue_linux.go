@@ -41,7 +41,28 @@ type queue struct {
 	mu       sync.Mutex
 	done     []completion
 	notified atomic.Bool
+
+	// Direct reads (the backend is a DirectReader): pend[tag] is the read
+	// whose file reads are on this queue's ring.
+	direct DirectReader
+	pend   []*pendingRead
 }
+
+// pendingRead is a planned read waiting for its file reads.
+type pendingRead struct {
+	pr   PlannedRead
+	lens []int
+	res  []int32
+	left int
+	n    int32 // request length
+}
+
+// memberFlag marks a direct read's file read in user_data:
+// memberFlag | tag<<16 | index.
+const memberFlag = 1 << 33
+
+// directExtra is the room in a queue's ring for direct reads' file reads.
+const directExtra = 256
 
 // completion is a result a worker hands back to the queue thread.
 type completion struct {
@@ -59,6 +80,10 @@ func newQueue(d *Device, qid int, encoded bool) (*queue, error) {
 		userCopy: Features(d.info.Flags)&FeatureUserCopy != 0,
 		async:    d.cfg.Async,
 		efd:      -1,
+	}
+	if dr, ok := d.backend.(DirectReader); ok && !q.userCopy {
+		q.direct = dr
+		q.pend = make([]*pendingRead, q.depth)
 	}
 	q.fetchOp, _ = ublksys.EncodeIO(ublksys.UBLK_IO_FETCH_REQ, encoded)
 	q.commitOp, _ = ublksys.EncodeIO(ublksys.UBLK_IO_COMMIT_AND_FETCH_REQ, encoded)
@@ -104,6 +129,9 @@ func (q *queue) run(ready chan<- error) {
 	// Completion work for ublk commands runs in this thread; DEFER_TASKRUN
 	// runs it when the thread waits anyway instead of interrupting it.
 	entries := uint32(q.depth + 1) // a commit per tag, and the eventfd read
+	if q.direct != nil {
+		entries += directExtra
+	}
 	ring, err := uring.New(entries, &uring.Config{CQEntries: 2 * entries, DeferTaskrun: true})
 	if errors.Is(err, uring.ErrNotSupported) {
 		ring, err = uring.New(entries, &uring.Config{CQEntries: 2 * entries})
@@ -168,8 +196,14 @@ func (q *queue) run(ready chan<- error) {
 			}
 			return
 		}
+		if c.UserData&memberFlag != 0 {
+			q.fileReadDone(ring, int(c.UserData>>16&0xffff), int(c.UserData&0xffff), c.Res, commit, &inflight)
+			return
+		}
 		tag := int(c.UserData)
 		switch {
+		case c.Res == ublksys.UBLK_IO_RES_OK && q.direct != nil && q.submitDirect(ring, tag, commit):
+			// Its file reads are on the ring.
 		case c.Res == ublksys.UBLK_IO_RES_OK && q.async && (inflight > 0 || newReqs > 1):
 			inflight++
 			q.workers.Add(1)
@@ -209,6 +243,90 @@ func (q *queue) run(ready chan<- error) {
 	}
 }
 
+// submitDirect plans tag's request as a direct read and queues its file
+// reads; false means it is not a read the backend planned.
+func (q *queue) submitDirect(ring *uring.Ring, tag int, commit func(int, int32)) bool {
+	r, err := decodeDesc(q.descs[tag], q.d.size, q.bufSize)
+	if err != nil || r.op != opRead {
+		return false
+	}
+	pr, ok := q.direct.PlanRead(q.buf(tag)[:r.len], r.off)
+	if !ok {
+		return false
+	}
+	reads := pr.Reads()
+	p := &pendingRead{pr: pr, lens: make([]int, len(reads)), res: make([]int32, len(reads)), left: len(reads), n: int32(r.len)}
+	if len(reads) == 0 {
+		commit(tag, q.finishResult(p))
+		return true
+	}
+	q.pend[tag] = p
+	for i, fr := range reads {
+		p.lens[i] = len(fr.Buf)
+		sqe, err := ring.NextSQE()
+		if errors.Is(err, uring.ErrSQFull) {
+			if _, err = ring.Submit(); err == nil {
+				sqe, err = ring.NextSQE()
+			}
+		}
+		if err != nil {
+			// Cannot queue the rest: they count as failed, so Finish
+			// redoes the request the slow way once the queued ones are
+			// back.
+			for j := i; j < len(reads); j++ {
+				p.res[j] = -int32(unix.EAGAIN)
+				p.left--
+			}
+			if p.left == 0 {
+				q.pend[tag] = nil
+				commit(tag, q.finishResult(p))
+			}
+			return true
+		}
+		sqe.PrepRead(fr.Fd, fr.Buf, fr.Off, memberFlag|uint64(tag)<<16|uint64(i))
+	}
+	return true
+}
+
+// fileReadDone records one file read of tag's direct read; the last one
+// completes the request: inline when every read succeeded, in a worker
+// when one failed (Finish may block then).
+func (q *queue) fileReadDone(ring *uring.Ring, tag, i int, res int32, commit func(int, int32), inflight *int) {
+	p := q.pend[tag]
+	if p == nil || i >= len(p.res) {
+		q.d.setQueueErr(fmt.Errorf("queue %d: completion of an unknown file read (tag %d, %d)", q.id, tag, i))
+		return
+	}
+	p.res[i] = res
+	p.left--
+	if p.left > 0 {
+		return
+	}
+	q.pend[tag] = nil
+	ok := true
+	for j, r := range p.res {
+		ok = ok && int(r) == p.lens[j]
+	}
+	if ok || !q.async {
+		commit(tag, q.finishResult(p))
+		return
+	}
+	*inflight++
+	q.workers.Add(1)
+	go func() {
+		defer q.workers.Done()
+		q.handBack(tag, q.finishResult(p))
+	}()
+}
+
+// finishResult finishes a direct read and returns its commit result.
+func (q *queue) finishResult(p *pendingRead) int32 {
+	if err := p.pr.Finish(p.res); err != nil {
+		return errnoResult(err)
+	}
+	return p.n
+}
+
 // armEventfd queues a read of the wake-up eventfd.
 func (q *queue) armEventfd(ring *uring.Ring) error {
 	sqe, err := ring.NextSQE()
@@ -223,7 +341,11 @@ func (q *queue) armEventfd(ring *uring.Ring) error {
 // the queue thread, which alone may commit it.
 func (q *queue) work(tag int) {
 	defer q.workers.Done()
-	res := q.serve(tag)
+	q.handBack(tag, q.serve(tag))
+}
+
+// handBack gives a worker's result to the queue thread.
+func (q *queue) handBack(tag int, res int32) {
 	q.mu.Lock()
 	q.done = append(q.done, completion{tag, res})
 	q.mu.Unlock()

@@ -1,0 +1,236 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/fabraid/fabraid/internal/api"
+	"github.com/fabraid/fabraid/internal/config"
+	"github.com/spf13/cobra"
+)
+
+func newClusterCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "cluster",
+		Short: "Make a cluster of nodes, let nodes in and out, show it (through fabraidd)",
+		Long: `A cluster is a set of nodes that share one etcd (embedded in fabraidd on the
+first 1, 3 or 5 nodes, or external with etcd_endpoints). See docs/cluster.md.` + volumeExitCodes,
+	}
+	cmd.PersistentFlags().String("config", config.DefaultPath, "configuration file (for api_socket)")
+	cmd.PersistentFlags().String("socket", "", "fabraidd API socket (default: api_socket from the configuration)")
+	cmd.AddCommand(newClusterInitCmd(), newClusterTokenCmd(), newClusterJoinCmd(), newClusterStatusCmd(),
+		newClusterLeaveCmd(), newClusterRemoveCmd())
+	return cmd
+}
+
+func newClusterInitCmd() *cobra.Command {
+	var name string
+	cmd := &cobra.Command{
+		Use:   "init [--name NAME]",
+		Short: "Make a new cluster with this node as its first etcd member",
+		Long: `Make the cluster CA, this node's certificate, and start an embedded etcd member
+in fabraidd on cluster_address (etcd_peer_port, etcd_client_port) with its join
+service on join_port. Then make join tokens with "fabraid cluster token".`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			if err := c.ClusterInit(name); err != nil {
+				return apiError(err)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "cluster initialized; add nodes with: fabraid cluster token, then fabraid cluster join on each")
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&name, "name", "fabraid", "cluster name")
+	return cmd
+}
+
+func newClusterTokenCmd() *cobra.Command {
+	var ttl time.Duration
+	cmd := &cobra.Command{
+		Use:   "token [--ttl DURATION]",
+		Short: "Make a single-use join token",
+		Long: `Print a join token for one node. It works once, until it expires (--ttl), and
+carries the CA fingerprint the joining node checks. Treat it as a password.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if ttl < time.Minute || ttl > 7*24*time.Hour {
+				return &exitError{code: 2, err: fmt.Errorf("--ttl %v: want 1m..168h", ttl)}
+			}
+			c, err := apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			t, err := c.ClusterToken(ttl)
+			if err != nil {
+				return apiError(err)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), t.Token)
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the token is valid")
+	return cmd
+}
+
+func newClusterJoinCmd() *cobra.Command {
+	var tok string
+	cmd := &cobra.Command{
+		Use:   "join ADDR --token TOKEN",
+		Short: "Join the cluster whose member answers at ADDR (host[:join_port])",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if tok == "" {
+				return &exitError{code: 2, err: fmt.Errorf("--token is required (make one with fabraid cluster token on a member)")}
+			}
+			c, err := apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			if err := c.ClusterJoin(args[0], tok); err != nil {
+				return apiError(err)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "joined")
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&tok, "token", "", "join token from fabraid cluster token")
+	return cmd
+}
+
+func newClusterStatusCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status [--json]",
+		Short: "Show etcd members, leader, health, nodes and their drives",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			s, err := c.ClusterStatus()
+			if err != nil {
+				return apiError(err)
+			}
+			if asJSON {
+				return printJSON(cmd, s)
+			}
+			printClusterStatus(cmd.OutOrStdout(), s)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func printClusterStatus(out io.Writer, s api.ClusterStatus) {
+	health := "healthy"
+	if !s.Healthy {
+		health = "UNHEALTHY"
+	}
+	fmt.Fprintf(out, "cluster %s (%s etcd): %s, leader %s\n\n", s.Cluster, s.Etcd, health, orDash(s.Leader))
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "MEMBER\tID\tROLE\tHEALTH\tPEER")
+	for _, m := range s.Members {
+		role := "voter"
+		if m.Learner {
+			role = "learner"
+		}
+		if m.Leader {
+			role = "leader"
+		}
+		h := "ok"
+		if !m.Healthy {
+			h = "down: " + m.Error
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", m.Name, m.ID, role, h, strings.Join(m.PeerURLs, ","))
+	}
+	w.Flush()
+	fmt.Fprintln(out)
+	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "NODE\tDOMAIN\tSTATE\tADDRESS\tSTORAGE\tDRIVES")
+	for _, n := range s.Nodes {
+		st := "alive"
+		if !n.Alive {
+			st = "DEAD"
+		}
+		var drives []string
+		for _, d := range n.Drives {
+			drives = append(drives, fmt.Sprintf("%s(%s)", d.ID, humanBytes(d.Size)))
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Domain, st, n.ClusterAddress, orDash(strings.Join(n.StorageAddresses, ",")), orDash(strings.Join(drives, " ")))
+	}
+	w.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%dB", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f%ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+func newClusterLeaveCmd() *cobra.Command {
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "leave [--force]",
+		Short: "Take this node out of its cluster (its etcd member too)",
+		Long: `Remove this node's registry record and etcd member and delete its cluster
+state. Refused when it would remove the last etcd member or shrink two members
+to one; --force does it anyway.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			if err := c.ClusterLeave(force); err != nil {
+				return apiError(err)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "left the cluster")
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&force, "force", false, "leave even as the last etcd member, or one of two")
+	return cmd
+}
+
+func newClusterRemoveCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "remove NODE",
+		Short: "Remove a dead node (its etcd member and registry record)",
+		Long:  `Refused while NODE is alive: a live node leaves with fabraid cluster leave.`,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			if err := c.ClusterRemove(args[0]); err != nil {
+				return apiError(err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "removed %s\n", args[0])
+			return nil
+		},
+	}
+}

@@ -1,0 +1,301 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/fabraid/fabraid/internal/cluster/keys"
+	"github.com/fabraid/fabraid/internal/cluster/pki"
+	"github.com/fabraid/fabraid/internal/cluster/registry"
+	"github.com/fabraid/fabraid/internal/cluster/store"
+	"github.com/fabraid/fabraid/internal/cluster/token"
+)
+
+// JoinRequest is the body of POST /v1/join.
+type JoinRequest struct {
+	Version    int    `json:"version"`
+	Token      string `json:"token"`
+	Node       string `json:"node"`
+	Address    string `json:"address"` // cluster IP of the joiner
+	PeerPort   int    `json:"peer_port"`
+	ClientPort int    `json:"client_port"`
+	PublicKey  string `json:"public_key"` // PEM, ECDSA P-256
+}
+
+// JoinReply answers a JoinRequest.
+type JoinReply struct {
+	Version       int    `json:"version"`
+	Cluster       string `json:"cluster"`
+	CAFingerprint string `json:"ca_sha256"`
+	CACert        string `json:"ca_cert"`
+	NodeCert      string `json:"node_cert"`
+	// CAKey, MemberID and InitialCluster are set when the joiner becomes
+	// an etcd member (a learner until it promotes itself).
+	CAKey          string   `json:"ca_key,omitempty"`
+	MemberID       string   `json:"member_id,omitempty"`
+	InitialCluster string   `json:"initial_cluster,omitempty"`
+	Endpoints      []string `json:"endpoints"`
+}
+
+// serveJoins starts the join service on the cluster address.
+func (n *Node) serveJoins() error {
+	t, err := n.files.JoinServerTLS()
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(n.o.Address, strconv.Itoa(n.o.JoinPort)))
+	if err != nil {
+		return fmt.Errorf("cluster: join service: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/join", n.handleJoin)
+	n.join = &http.Server{Handler: mux, TLSConfig: t, ReadHeaderTimeout: 10 * time.Second}
+	go n.join.ServeTLS(ln, "", "")
+	return nil
+}
+
+type httpError struct {
+	code int
+	err  error
+}
+
+func (e *httpError) Error() string { return e.err.Error() }
+func (e *httpError) Unwrap() error { return e.err }
+
+func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
+	var q JoinRequest
+	rep, err := func() (*JoinReply, error) {
+		if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&q); err != nil {
+			return nil, &httpError{http.StatusBadRequest, err}
+		}
+		return n.admit(r.Context(), q)
+	}()
+	w.Header().Set("Content-Type", "application/json")
+	if err != nil {
+		code := http.StatusInternalServerError
+		var he *httpError
+		if errors.As(err, &he) {
+			code = he.code
+		}
+		n.o.Log.Warn("cluster: join refused", "node", q.Node, "from", r.RemoteAddr, "err", err)
+		w.WriteHeader(code)
+		json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+		return
+	}
+	n.o.Log.Info("cluster: node joined", "node", q.Node, "from", r.RemoteAddr, "etcd_member", rep.MemberID != "")
+	json.NewEncoder(w).Encode(rep)
+}
+
+// admit checks and redeems a join request (see the package documentation).
+func (n *Node) admit(ctx context.Context, q JoinRequest) (*JoinReply, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cli == nil {
+		return nil, &httpError{http.StatusServiceUnavailable, ErrNotInCluster}
+	}
+	if q.Version != StateVersion {
+		return nil, &httpError{http.StatusBadRequest, fmt.Errorf("join request version %d, this node speaks %d", q.Version, StateVersion)}
+	}
+	tok, err := token.Parse(q.Token)
+	if err != nil {
+		return nil, &httpError{http.StatusForbidden, err}
+	}
+	now := n.o.Now()
+	if err := token.Check(ctx, n.cli, tok, now); err != nil {
+		return nil, &httpError{http.StatusForbidden, err}
+	}
+	ip := net.ParseIP(q.Address)
+	if ip == nil || q.Node == "" || q.PeerPort <= 0 || q.ClientPort <= 0 {
+		return nil, &httpError{http.StatusBadRequest, fmt.Errorf("join request needs node, address and ports")}
+	}
+	pub, err := pki.ParsePublic([]byte(q.PublicKey))
+	if err != nil {
+		return nil, &httpError{http.StatusBadRequest, err}
+	}
+	if _, ok, err := registry.Get(ctx, n.cli, q.Node); err != nil {
+		return nil, err
+	} else if ok {
+		return nil, &httpError{http.StatusConflict, fmt.Errorf("a node named %s is in the cluster already (fabraid cluster remove %s first, or set another node_name)", q.Node, q.Node)}
+	}
+	if err := token.Redeem(ctx, n.cli, tok, q.Node, now); err != nil {
+		return nil, &httpError{http.StatusForbidden, err}
+	}
+	rep, err := n.admitRedeemed(ctx, q, ip, pub, now)
+	if err != nil {
+		token.Release(ctx, n.cli, tok, q.Node)
+		return nil, err
+	}
+	return rep, nil
+}
+
+func (n *Node) admitRedeemed(ctx context.Context, q JoinRequest, ip net.IP, pub any, now time.Time) (*JoinReply, error) {
+	ca, err := n.files.LoadCA()
+	if err != nil {
+		return nil, err
+	}
+	cert, err := ca.Issue(pub, q.Node, []net.IP{ip}, now)
+	if err != nil {
+		return nil, err
+	}
+	rep := &JoinReply{Version: StateVersion, Cluster: n.st.Cluster, CAFingerprint: n.st.CAFingerprint, CACert: string(ca.CertPEM), NodeCert: string(cert)}
+	ml, err := n.cli.MemberList(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: member list: %w", err)
+	}
+	voting := 0
+	for _, m := range ml.Members {
+		if !m.IsLearner {
+			voting++
+			rep.Endpoints = append(rep.Endpoints, m.ClientURLs...)
+		}
+	}
+	if voting < n.members(ctx) {
+		peer := "https://" + net.JoinHostPort(q.Address, strconv.Itoa(q.PeerPort))
+		id, initial, err := store.AddLearner(ctx, n.cli, q.Node, peer)
+		if err != nil {
+			return nil, &httpError{http.StatusConflict, err}
+		}
+		rep.MemberID, rep.InitialCluster, rep.CAKey = fmt.Sprintf("%x", id), initial, string(ca.KeyPEM)
+	}
+	return rep, nil
+}
+
+// members is the voting-member target: the cluster record's, else ours.
+func (n *Node) members(ctx context.Context) int {
+	resp, err := n.cli.Get(ctx, keys.Cluster)
+	if err == nil && len(resp.Kvs) == 1 {
+		var r Record
+		if json.Unmarshal(resp.Kvs[0].Value, &r) == nil && r.Members > 0 {
+			return r.Members
+		}
+	}
+	return n.o.Members
+}
+
+// Join joins the cluster whose join service is at addr (host:port; the
+// port defaults to 9437) with the token tok.
+func (n *Node) Join(ctx context.Context, addr, tok string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.checkFree(); err != nil {
+		return err
+	}
+	t, err := token.Parse(tok)
+	if err != nil {
+		return err
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		addr = net.JoinHostPort(addr, "9437")
+	}
+	key, keyPEM, err := pki.NewKey()
+	if err != nil {
+		return err
+	}
+	pubPEM, err := pki.PublicPEM(key.Public())
+	if err != nil {
+		return err
+	}
+	q := JoinRequest{Version: StateVersion, Token: t.Encode(), Node: n.o.Name, Address: n.o.Address, PeerPort: n.o.PeerPort, ClientPort: n.o.ClientPort, PublicKey: string(pubPEM)}
+	rep, err := postJoin(ctx, addr, t.CA, q)
+	if err != nil {
+		return err
+	}
+	var caKey []byte
+	if rep.MemberID != "" {
+		caKey = []byte(rep.CAKey)
+	}
+	if err := n.files.Write([]byte(rep.CACert), []byte(rep.NodeCert), keyPEM, caKey); err != nil {
+		return err
+	}
+	st := &State{Cluster: rep.Cluster, CAFingerprint: rep.CAFingerprint, Member: rep.MemberID != "", MemberID: rep.MemberID, InitialCluster: rep.InitialCluster, Endpoints: rep.Endpoints, Joined: n.o.Now().UTC()}
+	n.st = st
+	if st.Member {
+		if err := n.becomeMember(ctx, rep); err != nil {
+			n.undo()
+			return err
+		}
+	}
+	if err := n.connect(ctx); err != nil {
+		n.undo()
+		return err
+	}
+	if err := saveState(n.o.Dir, st); err != nil {
+		n.undo()
+		return err
+	}
+	n.o.Log.Info("cluster: joined", "cluster", st.Cluster, "via", addr, "etcd_member", st.Member)
+	return nil
+}
+
+// becomeMember starts the learner and promotes it. On failure the learner
+// is removed again, so the next join can add a member.
+func (n *Node) becomeMember(ctx context.Context, rep *JoinReply) error {
+	var id uint64
+	fmt.Sscanf(rep.MemberID, "%x", &id)
+	t, err := n.files.ClientTLS()
+	if err != nil {
+		return err
+	}
+	peers, err := store.Connect(rep.Endpoints, t)
+	if err != nil {
+		return err
+	}
+	defer peers.Close()
+	fail := func(err error) error {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if _, rerr := peers.MemberRemove(rctx, id); rerr != nil {
+			n.o.Log.Error("cluster: could not remove the learner of a failed join; remove it with fabraid cluster remove", "member", rep.MemberID, "err", rerr)
+		}
+		return err
+	}
+	if err := n.startMember(ctx, rep.InitialCluster); err != nil {
+		return fail(err)
+	}
+	if err := store.Promote(ctx, peers, id); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+func postJoin(ctx context.Context, addr, caFingerprint string, q JoinRequest) (*JoinReply, error) {
+	tr := &http.Transport{TLSClientConfig: &tls.Config{
+		InsecureSkipVerify:    true, // VerifyPeerCertificate pins the CA from the token
+		VerifyPeerCertificate: pki.VerifyPinned(caFingerprint),
+		MinVersion:            tls.VersionTLS12,
+	}}
+	defer tr.CloseIdleConnections()
+	body, _ := json.Marshal(q)
+	req, err := http.NewRequestWithContext(ctx, "POST", "https://"+addr+"/v1/join", bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("cluster: join %s: %w", addr, err)
+	}
+	resp, err := (&http.Client{Transport: tr, Timeout: time.Minute}).Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: join %s: %w", addr, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusOK {
+		var e struct{ Error string }
+		json.Unmarshal(b, &e)
+		return nil, fmt.Errorf("%w by %s: %s", ErrRefused, addr, e.Error)
+	}
+	var rep JoinReply
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return nil, fmt.Errorf("cluster: join %s: reply: %w", addr, err)
+	}
+	if rep.CAFingerprint != caFingerprint {
+		return nil, fmt.Errorf("cluster: join %s: reply names CA %s, the token %s", addr, rep.CAFingerprint, caFingerprint)
+	}
+	return &rep, nil
+}

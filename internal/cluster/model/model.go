@@ -1,0 +1,77 @@
+// Package model holds the cluster's record and status types: what etcd
+// stores under the keys of package keys and what "fabraid cluster status"
+// shows. It has no dependency on etcd, so the CLI decodes them without
+// linking it. Records carry a "version" field for their schema.
+package model
+
+import "time"
+
+// Drive is a claimed drive of a node.
+type Drive struct {
+	ID     string `json:"id"` // stable claim ID (internal/drive)
+	Serial string `json:"serial,omitempty"`
+	Model  string `json:"model,omitempty"`
+	Size   int64  `json:"size"`
+}
+
+// Node is a node's durable record.
+type Node struct {
+	Version int    `json:"version"`
+	Name    string `json:"name"`
+	// Domain is the failure domain of the node's drives (the node name
+	// unless configured).
+	Domain  string `json:"domain"`
+	HostNQN string `json:"hostnqn"`
+	// ClusterAddress is where the node's etcd member and join service
+	// listen; StorageAddresses carry NVMe/TCP (from storage_cidrs and
+	// storage_interfaces).
+	ClusterAddress   string   `json:"cluster_address"`
+	StorageAddresses []string `json:"storage_addresses"`
+	Drives           []Drive  `json:"drives"`
+	// EtcdMember is the node's etcd member ID (hex) when it runs one.
+	EtcdMember string    `json:"etcd_member,omitempty"`
+	Joined     time.Time `json:"joined"`
+	Updated    time.Time `json:"updated"`
+}
+
+// Alive is the value of a node's liveness key.
+type Alive struct {
+	Version int       `json:"version"`
+	Since   time.Time `json:"since"`
+	PID     int       `json:"pid"`
+	Lease   string    `json:"lease"` // hex lease ID
+}
+
+// NodeStatus is a node with its liveness.
+type NodeStatus struct {
+	Node
+	Alive      bool      `json:"alive"`
+	AliveSince time.Time `json:"alive_since,omitzero"`
+}
+
+// MemberStatus is one etcd member as seen by Members.
+type MemberStatus struct {
+	ID        string   `json:"id"`
+	Name      string   `json:"name"`
+	PeerURLs  []string `json:"peer_urls"`
+	ClientURL []string `json:"client_urls"`
+	Learner   bool     `json:"learner,omitempty"`
+	Leader    bool     `json:"leader,omitempty"`
+	Healthy   bool     `json:"healthy"`
+	Error     string   `json:"error,omitempty"`
+	RaftIndex uint64   `json:"raft_index,omitempty"`
+}
+
+// Status is the cluster as one node sees it.
+type Status struct {
+	Version       int            `json:"version"`
+	Cluster       string         `json:"cluster"`
+	CAFingerprint string         `json:"ca_sha256,omitempty"`
+	Etcd          string         `json:"etcd"` // "embedded" or "external"
+	Node          string         `json:"node"` // the node that answered
+	Members       []MemberStatus `json:"members"`
+	Leader        string         `json:"leader,omitempty"`
+	// Healthy: a leader is known and every voting member answers.
+	Healthy bool         `json:"healthy"`
+	Nodes   []NodeStatus `json:"nodes"`
+}

@@ -1,0 +1,452 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fabraid/fabraid/internal/cluster/keys"
+	"github.com/fabraid/fabraid/internal/cluster/pki"
+	"github.com/fabraid/fabraid/internal/cluster/registry"
+	"github.com/fabraid/fabraid/internal/cluster/store"
+	"github.com/fabraid/fabraid/internal/cluster/token"
+)
+
+// Errors callers map to answers.
+var (
+	// ErrNotInCluster: the node has no cluster state (run init or join).
+	ErrNotInCluster = errors.New("this node is in no cluster (run fabraid cluster init or join)")
+	// ErrInCluster: init or join on a node that is in a cluster already.
+	ErrInCluster = errors.New("this node is in a cluster already")
+	// ErrExternal: init and join are not used with external etcd.
+	ErrExternal = errors.New("etcd_endpoints is set: nodes register with the external etcd at start; init and join are not used")
+	// ErrRefused: the join service refused the request (wrapped with
+	// its reason: a token error, a name in use, a membership change in
+	// progress).
+	ErrRefused = errors.New("join refused")
+	// ErrAlive: remove of a node that is alive (it should leave).
+	ErrAlive = errors.New("node is alive")
+)
+
+// Inventory is what a node reports about itself in the registry.
+type Inventory struct {
+	HostNQN          string
+	StorageAddresses []string
+	Drives           []registry.Drive
+}
+
+// Options configure a Node.
+type Options struct {
+	Dir     string // state_dir/cluster
+	Name    string // node name
+	Domain  string // failure domain; default Name
+	Address string // cluster IP address (etcd peer/client, join service)
+	// Ports; 0 gives the defaults 2380, 2379 and 9437.
+	PeerPort, ClientPort, JoinPort int
+	// Members is the target number of voting etcd members (1, 3 or 5;
+	// default 3): joining nodes become members until there are that many.
+	Members int
+	// External, when set, is the external etcd's client URLs and
+	// ExternalTLS the client configuration (certificate required).
+	External    []string
+	ExternalTLS *tls.Config
+	LeaseTTL    int // seconds; default 10
+	// TickMs and ElectionMs tune the embedded etcd (tests); 0: defaults.
+	TickMs, ElectionMs uint
+	Inventory          func() Inventory // nil: nothing to report
+	Log                *slog.Logger
+	Now                func() time.Time // default time.Now
+}
+
+// Node is this node's membership. See the package documentation.
+type Node struct {
+	o     Options
+	files pki.Files
+	mu    sync.Mutex
+	st    *State
+	srv   *store.Server
+	cli   *clientv3.Client
+	join  *http.Server
+	stop  context.CancelFunc // ends the heartbeat loop
+	loops sync.WaitGroup
+	// crash makes the heartbeat loop stop renewing without revoking
+	// the lease (tests: what a killed node looks like).
+	crash bool
+}
+
+// New prepares a Node; nothing runs until Start, Init or Join.
+func New(o Options) (*Node, error) {
+	if o.Domain == "" {
+		o.Domain = o.Name
+	}
+	if o.PeerPort == 0 {
+		o.PeerPort = 2380
+	}
+	if o.ClientPort == 0 {
+		o.ClientPort = 2379
+	}
+	if o.JoinPort == 0 {
+		o.JoinPort = 9437
+	}
+	if o.Members == 0 {
+		o.Members = 3
+	}
+	if o.LeaseTTL == 0 {
+		o.LeaseTTL = 10
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Inventory == nil {
+		o.Inventory = func() Inventory { return Inventory{} }
+	}
+	return &Node{o: o, files: pki.Files{Dir: filepath.Join(o.Dir, "pki")}}, nil
+}
+
+func (n *Node) url(port int) string {
+	return "https://" + net.JoinHostPort(n.o.Address, strconv.Itoa(port))
+}
+
+func (n *Node) etcdDir() string { return filepath.Join(n.o.Dir, "etcd") }
+
+// InCluster says whether the node has cluster state (or uses external etcd).
+func (n *Node) InCluster() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.st != nil || len(n.o.External) > 0
+}
+
+// Start brings up what the node's state asks for: its etcd member, the
+// client, its registration and heartbeat, the join service. A node in no
+// cluster starts nothing.
+func (n *Node) Start(ctx context.Context) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.o.External) > 0 {
+		return n.startExternal(ctx)
+	}
+	st, err := loadState(n.o.Dir)
+	if err != nil || st == nil {
+		return err
+	}
+	n.st = st
+	if st.Member {
+		err = n.startMember(ctx, st.InitialCluster)
+	}
+	if err == nil {
+		err = n.connect(ctx)
+	}
+	if err != nil {
+		n.shutdown() // a later Start begins again from the state on disk
+	}
+	return err
+}
+
+func (n *Node) startExternal(ctx context.Context) error {
+	cli, err := store.Connect(n.o.External, n.o.ExternalTLS)
+	if err != nil {
+		return err
+	}
+	n.cli = cli
+	rec, _ := json.Marshal(Record{Version: StateVersion, Name: "fabraid", Created: n.o.Now().UTC()})
+	if _, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(keys.Cluster), "=", 0)).
+		Then(clientv3.OpPut(keys.Cluster, string(rec))).Commit(); err != nil {
+		return fmt.Errorf("cluster: external etcd %v: %w", n.o.External, err)
+	}
+	n.st = &State{Version: StateVersion, Cluster: "fabraid", Endpoints: n.o.External}
+	return n.register(ctx)
+}
+
+func (n *Node) startMember(ctx context.Context, initial string) error {
+	srv, err := store.Start(ctx, store.Config{
+		Name: n.o.Name, Dir: n.etcdDir(), PeerURL: n.url(n.o.PeerPort), ClientURL: n.url(n.o.ClientPort),
+		InitialCluster: initial, TLS: n.files, TickMs: n.o.TickMs, ElectionMs: n.o.ElectionMs,
+	})
+	if err != nil {
+		return err
+	}
+	n.srv = srv
+	return nil
+}
+
+// connect dials etcd (own member first), refreshes the endpoints, and
+// starts the registration, heartbeat and join service.
+func (n *Node) connect(ctx context.Context) error {
+	t, err := n.files.ClientTLS()
+	if err != nil {
+		return err
+	}
+	eps := n.st.Endpoints
+	if n.st.Member {
+		eps = append([]string{n.url(n.o.ClientPort)}, eps...)
+	}
+	cli, err := store.Connect(dedup(eps), t)
+	if err != nil {
+		return err
+	}
+	n.cli = cli
+	if ml, err := cli.MemberList(ctx); err == nil {
+		var fresh []string
+		for _, m := range ml.Members {
+			if !m.IsLearner {
+				fresh = append(fresh, m.ClientURLs...)
+			}
+		}
+		if len(fresh) > 0 {
+			n.st.Endpoints = fresh
+			saveState(n.o.Dir, n.st)
+		}
+	}
+	if err := n.register(ctx); err != nil {
+		return err
+	}
+	if n.st.Member {
+		return n.serveJoins()
+	}
+	return nil
+}
+
+func dedup(s []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, v := range s {
+		if !seen[v] {
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// register writes the node's record and starts the heartbeat loop.
+func (n *Node) register(ctx context.Context) error {
+	if err := n.putRecord(ctx); err != nil {
+		return err
+	}
+	hctx, cancel := context.WithCancel(context.Background())
+	n.stop = cancel
+	hb, err := registry.StartHeartbeat(ctx, n.cli, n.o.Name, n.o.LeaseTTL, os.Getpid(), n.o.Now())
+	if err != nil {
+		cancel()
+		return err
+	}
+	n.loops.Add(1)
+	go n.heartbeatLoop(hctx, hb)
+	return nil
+}
+
+// heartbeatLoop renews the node's liveness, taking a new lease whenever
+// the old one is lost (etcd unreachable for longer than the TTL).
+func (n *Node) heartbeatLoop(ctx context.Context, hb *registry.Heartbeat) {
+	defer n.loops.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			if n.crash {
+				hb.Abandon()
+			} else {
+				hb.Close()
+			}
+			return
+		case <-hb.Done():
+		}
+		n.o.Log.Warn("cluster: node lease lost; taking a new one")
+		for {
+			var err error
+			hb, err = registry.StartHeartbeat(ctx, n.cli, n.o.Name, n.o.LeaseTTL, os.Getpid(), n.o.Now())
+			if err == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
+func (n *Node) putRecord(ctx context.Context) error {
+	inv := n.o.Inventory()
+	now := n.o.Now().UTC()
+	rec := registry.Node{
+		Name: n.o.Name, Domain: n.o.Domain, HostNQN: inv.HostNQN, ClusterAddress: n.o.Address,
+		StorageAddresses: inv.StorageAddresses, Drives: inv.Drives, Joined: now, Updated: now,
+	}
+	if n.srv != nil {
+		rec.EtcdMember = fmt.Sprintf("%x", n.srv.ID())
+	}
+	if old, ok, err := registry.Get(ctx, n.cli, n.o.Name); err == nil && ok {
+		rec.Joined = old.Joined
+		if sameRecord(old.Node, rec) {
+			return nil // no new etcd revision every reconcile
+		}
+	}
+	return registry.Put(ctx, n.cli, rec)
+}
+
+// Refresh rewrites the node's registry record from Inventory (drives
+// claimed or released since); a node in no cluster does nothing.
+func (n *Node) Refresh(ctx context.Context) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cli == nil {
+		return nil
+	}
+	return n.putRecord(ctx)
+}
+
+// Init makes a new cluster named name with this node as its first etcd
+// member.
+func (n *Node) Init(ctx context.Context, name string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.checkFree(); err != nil {
+		return err
+	}
+	if name == "" {
+		name = "fabraid"
+	}
+	now := n.o.Now()
+	ca, err := pki.NewCA(name, now)
+	if err != nil {
+		return err
+	}
+	key, keyPEM, err := pki.NewKey()
+	if err != nil {
+		return err
+	}
+	cert, err := ca.Issue(key.Public(), n.o.Name, []net.IP{net.ParseIP(n.o.Address)}, now)
+	if err != nil {
+		return err
+	}
+	if err := n.files.Write(ca.CertPEM, cert, keyPEM, ca.KeyPEM); err != nil {
+		return err
+	}
+	st := &State{Cluster: name, CAFingerprint: pki.Fingerprint(ca.Cert), Member: true, Endpoints: []string{n.url(n.o.ClientPort)}, Joined: now.UTC()}
+	if err := n.startMember(ctx, ""); err != nil {
+		n.undo()
+		return err
+	}
+	st.MemberID = fmt.Sprintf("%x", n.srv.ID())
+	st.InitialCluster = n.o.Name + "=" + n.url(n.o.PeerPort)
+	n.st = st
+	if err := n.bootstrap(ctx, Record{Version: StateVersion, Name: name, CAFingerprint: st.CAFingerprint, Members: n.o.Members, Created: now.UTC()}); err != nil {
+		n.undo()
+		return err
+	}
+	n.o.Log.Info("cluster: initialized", "cluster", name, "node", n.o.Name, "ca_sha256", st.CAFingerprint)
+	return nil
+}
+
+func (n *Node) bootstrap(ctx context.Context, rec Record) error {
+	if err := n.connect(ctx); err != nil {
+		return err
+	}
+	b, _ := json.Marshal(rec)
+	if _, err := n.cli.Put(ctx, keys.Cluster, string(b)); err != nil {
+		return fmt.Errorf("cluster: write the cluster record: %w", err)
+	}
+	return saveState(n.o.Dir, n.st)
+}
+
+func (n *Node) checkFree() error {
+	if len(n.o.External) > 0 {
+		return ErrExternal
+	}
+	if n.st != nil {
+		return fmt.Errorf("%w (%s)", ErrInCluster, n.st.Cluster)
+	}
+	if st, err := loadState(n.o.Dir); err != nil || st != nil {
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("%w (%s; state in %s)", ErrInCluster, st.Cluster, n.o.Dir)
+	}
+	if n.o.Address == "" || net.ParseIP(n.o.Address) == nil {
+		return fmt.Errorf("cluster: no cluster address: set cluster_address (or storage_cidrs) in the configuration")
+	}
+	return nil
+}
+
+// undo stops what a failed Init or Join started and removes its files.
+func (n *Node) undo() {
+	n.shutdown()
+	n.st = nil
+	os.RemoveAll(n.o.Dir)
+}
+
+// shutdown stops the heartbeat (revoking the lease), the join service,
+// the client and the member; the state on disk is kept.
+func (n *Node) shutdown() {
+	if n.stop != nil {
+		n.stop()
+		n.loops.Wait()
+		n.stop = nil
+	}
+	if n.join != nil {
+		n.join.Close()
+		n.join = nil
+	}
+	if n.cli != nil {
+		n.cli.Close()
+		n.cli = nil
+	}
+	if n.srv != nil {
+		n.srv.Close()
+		n.srv = nil
+	}
+}
+
+// Close stops everything the node runs; the node stays in its cluster
+// (its lease is revoked: it shows as dead until it starts again).
+func (n *Node) Close() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.shutdown()
+}
+
+// Token makes a join token valid for ttl.
+func (n *Node) Token(ctx context.Context, ttl time.Duration) (token.Token, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cli == nil {
+		return token.Token{}, ErrNotInCluster
+	}
+	if len(n.o.External) > 0 {
+		return token.Token{}, ErrExternal
+	}
+	t, err := token.New(n.st.CAFingerprint)
+	if err != nil {
+		return token.Token{}, err
+	}
+	if err := token.Issue(ctx, n.cli, t, ttl, n.o.Now()); err != nil {
+		return token.Token{}, err
+	}
+	n.o.Log.Info("cluster: join token made", "token", t, "ttl", ttl.String())
+	return t, nil
+}
+
+// sameRecord says whether a and b differ only in Version and Updated.
+func sameRecord(a, b registry.Node) bool {
+	a.Version, b.Version = 0, 0
+	a.Updated, b.Updated = time.Time{}, time.Time{}
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return string(ja) == string(jb)
+}

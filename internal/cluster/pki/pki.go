@@ -1,0 +1,372 @@
+// Package pki is the cluster's certificate authority: the CA made by
+// "fabraid cluster init", the node certificates it signs, and the TLS
+// configurations of etcd's peer and client traffic and of the join
+// service.
+//
+// # Keys and certificates
+//
+// Every key is ECDSA P-256 made with crypto/rand. The CA certificate is
+// self-signed, valid for 10 years, and may sign only leaf certificates
+// (MaxPathLen 0). A node certificate names the node (CN and a DNS SAN) and
+// its cluster IP address (an IP SAN), is valid for server and client
+// authentication alike (the same certificate serves etcd's peer and client
+// ports and authenticates the node as an etcd client), and lasts 10 years
+// too: renewal is not implemented yet.
+//
+// # Files
+//
+// Files lays out a node's directory: ca.crt, node.crt and node.key, and
+// ca.key on the nodes that run an etcd member (they can sign certificates
+// for joining nodes). Keys are written 0600 in a 0700 directory.
+//
+// # Pinning
+//
+// A joining node has no CA yet: the join token carries Fingerprint(CA)
+// and the joiner accepts the join service's certificate only when its
+// chain ends at a CA with that fingerprint (VerifyPinned).
+package pki
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Validity of the CA and of node certificates.
+const Validity = 10 * 365 * 24 * time.Hour
+
+// CA is the cluster certificate authority.
+type CA struct {
+	Cert    *x509.Certificate
+	CertPEM []byte
+	key     crypto.Signer
+	KeyPEM  []byte
+}
+
+// NewCA makes a CA for the cluster named cluster.
+func NewCA(cluster string, now time.Time) (*CA, error) {
+	key, keyPEM, err := NewKey()
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: "fabraid cluster CA " + cluster, Organization: []string{"fabraid"}},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(Validity),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		MaxPathLenZero:        true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		return nil, fmt.Errorf("pki: make CA: %w", err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	return &CA{Cert: cert, CertPEM: pemBlock("CERTIFICATE", der), key: key, KeyPEM: keyPEM}, nil
+}
+
+// LoadCA parses a CA from its PEM certificate and key.
+func LoadCA(certPEM, keyPEM []byte) (*CA, error) {
+	cert, err := ParseCert(certPEM)
+	if err != nil {
+		return nil, err
+	}
+	key, err := ParseKey(keyPEM)
+	if err != nil {
+		return nil, err
+	}
+	if !publicEqual(cert.PublicKey, key.Public()) {
+		return nil, errors.New("pki: CA key does not match the CA certificate")
+	}
+	return &CA{Cert: cert, CertPEM: certPEM, key: key, KeyPEM: keyPEM}, nil
+}
+
+// Issue signs a node certificate for pub, naming node and its IPs.
+func (ca *CA) Issue(pub crypto.PublicKey, node string, ips []net.IP, now time.Time) ([]byte, error) {
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: node, Organization: []string{"fabraid"}},
+		DNSNames:     []string{node},
+		IPAddresses:  ips,
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(Validity),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, pub, ca.key)
+	if err != nil {
+		return nil, fmt.Errorf("pki: issue certificate for %s: %w", node, err)
+	}
+	return pemBlock("CERTIFICATE", der), nil
+}
+
+// Fingerprint is the hex SHA-256 of a certificate's DER bytes.
+func Fingerprint(c *x509.Certificate) string {
+	s := sha256.Sum256(c.Raw)
+	return hex.EncodeToString(s[:])
+}
+
+// NewKey makes an ECDSA P-256 key and its PEM (PKCS #8).
+func NewKey() (*ecdsa.PrivateKey, []byte, error) {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pki: make key: %w", err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pki: encode key: %w", err)
+	}
+	return k, pemBlock("PRIVATE KEY", der), nil
+}
+
+// PublicPEM encodes a public key (PKIX).
+func PublicPEM(pub crypto.PublicKey) ([]byte, error) {
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		return nil, fmt.Errorf("pki: encode public key: %w", err)
+	}
+	return pemBlock("PUBLIC KEY", der), nil
+}
+
+// ParsePublic parses a PEM public key; only ECDSA P-256 is accepted.
+func ParsePublic(b []byte) (crypto.PublicKey, error) {
+	blk, _ := pem.Decode(b)
+	if blk == nil || blk.Type != "PUBLIC KEY" {
+		return nil, errors.New("pki: not a PEM public key")
+	}
+	pub, err := x509.ParsePKIXPublicKey(blk.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("pki: public key: %w", err)
+	}
+	if k, ok := pub.(*ecdsa.PublicKey); !ok || k.Curve != elliptic.P256() {
+		return nil, errors.New("pki: public key is not ECDSA P-256")
+	}
+	return pub, nil
+}
+
+// ParseCert parses one PEM certificate.
+func ParseCert(b []byte) (*x509.Certificate, error) {
+	blk, _ := pem.Decode(b)
+	if blk == nil || blk.Type != "CERTIFICATE" {
+		return nil, errors.New("pki: not a PEM certificate")
+	}
+	c, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("pki: certificate: %w", err)
+	}
+	return c, nil
+}
+
+// ParseKey parses a PEM PKCS #8 private key.
+func ParseKey(b []byte) (crypto.Signer, error) {
+	blk, _ := pem.Decode(b)
+	if blk == nil || blk.Type != "PRIVATE KEY" {
+		return nil, errors.New("pki: not a PEM private key")
+	}
+	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("pki: private key: %w", err)
+	}
+	s, ok := k.(crypto.Signer)
+	if !ok {
+		return nil, errors.New("pki: private key cannot sign")
+	}
+	return s, nil
+}
+
+// VerifyPinned returns a tls.Config VerifyPeerCertificate function that
+// accepts a server whose leaf certificate is signed by the CA with the
+// given fingerprint, that CA being sent in the chain. Use it with
+// InsecureSkipVerify (the usual verification needs a CA the client does
+// not have yet).
+func VerifyPinned(fingerprint string) func([][]byte, [][]*x509.Certificate) error {
+	return func(raw [][]byte, _ [][]*x509.Certificate) error {
+		var certs []*x509.Certificate
+		for _, r := range raw {
+			c, err := x509.ParseCertificate(r)
+			if err != nil {
+				return fmt.Errorf("pki: server certificate: %w", err)
+			}
+			certs = append(certs, c)
+		}
+		if len(certs) == 0 {
+			return errors.New("pki: server sent no certificate")
+		}
+		for _, ca := range certs[1:] {
+			if Fingerprint(ca) != fingerprint {
+				continue
+			}
+			pool := x509.NewCertPool()
+			pool.AddCert(ca)
+			_, err := certs[0].Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+			if err != nil {
+				return fmt.Errorf("pki: server certificate not signed by the pinned CA: %w", err)
+			}
+			return nil
+		}
+		return fmt.Errorf("pki: the server's CA is not the one in the join token (want SHA-256 %s)", fingerprint)
+	}
+}
+
+// Files is a node's certificate directory.
+type Files struct{ Dir string }
+
+// Paths of the files in a Files directory.
+func (f Files) CACert() string   { return filepath.Join(f.Dir, "ca.crt") }
+func (f Files) CAKey() string    { return filepath.Join(f.Dir, "ca.key") }
+func (f Files) NodeCert() string { return filepath.Join(f.Dir, "node.crt") }
+func (f Files) NodeKey() string  { return filepath.Join(f.Dir, "node.key") }
+
+// Write stores the CA certificate, the node certificate and key, and the
+// CA key when caKey is not nil. Keys are 0600, the directory 0700.
+func (f Files) Write(caCert, nodeCert, nodeKey, caKey []byte) error {
+	if err := os.MkdirAll(f.Dir, 0o700); err != nil {
+		return fmt.Errorf("pki: %w", err)
+	}
+	files := []struct {
+		path string
+		b    []byte
+		mode os.FileMode
+	}{{f.CACert(), caCert, 0o644}, {f.NodeCert(), nodeCert, 0o644}, {f.NodeKey(), nodeKey, 0o600}}
+	if caKey != nil {
+		files = append(files, struct {
+			path string
+			b    []byte
+			mode os.FileMode
+		}{f.CAKey(), caKey, 0o600})
+	}
+	for _, w := range files {
+		if err := writeFile(w.path, w.b, w.mode); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// LoadCA reads the CA with its key (nodes that run an etcd member only).
+func (f Files) LoadCA() (*CA, error) {
+	c, err := os.ReadFile(f.CACert())
+	if err != nil {
+		return nil, fmt.Errorf("pki: %w", err)
+	}
+	k, err := os.ReadFile(f.CAKey())
+	if err != nil {
+		return nil, fmt.Errorf("pki: %w", err)
+	}
+	return LoadCA(c, k)
+}
+
+// ServerTLS is the configuration of a server that requires client
+// certificates signed by the cluster CA.
+func (f Files) ServerTLS() (*tls.Config, error) {
+	cert, pool, err := f.load()
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}, nil
+}
+
+// ClientTLS is the configuration of a client that presents the node
+// certificate and trusts only the cluster CA.
+func (f Files) ClientTLS() (*tls.Config, error) {
+	cert, pool, err := f.load()
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+}
+
+// JoinServerTLS is the join service's configuration: the node certificate
+// with the CA appended to the chain (joiners pin the CA by fingerprint),
+// and no client certificate required (the join token authenticates).
+func (f Files) JoinServerTLS() (*tls.Config, error) {
+	cert, _, err := f.load()
+	if err != nil {
+		return nil, err
+	}
+	ca, err := os.ReadFile(f.CACert())
+	if err != nil {
+		return nil, fmt.Errorf("pki: %w", err)
+	}
+	blk, _ := pem.Decode(ca)
+	if blk == nil {
+		return nil, errors.New("pki: bad ca.crt")
+	}
+	cert.Certificate = append(cert.Certificate, blk.Bytes)
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+}
+
+func (f Files) load() (tls.Certificate, *x509.CertPool, error) {
+	cert, err := tls.LoadX509KeyPair(f.NodeCert(), f.NodeKey())
+	if err != nil {
+		return tls.Certificate{}, nil, fmt.Errorf("pki: node certificate: %w", err)
+	}
+	ca, err := os.ReadFile(f.CACert())
+	if err != nil {
+		return tls.Certificate{}, nil, fmt.Errorf("pki: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		return tls.Certificate{}, nil, fmt.Errorf("pki: %s holds no certificate", f.CACert())
+	}
+	return cert, pool, nil
+}
+
+func writeFile(path string, b []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return fmt.Errorf("pki: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return fmt.Errorf("pki: %w", err)
+	}
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return fmt.Errorf("pki: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("pki: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("pki: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("pki: %w", err)
+	}
+	return nil
+}
+
+func pemBlock(typ string, der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
+}
+
+func serial() *big.Int {
+	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	return n
+}
+
+func publicEqual(a, b crypto.PublicKey) bool {
+	da, err1 := x509.MarshalPKIXPublicKey(a)
+	db, err2 := x509.MarshalPKIXPublicKey(b)
+	return err1 == nil && err2 == nil && bytes.Equal(da, db)
+}

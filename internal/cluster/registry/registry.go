@@ -1,0 +1,154 @@
+// Package registry is the node registry in etcd: what each node is (a
+// durable record at keys.Node) and whether it is alive (a key at
+// keys.Alive attached to the node's lease).
+//
+// # Liveness
+//
+// Heartbeat opens an etcd session (a lease kept alive by the client every
+// TTL/3) and puts the node's alive key on it. When the node stops renewing
+// (process killed, network cut, host down) etcd deletes the key once the
+// lease expires, no sooner than TTL after the last renewal and possibly
+// later (a new etcd leader extends leases): a node is dead exactly when
+// its alive key is absent. Close revokes the lease, so a node that leaves
+// cleanly turns dead at once.
+//
+// Records are JSON with a "version" field (NodeVersion, AliveVersion);
+// readers refuse versions newer than theirs with an error that says so.
+package registry
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/fabraid/fabraid/internal/cluster/keys"
+	"github.com/fabraid/fabraid/internal/cluster/model"
+)
+
+// Schema versions of the records.
+const (
+	NodeVersion  = 1
+	AliveVersion = 1
+)
+
+// The record types live in package model (no etcd dependency), so the
+// CLI can decode them without linking etcd.
+type (
+	Drive  = model.Drive
+	Node   = model.Node
+	Alive  = model.Alive
+	Status = model.NodeStatus
+)
+
+// Put writes n's record (Version is set).
+func Put(ctx context.Context, kv clientv3.KV, n Node) error {
+	n.Version = NodeVersion
+	b, err := json.Marshal(n)
+	if err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
+	if _, err := kv.Put(ctx, keys.Node(n.Name), string(b)); err != nil {
+		return fmt.Errorf("registry: put node %s: %w", n.Name, err)
+	}
+	return nil
+}
+
+// Get returns one node's record; ok is false when there is none.
+func Get(ctx context.Context, kv clientv3.KV, name string) (Status, bool, error) {
+	all, err := List(ctx, kv)
+	if err != nil {
+		return Status{}, false, err
+	}
+	for _, s := range all {
+		if s.Name == name {
+			return s, true, nil
+		}
+	}
+	return Status{}, false, nil
+}
+
+// List returns every registered node with its liveness, by name. Both
+// prefixes are read at one revision.
+func List(ctx context.Context, kv clientv3.KV) ([]Status, error) {
+	resp, err := kv.Txn(ctx).Then(
+		clientv3.OpGet(keys.NodesPrefix, clientv3.WithPrefix()),
+		clientv3.OpGet(keys.AlivePrefix, clientv3.WithPrefix()),
+	).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("registry: list: %w", err)
+	}
+	alive := map[string]Alive{}
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		var a Alive
+		if err := decode(kv.Value, &a.Version, &a, AliveVersion); err != nil {
+			return nil, fmt.Errorf("registry: %s: %w", kv.Key, err)
+		}
+		alive[string(kv.Key[len(keys.AlivePrefix):])] = a
+	}
+	var out []Status
+	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
+		var n Node
+		if err := decode(kv.Value, &n.Version, &n, NodeVersion); err != nil {
+			return nil, fmt.Errorf("registry: %s: %w", kv.Key, err)
+		}
+		a, ok := alive[n.Name]
+		out = append(out, Status{Node: n, Alive: ok, AliveSince: a.Since})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+func decode(b []byte, version *int, v any, max int) error {
+	if err := json.Unmarshal(b, v); err != nil {
+		return err
+	}
+	if *version < 1 || *version > max {
+		return fmt.Errorf("schema version %d, this fabraid reads 1..%d (upgrade it)", *version, max)
+	}
+	return nil
+}
+
+// Delete removes a node's record and liveness key.
+func Delete(ctx context.Context, kv clientv3.KV, name string) error {
+	_, err := kv.Txn(ctx).Then(clientv3.OpDelete(keys.Node(name)), clientv3.OpDelete(keys.Alive(name))).Commit()
+	if err != nil {
+		return fmt.Errorf("registry: delete node %s: %w", name, err)
+	}
+	return nil
+}
+
+// Heartbeat keeps a node's alive key on a lease of ttl seconds.
+type Heartbeat struct {
+	s    *concurrency.Session
+	name string
+}
+
+// StartHeartbeat puts name's alive key on a new session lease. Done fires
+// when the lease is lost (expired, revoked, or no longer renewed).
+func StartHeartbeat(ctx context.Context, cli *clientv3.Client, name string, ttl int, pid int, now time.Time) (*Heartbeat, error) {
+	s, err := concurrency.NewSession(cli, concurrency.WithTTL(ttl), concurrency.WithContext(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("registry: heartbeat session: %w", err)
+	}
+	b, _ := json.Marshal(Alive{Version: AliveVersion, Since: now.UTC(), PID: pid, Lease: fmt.Sprintf("%x", s.Lease())})
+	if _, err := cli.Put(ctx, keys.Alive(name), string(b), clientv3.WithLease(s.Lease())); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("registry: put alive key of %s: %w", name, err)
+	}
+	return &Heartbeat{s: s, name: name}, nil
+}
+
+// Done is closed when the lease is gone.
+func (h *Heartbeat) Done() <-chan struct{} { return h.s.Done() }
+
+// Close revokes the lease: the node turns dead at once.
+func (h *Heartbeat) Close() error { return h.s.Close() }
+
+// Abandon stops renewing without revoking: the node turns dead when the
+// lease expires (what a crash looks like to the others).
+func (h *Heartbeat) Abandon() { h.s.Orphan() }

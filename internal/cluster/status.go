@@ -1,0 +1,135 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/fabraid/fabraid/internal/cluster/model"
+	"github.com/fabraid/fabraid/internal/cluster/registry"
+	"github.com/fabraid/fabraid/internal/cluster/store"
+)
+
+// Status is the cluster as one node sees it (package model).
+type Status = model.Status
+
+// Status reads the members, their health and the node registry.
+func (n *Node) Status(ctx context.Context) (Status, error) {
+	n.mu.Lock()
+	cli, st := n.cli, n.st
+	n.mu.Unlock()
+	if cli == nil || st == nil {
+		return Status{}, ErrNotInCluster
+	}
+	s := Status{Version: StateVersion, Cluster: st.Cluster, CAFingerprint: st.CAFingerprint, Etcd: "embedded", Node: n.o.Name}
+	if len(n.o.External) > 0 {
+		s.Etcd = "external"
+	}
+	ms, err := store.Members(ctx, cli, 2*time.Second)
+	if err != nil {
+		return Status{}, err
+	}
+	s.Members = ms
+	s.Healthy = true
+	for _, m := range ms {
+		if m.Leader {
+			s.Leader = m.Name
+		}
+		if !m.Learner && !m.Healthy {
+			s.Healthy = false
+		}
+	}
+	if s.Leader == "" {
+		s.Healthy = false
+	}
+	if s.Nodes, err = registry.List(ctx, cli); err != nil {
+		return Status{}, err
+	}
+	return s, nil
+}
+
+// Leave takes this node out of its cluster: its registry record goes, its
+// etcd member (if any) is removed, and its cluster state is deleted. It
+// refuses to remove the last etcd member or to shrink two members to one
+// unless force.
+func (n *Node) Leave(ctx context.Context, force bool) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cli == nil || n.st == nil {
+		return ErrNotInCluster
+	}
+	var id uint64
+	if n.srv != nil {
+		id = n.srv.ID()
+		if _, err := store.CheckRemove(ctx, n.cli, id); err != nil && !force {
+			return err
+		}
+	}
+	if n.stop != nil { // revoke the lease first: the node is dead at once
+		n.stop()
+		n.loops.Wait()
+		n.stop = nil
+	}
+	if err := registry.Delete(ctx, n.cli, n.o.Name); err != nil {
+		return err
+	}
+	if n.srv != nil {
+		if err := store.Remove(ctx, n.cli, id, force); err != nil && !(force && errors.Is(err, store.ErrShrink)) {
+			return err
+		}
+	}
+	n.o.Log.Info("cluster: left", "cluster", n.st.Cluster, "node", n.o.Name)
+	n.shutdown()
+	n.st = nil
+	if len(n.o.External) == 0 {
+		if err := os.RemoveAll(n.o.Dir); err != nil {
+			return fmt.Errorf("cluster: remove state: %w", err)
+		}
+	}
+	return nil
+}
+
+// Remove takes a dead node out of the cluster: its etcd member (if any)
+// and its registry record. A node that is alive is refused: it should
+// leave by itself (fabraid cluster leave on it).
+func (n *Node) Remove(ctx context.Context, name string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cli == nil {
+		return ErrNotInCluster
+	}
+	if name == n.o.Name {
+		return fmt.Errorf("cluster: %s is this node; use fabraid cluster leave", name)
+	}
+	ns, ok, err := registry.Get(ctx, n.cli, name)
+	if err != nil {
+		return err
+	}
+	if ok && ns.Alive {
+		return fmt.Errorf("cluster: %w: %s (since %s); run fabraid cluster leave on it, or stop it and wait for its lease to expire", ErrAlive, name, ns.AliveSince.Format(time.RFC3339))
+	}
+	// A node may be an etcd member without a record (it died while
+	// joining): find it by member name too.
+	ml, err := n.cli.MemberList(ctx)
+	if err != nil {
+		return fmt.Errorf("cluster: member list: %w", err)
+	}
+	for _, m := range ml.Members {
+		if m.Name == name || (ok && fmt.Sprintf("%x", m.ID) == ns.EtcdMember) {
+			if err := store.Remove(ctx, n.cli, m.ID, false); err != nil {
+				return err
+			}
+			ok = true
+		}
+	}
+	if !ok {
+		return fmt.Errorf("cluster: no node %s", name)
+	}
+	if err := registry.Delete(ctx, n.cli, name); err != nil {
+		return err
+	}
+	n.o.Log.Info("cluster: node removed", "node", name)
+	return nil
+}

@@ -1,0 +1,297 @@
+// Package store runs fabraid's embedded etcd member and changes etcd's
+// membership.
+//
+// # Members
+//
+// "fabraid cluster init" starts the first member (Start with no
+// InitialCluster: a new one-member cluster). A node that joins while the
+// cluster has fewer voting members than its target (1, 3 or 5) becomes a
+// member the way etcd's runtime-reconfiguration guide asks: the cluster
+// adds it as a learner (AddLearner, which also gives the initial-cluster
+// string it must start with), it starts with ClusterState existing, and
+// once its log has caught up it is promoted (Promote). etcd allows one
+// learner at a time, so membership changes one member at a time. Every
+// other node is only a client.
+//
+// Remove refuses to shrink a cluster of two voting members (with two,
+// quorum is both: a change made while either is unavailable cannot
+// commit) and to remove the last member, unless forced.
+//
+// # TLS
+//
+// Peer and client traffic use TLS with the cluster CA (package pki);
+// client certificates are required on both ports, so a process without a
+// node certificate cannot read or write etcd.
+package store
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+
+	"github.com/fabraid/fabraid/internal/cluster/model"
+	"github.com/fabraid/fabraid/internal/cluster/pki"
+)
+
+// Config describes the local member.
+type Config struct {
+	Name      string // etcd member name: the node name
+	Dir       string // data directory
+	PeerURL   string // https://ip:port, listened on and advertised
+	ClientURL string // https://ip:port, listened on and advertised
+	// InitialCluster is "name=peerURL,..." for a member that joins an
+	// existing cluster (from AddLearner); empty starts a new cluster of
+	// this one member. Ignored by etcd once Dir holds data (restart).
+	InitialCluster string
+	TLS            pki.Files
+	// TickMs and ElectionMs are etcd's heartbeat and election timeout;
+	// 0 keeps etcd's defaults (100 ms, 1000 ms).
+	TickMs, ElectionMs uint
+	Log                *zap.Logger // nil: no etcd log
+}
+
+// Server is a running embedded member.
+type Server struct {
+	e *embed.Etcd
+}
+
+// Start starts the member and waits until it serves or ctx ends.
+func Start(ctx context.Context, c Config) (*Server, error) {
+	cfg := embed.NewConfig()
+	cfg.Name = c.Name
+	cfg.Dir = c.Dir
+	pu, err := url.Parse(c.PeerURL)
+	if err != nil {
+		return nil, fmt.Errorf("store: peer URL: %w", err)
+	}
+	cu, err := url.Parse(c.ClientURL)
+	if err != nil {
+		return nil, fmt.Errorf("store: client URL: %w", err)
+	}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+	if c.InitialCluster == "" {
+		cfg.InitialCluster = c.Name + "=" + c.PeerURL
+		cfg.ClusterState = embed.ClusterStateFlagNew
+	} else {
+		cfg.InitialCluster = c.InitialCluster
+		cfg.ClusterState = embed.ClusterStateFlagExisting
+	}
+	tls := transport.TLSInfo{CertFile: c.TLS.NodeCert(), KeyFile: c.TLS.NodeKey(), TrustedCAFile: c.TLS.CACert(), ClientCertAuth: true}
+	cfg.PeerTLSInfo, cfg.ClientTLSInfo = tls, tls
+	// Keep one hour of history (etcd compacts nothing by default).
+	cfg.AutoCompactionMode, cfg.AutoCompactionRetention = "periodic", "1h"
+	if c.TickMs != 0 {
+		cfg.TickMs, cfg.ElectionMs = c.TickMs, c.ElectionMs
+	}
+	lg := c.Log
+	if lg == nil {
+		lg = zap.NewNop()
+	}
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg)
+	cfg.Logger = "zap"
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("store: start etcd member %s: %w", c.Name, err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+		return &Server{e: e}, nil
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("store: etcd member %s: %w", c.Name, err)
+	case <-ctx.Done():
+		e.Close()
+		return nil, fmt.Errorf("store: etcd member %s not ready: %w", c.Name, ctx.Err())
+	}
+}
+
+// ID is the member's etcd ID.
+func (s *Server) ID() uint64 { return uint64(s.e.Server.MemberID()) }
+
+// Err reports a fatal error of the running member.
+func (s *Server) Err() <-chan error { return s.e.Err() }
+
+// Close stops the member.
+func (s *Server) Close() { s.e.Close() }
+
+// Connect returns a client of endpoints that presents the node certificate.
+func Connect(endpoints []string, t *tls.Config) (*clientv3.Client, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, TLS: t, DialTimeout: 5 * time.Second, AutoSyncInterval: 30 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, fmt.Errorf("store: connect %v: %w", endpoints, err)
+	}
+	return cli, nil
+}
+
+// AddLearner adds the member name at peerURL as a learner and returns its
+// ID and the initial-cluster string it must start with. etcd refuses a
+// second learner (ErrTooManyLearners): one change at a time.
+func AddLearner(ctx context.Context, cli *clientv3.Client, name, peerURL string) (uint64, string, error) {
+	ml, err := cli.MemberList(ctx)
+	if err != nil {
+		return 0, "", fmt.Errorf("store: member list: %w", err)
+	}
+	for _, m := range ml.Members {
+		if m.IsLearner {
+			return 0, "", fmt.Errorf("store: member %s is still a learner; one membership change at a time, retry when it is promoted", memberName(m))
+		}
+		if m.Name == name || slices.Contains(m.PeerURLs, peerURL) {
+			return 0, "", fmt.Errorf("store: a member named %s or at %s exists already (id %x)", name, peerURL, m.ID)
+		}
+	}
+	// With strict reconfiguration checks etcd refuses a change until
+	// every voting member has been connected for 5 s (HealthInterval),
+	// as right after a promotion: wait that out.
+	var resp *clientv3.MemberAddResponse
+	for {
+		resp, err = cli.MemberAddAsLearner(ctx, []string{peerURL})
+		if err == nil {
+			break
+		}
+		if !isErr(err, rpctypes.ErrUnhealthy) && !isErr(err, rpctypes.ErrMemberNotEnoughStarted) {
+			return 0, "", fmt.Errorf("store: add learner %s: %w", name, err)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, "", fmt.Errorf("store: add learner %s: %w (%v)", name, err, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	var parts []string
+	for _, m := range resp.Members {
+		n := m.Name
+		if m.ID == resp.Member.ID {
+			n = name
+		}
+		if n == "" { // a member added but not started yet
+			continue
+		}
+		for _, u := range m.PeerURLs {
+			parts = append(parts, n+"="+u)
+		}
+	}
+	return resp.Member.ID, strings.Join(parts, ","), nil
+}
+
+// Promote promotes the learner id to a voting member, retrying while etcd
+// says its log has not caught up, until ctx ends.
+func Promote(ctx context.Context, cli *clientv3.Client, id uint64) error {
+	for {
+		_, err := cli.MemberPromote(ctx, id)
+		if err == nil {
+			return nil
+		}
+		if !isErr(err, rpctypes.ErrMemberLearnerNotReady) {
+			return fmt.Errorf("store: promote %x: %w", id, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("store: promote %x: learner not in sync: %w", id, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// ErrShrink is wrapped by CheckRemove and Remove when the change would
+// leave no safe quorum.
+var ErrShrink = errors.New("membership change refused")
+
+// CheckRemove says whether Remove(id) would be refused, changing nothing.
+// It refuses to remove the last voting member and to shrink two voting
+// members to one. found is false when id is no member.
+func CheckRemove(ctx context.Context, cli *clientv3.Client, id uint64) (found bool, err error) {
+	ml, err := cli.MemberList(ctx)
+	if err != nil {
+		return false, fmt.Errorf("store: member list: %w", err)
+	}
+	voting, learner := 0, false
+	for _, m := range ml.Members {
+		if !m.IsLearner {
+			voting++
+		}
+		if m.ID == id {
+			found, learner = true, m.IsLearner
+		}
+	}
+	switch {
+	case !found || learner:
+		return found, nil
+	case voting == 1:
+		return true, fmt.Errorf("%w: this is the last etcd member; removing it ends the cluster", ErrShrink)
+	case voting == 2:
+		return true, fmt.Errorf("%w: the cluster has 2 voting etcd members; removing one while the other may be unavailable loses quorum (add a member first)", ErrShrink)
+	}
+	return true, nil
+}
+
+// Remove removes member id, after CheckRemove unless force.
+func Remove(ctx context.Context, cli *clientv3.Client, id uint64, force bool) error {
+	found, err := CheckRemove(ctx, cli, id)
+	if err != nil && !force {
+		return err
+	}
+	if !found {
+		return nil
+	}
+	if _, err := cli.MemberRemove(ctx, id); err != nil {
+		return fmt.Errorf("store: remove member %x: %w", id, err)
+	}
+	return nil
+}
+
+// MemberStatus is one etcd member as seen by Members (package model).
+type MemberStatus = model.MemberStatus
+
+// Members lists the members with their health: a member is healthy when
+// its client URL answers a status request within timeout.
+func Members(ctx context.Context, cli *clientv3.Client, timeout time.Duration) ([]MemberStatus, error) {
+	ml, err := cli.MemberList(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("store: member list: %w", err)
+	}
+	out := make([]MemberStatus, 0, len(ml.Members))
+	for _, m := range ml.Members {
+		ms := MemberStatus{ID: fmt.Sprintf("%x", m.ID), Name: memberName(m), PeerURLs: m.PeerURLs, ClientURL: m.ClientURLs, Learner: m.IsLearner}
+		if len(m.ClientURLs) == 0 {
+			ms.Error = "not started"
+		} else {
+			sctx, cancel := context.WithTimeout(ctx, timeout)
+			st, err := cli.Status(sctx, m.ClientURLs[0])
+			cancel()
+			if err != nil {
+				ms.Error = err.Error()
+			} else {
+				ms.Healthy = len(st.Errors) == 0
+				ms.Error = strings.Join(st.Errors, "; ")
+				ms.Leader = st.Leader == m.ID
+				ms.RaftIndex = st.RaftIndex
+			}
+		}
+		out = append(out, ms)
+	}
+	return out, nil
+}
+
+func memberName(m interface{ GetName() string }) string {
+	if n := m.GetName(); n != "" {
+		return n
+	}
+	return "(unstarted)"
+}
+
+// isErr matches an etcd server error however the client wrapped it.
+func isErr(err, target error) bool {
+	return errors.Is(err, target) || strings.Contains(err.Error(), target.Error())
+}

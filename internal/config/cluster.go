@@ -1,0 +1,133 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"net/url"
+	"path/filepath"
+	"strconv"
+)
+
+// Cluster is the cluster part of the configuration. A node that never runs
+// "fabraid cluster init" or "join" (and sets no etcd_endpoints) ignores it.
+type Cluster struct {
+	// Address is where this node's etcd member and join service listen
+	// (cluster_address). Empty: the first storage address.
+	Address string
+	// Domain is the failure domain of this node's drives
+	// (failure_domain). Empty: the node name.
+	Domain string
+	// PeerPort, ClientPort and JoinPort: etcd_peer_port (2380),
+	// etcd_client_port (2379), join_port (9437).
+	PeerPort, ClientPort, JoinPort int
+	// Members is how many nodes run an etcd member (etcd_members: 1, 3
+	// or 5; default 3).
+	Members int
+	// LeaseTTL is the node liveness lease in seconds (node_lease_ttl,
+	// default 10).
+	LeaseTTL int
+	// Endpoints, when set (etcd_endpoints), use an external etcd with
+	// the client certificate CertFile/KeyFile and the CA CAFile.
+	Endpoints                 []string
+	CAFile, CertFile, KeyFile string
+}
+
+const clusterKeys = "cluster_address, failure_domain, etcd_peer_port, etcd_client_port, join_port, etcd_members, node_lease_ttl, etcd_endpoints, etcd_ca_file, etcd_cert_file, etcd_key_file"
+
+func defaultCluster() Cluster {
+	return Cluster{PeerPort: 2380, ClientPort: 2379, JoinPort: 9437, Members: 3, LeaseTTL: 10}
+}
+
+// set parses one cluster key; ok is false for keys that are not.
+func (c *Cluster) set(key, val string) (ok bool, err error) {
+	port := func(dst *int) error {
+		n, err := strconv.Atoi(val)
+		if err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("%q: want a TCP port 1..65535", val)
+		}
+		*dst = n
+		return nil
+	}
+	file := func(dst *string) error {
+		if !filepath.IsAbs(val) {
+			return fmt.Errorf("%q: want an absolute path", val)
+		}
+		*dst = filepath.Clean(val)
+		return nil
+	}
+	switch key {
+	case "cluster_address":
+		a, err := netip.ParseAddr(val)
+		if err != nil || a.IsUnspecified() {
+			return true, fmt.Errorf("%q is not a unicast IP address", val)
+		}
+		c.Address = a.String()
+	case "failure_domain":
+		if !nodeNameRE.MatchString(val) {
+			return true, fmt.Errorf("%q: want 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit", val)
+		}
+		c.Domain = val
+	case "etcd_peer_port":
+		return true, port(&c.PeerPort)
+	case "etcd_client_port":
+		return true, port(&c.ClientPort)
+	case "join_port":
+		return true, port(&c.JoinPort)
+	case "etcd_members":
+		switch val {
+		case "1", "3", "5":
+			c.Members, _ = strconv.Atoi(val)
+		default:
+			return true, fmt.Errorf("%q: want 1, 3 or 5 (an odd number keeps a majority after a loss)", val)
+		}
+	case "node_lease_ttl":
+		n, err := strconv.Atoi(val)
+		if err != nil || n < 2 || n > 300 {
+			return true, fmt.Errorf("%q: want seconds, 2..300", val)
+		}
+		c.LeaseTTL = n
+	case "etcd_endpoints":
+		c.Endpoints = nil
+		for _, e := range list(val) {
+			u, err := url.Parse(e)
+			if err != nil || u.Scheme != "https" || u.Host == "" || u.Port() == "" {
+				return true, fmt.Errorf("%q: want https://host:port (TLS with client certificates only)", e)
+			}
+			c.Endpoints = append(c.Endpoints, e)
+		}
+		if len(c.Endpoints) == 0 {
+			return true, errors.New("empty: want one or more https://host:port")
+		}
+	case "etcd_ca_file":
+		return true, file(&c.CAFile)
+	case "etcd_cert_file":
+		return true, file(&c.CertFile)
+	case "etcd_key_file":
+		return true, file(&c.KeyFile)
+	default:
+		return false, nil
+	}
+	return true, nil
+}
+
+// check validates keys that depend on each other; seen maps keys to lines.
+func (c *Cluster) check(seen map[string]int) *Error {
+	if len(c.Endpoints) > 0 {
+		for _, k := range []struct {
+			key string
+			v   string
+		}{{"etcd_ca_file", c.CAFile}, {"etcd_cert_file", c.CertFile}, {"etcd_key_file", c.KeyFile}} {
+			if k.v == "" {
+				return &Error{Line: seen["etcd_endpoints"], Key: "etcd_endpoints", Err: fmt.Errorf("needs %s too (external etcd is reached with TLS and a client certificate)", k.key)}
+			}
+		}
+		return nil
+	}
+	for _, k := range []string{"etcd_ca_file", "etcd_cert_file", "etcd_key_file"} {
+		if line, ok := seen[k]; ok {
+			return &Error{Line: line, Key: k, Err: errors.New("only used with etcd_endpoints")}
+		}
+	}
+	return nil
+}
