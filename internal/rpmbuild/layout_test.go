@@ -221,8 +221,10 @@ func TestPresetNamesEnabledUnits(t *testing.T) {
 }
 
 // TestDefaultConfig: the packaged /etc/fabraid/fabraid.conf parses to the
-// defaults, shows every key internal/config knows as a commented
-// "#key = default" line, and each of those lines parses when uncommented.
+// defaults and shows every key internal/config knows as a commented
+// "#key = value" line. Uncommented, the lines parse (all of them), and the
+// ones not marked as examples (a comment block saying "example" right
+// above) give the defaults.
 func TestDefaultConfig(t *testing.T) {
 	body, err := os.ReadFile(filepath.Join(repoRoot(t), "packaging/fabraid.conf"))
 	if err != nil {
@@ -236,23 +238,41 @@ func TestDefaultConfig(t *testing.T) {
 		t.Errorf("as shipped: got %+v, want the defaults", c)
 	}
 	setting := regexp.MustCompile(`^#([a-z_]+) =( .*)?$`)
-	var uncommented bytes.Buffer
+	var all, defaults bytes.Buffer
 	shown := map[string]bool{}
+	// example: the comment block right above the current settings says so.
+	example, afterSetting := false, false
 	sc := bufio.NewScanner(bytes.NewReader(body))
 	for sc.Scan() {
-		if m := setting.FindStringSubmatch(sc.Text()); m != nil {
+		l := sc.Text()
+		m := setting.FindStringSubmatch(l)
+		switch {
+		case m != nil:
 			shown[m[1]] = true
-			uncommented.WriteString(strings.TrimPrefix(sc.Text(), "#") + "\n")
+			all.WriteString(l[1:] + "\n")
+			if !example {
+				defaults.WriteString(l[1:] + "\n")
+			}
+			afterSetting = true
+		case strings.HasPrefix(l, "#"):
+			if afterSetting { // a new comment block
+				example = false
+			}
+			example = example || strings.Contains(l, "example")
+			afterSetting = false
+		default:
+			example, afterSetting = false, false
 		}
 	}
-	u, err := config.Parse(&uncommented, "fabraid.conf (uncommented)")
-	if err != nil {
-		t.Fatalf("uncommented: %v", err)
+	if _, err := config.Parse(&all, "fabraid.conf (all uncommented)"); err != nil {
+		t.Errorf("uncommented: %v", err)
 	}
-	want := config.Default()
-	want.NodeName = u.NodeName // the default is the host name; the file shows an example
-	if !reflect.DeepEqual(u, want) {
-		t.Errorf("uncommented lines are not the defaults:\n got %+v\nwant %+v", u, want)
+	d, err := config.Parse(&defaults, "fabraid.conf (defaults uncommented)")
+	if err != nil {
+		t.Fatalf("defaults uncommented: %v", err)
+	}
+	if !reflect.DeepEqual(d, config.Default()) {
+		t.Errorf("the lines not marked as examples are not the defaults:\n got %+v\nwant %+v", d, config.Default())
 	}
 	for _, k := range knownKeys(t) {
 		if !shown[k] {
