@@ -122,3 +122,44 @@ func TestFailMemberRefusesGroupLoss(t *testing.T) {
 		t.Fatalf("after forced fail: %+v", st)
 	}
 }
+
+// A member failed while the volume runs is still held by it: DetachFailed
+// lets go of the device (as mdadm --remove) so that it can be opened again
+// and re-added; a slot that is not failed is refused.
+func TestDetachFailedThenReAdd(t *testing.T) {
+	v, mm := newTestVolume(t, Config{Name: "detach", K: 2, M: 1, ChunkSize: 4096}, 1<<20)
+	model := bytes.Repeat([]byte{0x33}, int(v.Size()))
+	if _, err := v.WriteAt(model, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.DetachFailed(1); err == nil || !strings.Contains(err.Error(), "not failed") {
+		t.Fatalf("detach of an active slot: %v", err)
+	}
+	if err := v.FailMember(1); err != nil {
+		t.Fatal(err)
+	}
+	copy(model[:8192], bytes.Repeat([]byte{0x44}, 8192))
+	if _, err := v.WriteAt(model[:8192], 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.DetachFailed(1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mm[1].ReadAt(make([]byte, 4096), 0); err == nil {
+		t.Fatal("detached member still open")
+	}
+	mm[1].Reopen() // the drive opened again
+	if err := v.ReAdd(mm[1], "m1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Rebuild(context.Background(), RebuildOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.FailMember(0); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, v.Size())
+	if _, err := v.ReadAt(got, 0); err != nil || !bytes.Equal(got, model) {
+		t.Fatalf("read without slot 0 after detach and re-add: %v (equal %v)", err, bytes.Equal(got, model))
+	}
+}

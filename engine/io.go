@@ -528,6 +528,11 @@ func (v *Volume) execWrite(op *stripeOp, p []byte, r layout.StripeReq, plan layo
 			return fmt.Errorf("stripe %d: %w", r.Stripe, ErrTooManyFailures)
 		}
 	}
+	if !v.faults.ackBeforeRecorded {
+		if err := v.waitFailuresRecorded(); err != nil {
+			return err
+		}
+	}
 	if !ok || v.failGen.Load() != failGen {
 		// Whoever recorded the failure may have found the volume
 		// fenced, or failed it.
@@ -551,6 +556,30 @@ func (v *Volume) execWrite(op *stripeOp, p []byte, r layout.StripeReq, plan layo
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// waitFailuresRecorded returns once every member failure marked so far is
+// recorded on the survivors' superblocks, or an error when that failed. A
+// write may have skipped a member because it is marked failed in memory
+// (markFailedLocked, under metaMu, before the metadata write): acknowledged
+// before the metadata write finished, the write would be lost to an
+// assembly after a crash, which would still trust the member's stale
+// chunk.
+func (v *Volume) waitFailuresRecorded() error {
+	gen := v.failGen.Load()
+	if v.recordedGen.Load() >= gen {
+		return nil
+	}
+	v.metaMu.Lock() // the recorder holds it until its metadata write is done
+	recorded := v.recordedGen.Load() >= gen
+	v.metaMu.Unlock()
+	if err := v.stopErr(); err != nil {
+		return err
+	}
+	if !recorded {
+		return errors.New("member failure not recorded on the superblocks")
 	}
 	return nil
 }

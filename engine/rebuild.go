@@ -537,6 +537,26 @@ func (v *Volume) installLocked(slot int, dev Member, name string, returning bool
 	return nil
 }
 
+// DetachFailed closes the device a failed slot still holds (it failed
+// while the volume ran), as mdadm --remove does, so that the drive can be
+// opened again for ReAdd. Requests still in flight on it fail; their
+// errors are ignored because the slot no longer holds it.
+func (v *Volume) DetachFailed(slot int) error {
+	if slot < 0 || slot >= len(v.slots) {
+		return fmt.Errorf("detach: slot %d out of range", slot)
+	}
+	v.metaMu.Lock()
+	defer v.unlockMeta()
+	if r := v.slotRole(slot); r != superblock.RoleFailed {
+		return fmt.Errorf("detach slot %d: member is %s, not failed", slot, r)
+	}
+	if old := v.dev(slot); old != nil {
+		v.slots[slot].dev.Store(nil)
+		_ = old.Close()
+	}
+	return nil
+}
+
 // ErrWouldLoseGroup refuses an administrator's fail that would leave a
 // group with fewer than k members in sync; nothing was changed.
 var ErrWouldLoseGroup = errors.New("refused: failing the member would lose its group")

@@ -146,6 +146,10 @@ type Volume struct {
 	// failGen counts member failures; a write that sees it change while it
 	// ran flushes its group before it completes (see execWrite).
 	failGen atomic.Int64
+	// recordedGen is failGen as of the last metadata write that
+	// succeeded: every failure counted up to it is on the survivors'
+	// superblocks.
+	recordedGen atomic.Int64
 	// retireFailed: a member was marked failed under metaMu; unlockMeta
 	// retires the journal.
 	retireFailed atomic.Bool
@@ -559,6 +563,20 @@ func (v *Volume) writeMetaLocked() error {
 		return err
 	}
 	for attempt := 0; attempt <= len(v.slots); attempt++ {
+		if v.recordedGen.Load() < v.failGen.Load() && !v.faults.recordBeforeFlush {
+			// A failure is about to be recorded: from then on an
+			// assembly takes the member's rows as journaled, and the
+			// writes that completed before it were not journaled.
+			// Make them durable first.
+			ios, slots := v.writableIOs(nil, func(d Member) IO { return IO{Dev: d, Flush: true} })
+			v.exec.Execute(ios)
+			for i := range ios {
+				if ios[i].Err != nil {
+					v.stats.memberErrors.Add(1)
+					v.markFailedLocked(slots[i], fmt.Errorf("flush before metadata write: %w", ios[i].Err))
+				}
+			}
+		}
 		v.meta.Events++
 		var failedSlot = -1
 		var failErr error
@@ -590,6 +608,7 @@ func (v *Volume) writeMetaLocked() error {
 			}
 		}
 		if failedSlot < 0 {
+			v.recordedGen.Store(v.failGen.Load())
 			// The roles and checkpoints written are what an assembly
 			// after a crash reads: from now on, rows below them need no
 			// journal.

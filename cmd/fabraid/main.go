@@ -44,6 +44,7 @@ func newRootCmd() *cobra.Command {
 		newClusterCmd(),
 		newNsdCmd(),
 		newWaitCmd(),
+		newUdevProbeCmd(),
 		manpage.Command("1", "fabraid "+version),
 	)
 	return root

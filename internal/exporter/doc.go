@@ -40,9 +40,13 @@
 // controllers, then the desired state, which links them again for the new
 // owner only. A crash between the two steps is finished by the next
 // Reconcile: the subsystem is then unlinked and already re-pointed, and the
-// second step links it. Result.Fenced names the drives fenced this time;
-// the caller acknowledges "fenced for epoch E" in the cluster store after
-// Reconcile returns without error.
+// second step links it. Result.Fenced names the drives fenced this time
+// (for logs). The acknowledgement does not depend on it: every Reconcile
+// that returns without error leaves no controller of a host other than
+// each drive's current owner on the drive ports (as long as nothing but the
+// exporter changes the drive subsystems), so the caller may then
+// acknowledge "fenced for epoch E" in the cluster store for every volume of
+// the Input, also after a restart that found the fence already done.
 //
 // # What it does not do
 //

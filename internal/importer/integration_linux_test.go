@@ -481,3 +481,59 @@ func poll(t *testing.T, d time.Duration, what string, f func() error) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestIntegrationDriveExportImport61: on Debian's 6.1 (nvmet without
+// DH-HMAC-CHAP) the exporter probes that, exports to the owner with
+// allowed hosts only and says so (Result.Auth false); the owner still
+// connects (its secret is not asked for) and another host NQN is refused.
+func TestIntegrationDriveExportImport61(t *testing.T) {
+	vmtest.Run(t, vmtest.Options{
+		Guests: []vmtest.GuestConfig{
+			{Name: "a", Kernel: vmtest.Kernel61, Modules: []string{"nvmet", "nvmet_tcp"}, MemoryMB: 512, Disks: []vmtest.Disk{{Size: 32 << 20}, {Size: 32 << 20}}},
+			{Name: "b", Kernel: vmtest.Kernel61, Modules: []string{"nvme_tcp"}, MemoryMB: 512},
+		},
+		Timeout: 150 * time.Second,
+	}, func(t *testing.T, g *vmtest.Env) {
+		switch g.Name {
+		case "a":
+			x := exporter.New("")
+			res, err := x.Reconcile(volumeInput(g, hostB, keyB))
+			if err != nil || len(res.Problems) > 0 {
+				t.Fatalf("reconcile: %v %v", err, res.Problems)
+			}
+			if res.Auth || len(res.Exports) != 2 || res.Exports[0].Auth {
+				t.Fatalf("6.1: auth %v, exports %+v; want no auth, two exports", res.Auth, res.Exports)
+			}
+			if _, err := os.Stat(filepath.Join(nvmet.DefaultRoot, "hosts", hostB.NQN, "dhchap_key")); err == nil {
+				t.Fatal("6.1 has hosts/*/dhchap_key: the probe is wrong")
+			}
+			g.Signal(t, "exported")
+			g.Wait(t, "b", "done")
+		case "b":
+			ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+			defer cancel()
+			g.Wait(t, "a", "exported")
+			h := nvmf.NewHost()
+			o := nvmf.Options{Transport: nvmf.TCP, Address: g.Addr("a"), ServiceID: exporter.DefaultServiceID,
+				NQN: exporter.NQN(drivesA[0]), HostNQN: hostC.NQN, HostID: hostC.ID}
+			if c, err := h.Connect(o); err == nil {
+				h.Disconnect(c.Name)
+				t.Fatal("a host outside allowed_hosts connected")
+			}
+			res := importOK(t, ctx, importer.New(), importer.Input{Identity: hostB, Secret: keyB, Remotes: remotes(g)})
+			n := 0
+			for _, d := range res.Devices {
+				if d.Remote != "" {
+					n++
+					if err := writeRead(d.Path, 4<<20); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if n != 2 {
+				t.Fatalf("imported %d drives, want 2: %+v", n, res.Devices)
+			}
+			g.Signal(t, "done")
+		}
+	})
+}

@@ -319,6 +319,26 @@ func runRaw(t *testing.T, r results, devs []string) {
 	}
 }
 
+// awaitFree waits until every device can be opened exclusively: a
+// stopped engine's members are released once the kernel has torn down its
+// io_uring instances, asynchronously after the process exited.
+func awaitFree(t *testing.T, devs []string) {
+	deadline := time.Now().Add(30 * time.Second)
+	for _, d := range devs {
+		for {
+			f, err := os.OpenFile(d, os.O_RDONLY|syscall.O_EXCL, 0)
+			if err == nil {
+				f.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s still busy after 30 s: %v", d, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
 // wipe zeroes the first MiB of each device: md's and fabraid's metadata.
 func wipe(t *testing.T, devs []string) {
 	z := make([]byte, 1<<20)
@@ -355,6 +375,7 @@ func readTrim(p string) string {
 // the healthy jobs, the degraded jobs with disks[0] failed, and the
 // recovery onto disks[6].
 func runMD(t *testing.T, r results, disks []string) {
+	awaitFree(t, disks)
 	wipe(t, disks)
 	mdadm(t, append([]string{"--create", "/dev/md0", "--run", "--level=6", "--raid-devices=6", "--chunk=64",
 		"--metadata=1.2", "--assume-clean", "--bitmap=none"}, disks[:6]...)...)
@@ -394,6 +415,7 @@ func runMD(t *testing.T, r results, disks []string) {
 // NVMe/TCP head, the degraded jobs with slot 0 failed, and the rebuild
 // of slot 0 onto disks[6].
 func runFabraid(t *testing.T, r results, disks []string) {
+	awaitFree(t, disks)
 	wipe(t, disks)
 	var in volmgr.Info
 	out := mustFab(t, "volume", "create", "bench", "--data", "4", "--parity", "2", "--drives", strings.Join(disks[:6], ","), "--json")

@@ -136,7 +136,7 @@ func ServeEngine(ctx context.Context, o ServeOptions) error {
 	}
 	post("/fail", func(q engineReq) error { return l.Fail(q.Slot, q.Force) })
 	post("/readd", func(q engineReq) error {
-		err := l.ReAdd(q.Path, q.Rate)
+		err := l.ReAdd(q.Slot, q.Path, q.Rate)
 		if err == nil {
 			saveSpec(func(s *SpecFile) { s.Members = specMembers(vol.Status()) })
 		}
@@ -254,8 +254,8 @@ func (c *child) Status() (EngineStatus, error) {
 func (c *child) Fail(slot int, force bool) error {
 	return c.call("POST", "/fail", engineReq{Slot: slot, Force: force}, nil)
 }
-func (c *child) ReAdd(path string, rate int64) error {
-	return c.call("POST", "/readd", engineReq{Path: path, Rate: rate}, nil)
+func (c *child) ReAdd(slot int, path string, rate int64) error {
+	return c.call("POST", "/readd", engineReq{Slot: slot, Path: path, Rate: rate}, nil)
 }
 func (c *child) Replace(slot int, path string, rate int64) error {
 	return c.call("POST", "/replace", engineReq{Slot: slot, Path: path, Rate: rate}, nil)

@@ -538,7 +538,7 @@ func (m *Manager) ReAdd(ref string, slot int, rate int64) error {
 		return fmt.Errorf("%w: volume %s: re-add: no claimed drive holds the failed member of slot %d (fabraid volume replace puts a new drive there)",
 			ErrInvalid, ref, slot)
 	}
-	return e.ReAdd(v.failed[slot], rate)
+	return e.ReAdd(slot, v.failed[slot], rate)
 }
 
 // Replace puts claimed, unused drive dev into failed slot and starts the

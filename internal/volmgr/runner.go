@@ -26,9 +26,9 @@ type Engine interface {
 	Fail(slot int, force bool) error
 	// Replace puts the device at path into failed slot and starts a rebuild.
 	Replace(slot int, path string, rate int64) error
-	// ReAdd puts the device at path, which holds a failed member, back
-	// into its slot and starts the rebuild of what it missed.
-	ReAdd(path string, rate int64) error
+	// ReAdd puts the device at path, which holds the failed member of
+	// slot, back into it and starts the rebuild of what it missed.
+	ReAdd(slot int, path string, rate int64) error
 	// Rebuild starts a rebuild of stale or replaced members in the background.
 	Rebuild(rate int64) error
 	// Scrub starts a parity check (repairing mismatches when repair) in the
@@ -232,12 +232,19 @@ func (l *Local) Fail(slot int, force bool) error {
 }
 
 // ReAdd implements Engine.
-func (l *Local) ReAdd(path string, rate int64) error {
+func (l *Local) ReAdd(slot int, path string, rate int64) error {
 	l.mu.Lock()
 	busy := l.task != ""
 	l.mu.Unlock()
 	if busy {
 		return fmt.Errorf("volume %s: re-add: %w", l.vol.Name(), ErrBusy)
+	}
+	if st := l.vol.Status(); slot >= 0 && slot < len(st.Members) && st.Members[slot].Device == path {
+		// Failed while this engine ran: it still holds the device
+		// (exclusively); let go of it first.
+		if err := l.vol.DetachFailed(slot); err != nil {
+			return fmt.Errorf("volume %s: re-add %s: %w", l.vol.Name(), path, err)
+		}
 	}
 	m, err := openMember(path, l.log)
 	if err != nil {
