@@ -9,9 +9,11 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/fabraid/fabraid/engine/superblock"
+	"github.com/fabraid/fabraid/internal/config"
 	"github.com/fabraid/fabraid/internal/volmgr"
 	"github.com/spf13/cobra"
 )
@@ -21,9 +23,14 @@ import (
 // long: it reads the superblock area only (MetaEnd bytes, one read), talks to
 // nobody and prints KEY=VALUE lines that udev imports only on exit 0.
 
+// headLookupTimeout bounds the daemon lookup of udev-probe --volume: udev
+// must not wait on a daemon that is busy or not running.
+const headLookupTimeout = 3 * time.Second
+
 func newUdevProbeCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "udev-probe DEVNODE",
+	var volume string
+	cmd := &cobra.Command{
+		Use:   "udev-probe DEVNODE | udev-probe --volume UUID",
 		Short: "Print a fabraid member's superblock as udev KEY=VALUE lines (for udev rules)",
 		Long: `Read the fabraid superblock of DEVNODE (both copies; the newer valid one wins)
 and print FABRAID_MEMBER=1, FABRAID_VOLUME_UUID, FABRAID_VOLUME_NAME,
@@ -33,10 +40,24 @@ KEY=VALUE lines for udev's IMPORT{program}. Values contain only
 ".." is left out. Reads only the first 20 KiB of the device.
 
 Exit codes: 0 a member (lines printed), 1 not a fabraid member or unreadable
-(nothing printed, the reason on stderr), 2 bad usage.`,
-		Example: `  IMPORT{program}="/usr/bin/fabraid udev-probe $devnode"`,
-		Args:    cobra.ExactArgs(1),
+(nothing printed, the reason on stderr), 2 bad usage.
+
+With --volume UUID (for a volume's consumer device, the NVMe head whose
+namespace UUID is the volume UUID) it asks fabraidd, for at most 3 s, for
+the volume's name and prints FABRAID_VOLUME_UUID and FABRAID_VOLUME_NAME;
+exit 1 when the daemon does not know the volume or does not answer in time.`,
+		Example: `  IMPORT{program}="/usr/bin/fabraid udev-probe $devnode"
+  IMPORT{program}="/usr/bin/fabraid udev-probe --volume $attr{uuid}"`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if volume != "" {
+				if len(args) != 0 {
+					return &exitError{code: 2, err: errors.New("udev-probe: DEVNODE and --volume exclude each other")}
+				}
+				return probeHead(cmd, volume)
+			}
+			if len(args) != 1 {
+				return &exitError{code: 2, err: errors.New("udev-probe: want one DEVNODE")}
+			}
 			sb, err := probeDevice(args[0])
 			if err != nil {
 				return &exitError{code: 1, err: err}
@@ -45,6 +66,48 @@ Exit codes: 0 a member (lines printed), 1 not a fabraid member or unreadable
 			return err
 		},
 	}
+	cmd.Flags().StringVar(&volume, "volume", "", "print the name of the volume with this UUID (asks fabraidd)")
+	cmd.Flags().String("config", config.DefaultPath, "configuration file (for api_socket)")
+	cmd.Flags().String("socket", "", "fabraidd API socket (default: api_socket from the configuration)")
+	return cmd
+}
+
+// probeHead prints the UUID and name of volume uuid as fabraidd knows it.
+// The daemon is asked in a goroutine so that a busy socket cannot hold the
+// udev worker beyond headLookupTimeout.
+func probeHead(cmd *cobra.Command, uuid string) error {
+	u, err := volmgr.ParseUUID(uuid)
+	if err != nil {
+		return &exitError{code: 1, err: err}
+	}
+	c, err := apiClient(cmd)
+	if err != nil {
+		return &exitError{code: 1, err: err}
+	}
+	type answer struct {
+		info volmgr.Info
+		err  error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		in, err := c.Volume(volmgr.FormatUUID(u))
+		ch <- answer{in, err}
+	}()
+	var a answer
+	select {
+	case a = <-ch:
+	case <-time.After(headLookupTimeout):
+		return &exitError{code: 1, err: fmt.Errorf("volume %s: fabraidd did not answer in %v", uuid, headLookupTimeout)}
+	}
+	if a.err != nil {
+		return &exitError{code: 1, err: fmt.Errorf("volume %s: %w", uuid, a.err)}
+	}
+	name := udevSafe(a.info.Name)
+	if name == "" {
+		return &exitError{code: 1, err: fmt.Errorf("volume %s: no usable name", uuid)}
+	}
+	_, err = fmt.Fprintf(cmd.OutOrStdout(), "FABRAID_VOLUME_UUID=%s\nFABRAID_VOLUME_NAME=%s\n", volmgr.FormatUUID(u), name)
+	return err
 }
 
 // probeDevice reads the superblock area of path and returns its newer valid

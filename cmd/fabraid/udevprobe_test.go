@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -10,6 +13,7 @@ import (
 
 	"github.com/fabraid/fabraid/engine/layout"
 	"github.com/fabraid/fabraid/engine/superblock"
+	"github.com/fabraid/fabraid/internal/volmgr"
 )
 
 func probeSample(name, domain string) *superblock.Superblock {
@@ -184,4 +188,42 @@ func FuzzUdevProbeLines(f *testing.F) {
 			t.Fatalf("lines %q", lines)
 		}
 	})
+}
+
+// --volume asks the daemon for the name; an unknown volume prints nothing.
+func TestUdevProbeHead(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "api.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const u = "ab010203-0000-0000-0000-000000000000"
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/volumes/"+u {
+			http.Error(w, `{"error":"no such volume"}`, http.StatusNotFound)
+			return
+		}
+		json.NewEncoder(w).Encode(volmgr.Info{Name: "vol 0", UUID: u})
+	})}
+	go srv.Serve(l)
+	defer srv.Close()
+	run := func(args ...string) (string, error) {
+		cmd := newRootCmd()
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&bytes.Buffer{})
+		cmd.SetArgs(append([]string{"udev-probe", "--socket", sock}, args...))
+		err := cmd.Execute()
+		return out.String(), err
+	}
+	out, err := run("--volume", u)
+	if want := "FABRAID_VOLUME_UUID=" + u + "\nFABRAID_VOLUME_NAME=vol_0\n"; err != nil || out != want {
+		t.Fatalf("out %q err %v, want %q", out, err, want)
+	}
+	if out, err := run("--volume", "ab010203-0000-0000-0000-000000000001"); err == nil || out != "" {
+		t.Fatalf("unknown volume: out %q err %v", out, err)
+	}
+	if out, err := run("--volume", "nonsense"); err == nil || out != "" {
+		t.Fatalf("bad uuid: out %q err %v", out, err)
+	}
 }

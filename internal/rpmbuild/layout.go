@@ -189,7 +189,9 @@ func isUnit(name string) bool {
 }
 
 // addSystemd packages packaging/systemd: units into UnitDir, *.preset into
-// PresetDir; and sorts the units by what the scriptlets do with them.
+// PresetDir, drop-in directories (NAME.d/*.conf, e.g. for Scale's
+// gpfs.service) into UnitDir/NAME.d; and sorts the units by what the
+// scriptlets do with them.
 func addSystemd(root string, p *Package) error {
 	const dir = "packaging/systemd"
 	ents, err := listDir(root, dir)
@@ -199,6 +201,10 @@ func addSystemd(root string, p *Package) error {
 	for _, e := range ents {
 		name, src := e.Name(), dir+"/"+e.Name()
 		switch {
+		case e.IsDir() && strings.HasSuffix(name, ".d"):
+			if err := addDropIns(root, src, UnitDir+"/"+name, p); err != nil {
+				return err
+			}
 		case isUnit(name):
 			p.Files = append(p.Files, File{Dst: UnitDir + "/" + name, Src: src, Mode: 0o644})
 			if err := classifyUnit(filepath.Join(root, src), name, &p.Units); err != nil {
@@ -209,6 +215,23 @@ func addSystemd(root string, p *Package) error {
 		default:
 			return fmt.Errorf("layout: %s: not a unit or preset file (the RPM would not know where to put it)", src)
 		}
+	}
+	return nil
+}
+
+// addDropIns packages the *.conf files of the drop-in directory src into
+// dst; the package owns dst.
+func addDropIns(root, src, dst string, p *Package) error {
+	ents, err := listDir(root, src)
+	if err != nil {
+		return err
+	}
+	p.Files = append(p.Files, File{Dst: dst, Mode: 0o755, Kind: Dir})
+	for _, e := range ents {
+		if !e.Type().IsRegular() || !strings.HasSuffix(e.Name(), ".conf") {
+			return fmt.Errorf("layout: %s/%s: a drop-in directory holds *.conf files only", src, e.Name())
+		}
+		p.Files = append(p.Files, File{Dst: dst + "/" + e.Name(), Src: src + "/" + e.Name(), Mode: 0o644})
 	}
 	return nil
 }

@@ -62,6 +62,7 @@ func TestLayoutPicksUpNewFiles(t *testing.T) {
 		"packaging/systemd/fabraid-assemble.timer":       "[Timer]\nOnActiveSec=30\n",
 		"packaging/systemd/50-fabraid.preset":            "enable fabraidd.service\n",
 		"packaging/systemd/README.md":                    "not packaged",
+		"packaging/systemd/gpfs.service.d/fabraid.conf":  "[Unit]\nAfter=fabraidd.service\n",
 		"packaging/udev/60-fabraid.rules":                "KERNEL==\"nvme*\"\n",
 		"packaging/udev/fabraid-probe":                   "#!/bin/sh\n",
 		"packaging/modules-load.d/fabraid.conf":          "nvmet\n",

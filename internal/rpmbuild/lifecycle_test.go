@@ -92,10 +92,17 @@ func TestInstallUpgradeErase(t *testing.T) {
 	root := stubRoot(t)
 	const unit = "fabraidd.service"
 
+	// With udev rules shipped, %posttrans replays the block devices
+	// through them after every install and upgrade.
+	udev := ""
+	if f.def.UdevRules {
+		udev = "udevadm control --reload\nudevadm trigger --subsystem-match=block --action=change\n"
+	}
+
 	// Install: preset on first install, nothing else.
 	rpmRoot(t, root, "-i", "--nodeps", f.pkgs["el9/x86_64"])
-	if c := calls(t, root); c != "systemd-update-helper install-system-units "+unit+"\n" {
-		t.Errorf("install: scriptlets called %q, want only the preset of %s", c, unit)
+	if c := calls(t, root); c != "systemd-update-helper install-system-units "+unit+"\n"+udev {
+		t.Errorf("install: scriptlets called %q, want only the preset of %s (and the udev replay)", c, unit)
 	}
 	if m := mode(t, filepath.Join(root, "etc/fabraid/fabraid.conf")); m != 0o640 {
 		t.Errorf("fabraid.conf mode %o", m)
@@ -128,8 +135,8 @@ func TestInstallUpgradeErase(t *testing.T) {
 	// Upgrade: fabraidd marked for restart, engines not; no preset, no
 	// disable (the old package's %preun sees $1 = 1).
 	rpmRoot(t, root, "-U", "--nodeps", f.newer)
-	if c := calls(t, root); c != "systemd-update-helper mark-restart-system-units "+unit+"\n" {
-		t.Errorf("upgrade: scriptlets called %q, want only a restart mark on %s", c, unit)
+	if c := calls(t, root); c != "systemd-update-helper mark-restart-system-units "+unit+"\n"+udev {
+		t.Errorf("upgrade: scriptlets called %q, want only a restart mark on %s (and the udev replay)", c, unit)
 	}
 	if v, _ := rpmRoot(t, root, "-q", "--qf", "%{VERSION}", "fabraid"); v != "1.0.1" {
 		t.Errorf("after upgrade: version %q", v)
