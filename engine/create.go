@@ -48,6 +48,10 @@ func newEncoder(g layout.Geometry, c superblock.Codec) (reedsolomon.Encoder, err
 // parity consistent with whatever the members hold (reads every data chunk,
 // writes every parity chunk), as md's initial resync does.
 func Create(cfg Config, devs []Member, names []string, opts Options) (*Volume, error) {
+	return create(cfg, devs, names, opts, testHooks{})
+}
+
+func create(cfg Config, devs []Member, names []string, opts Options, h testHooks) (*Volume, error) {
 	if cfg.Groups == 0 {
 		cfg.Groups = 1
 	}
@@ -156,7 +160,7 @@ func Create(cfg Config, devs []Member, names []string, opts Options) (*Volume, e
 	if err := sb.Validate(); err != nil {
 		return nil, fmt.Errorf("create volume %q: %w", cfg.Name, err)
 	}
-	v, err := newVolume(sb, devs, names, opts)
+	v, err := newVolume(sb, devs, names, opts, h)
 	if err != nil {
 		return nil, err
 	}
@@ -193,7 +197,7 @@ func Create(cfg Config, devs []Member, names []string, opts Options) (*Volume, e
 	return v, nil
 }
 
-func newVolume(sb *superblock.Superblock, devs []Member, names []string, opts Options) (*Volume, error) {
+func newVolume(sb *superblock.Superblock, devs []Member, names []string, opts Options, h testHooks) (*Volume, error) {
 	g := sb.Geometry
 	enc, err := newEncoder(g, sb.Codec)
 	if err != nil {
@@ -211,8 +215,7 @@ func newVolume(sb *superblock.Superblock, devs []Member, names []string, opts Op
 		geo: g, enc: enc, exec: exec, log: log.With("volume", sb.Name),
 		names: names, slots: make([]slotState, g.Members()),
 		base: sb.Clone(), meta: sb.Clone(), dataOff: sb.DataOffset,
-		done: make(chan struct{}), resyncDone: make(chan struct{}), skipDemandResync: opts.skipDemandResync,
-		beforeJournalDone: opts.beforeJournalDone,
+		done: make(chan struct{}), resyncDone: make(chan struct{}), hooks: h,
 	}
 	chunk := g.ChunkSize
 	v.bufs.New = func() any { b := AlignedBuffer(chunk); return &b }
@@ -225,7 +228,7 @@ func newVolume(sb *superblock.Superblock, devs []Member, names []string, opts Op
 		v.slots[i].jcp.Store(durableRows(m, g.Rows))
 	}
 	v.bm = newWriteIntent(sb.RegionRows, g.Rows, nil, v.persistBitmap)
-	if sb.JournalBytes > 0 && !opts.journalOff {
+	if sb.JournalBytes > 0 && !h.journalOff {
 		v.jrn = newJournal(v, sb)
 	}
 	return v, nil

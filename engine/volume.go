@@ -92,22 +92,6 @@ type Options struct {
 	// Resync throttles the background resync (Rate, YieldDelay,
 	// Workers); the zero value yields to foreground I/O.
 	Resync RebuildOptions
-
-	// resyncGate, when set, holds the background resync until it is
-	// closed (tests: assembly returns before the resync ran).
-	resyncGate <-chan struct{}
-	// skipDemandResync makes writes skip the resync of a row the
-	// background resync has not reached (a deliberate bug: the model test
-	// must catch it).
-	skipDemandResync bool
-	// journalOff runs a version 2 volume without its stripe journal (the
-	// write hole is open again); for tests that show what the journal
-	// prevents.
-	journalOff bool
-	// beforeJournalDone, when set, runs after a journaled write's data
-	// and parity writes, right before its record leaves the journal's
-	// in-flight set (tests: a member failure in that window).
-	beforeJournalDone func(stripe int64)
 }
 
 // Volume is an assembled fabraid volume: k+m parity over member devices.
@@ -167,12 +151,11 @@ type Volume struct {
 	stopOnce  sync.Once
 	// rs is the resync after an unclean stop while it runs in the
 	// background (nil otherwise); resyncWG waits for its goroutine.
-	rs                atomic.Pointer[resyncState]
-	resyncWG          sync.WaitGroup
-	resyncDone        chan struct{} // closed when no background resync runs
-	skipDemandResync  bool
-	beforeJournalDone func(stripe int64)
-	progress          atomic.Pointer[Progress]
+	rs         atomic.Pointer[resyncState]
+	resyncWG   sync.WaitGroup
+	resyncDone chan struct{} // closed when no background resync runs
+	hooks      testHooks     // tests only; see hooks.go
+	progress   atomic.Pointer[Progress]
 
 	stats ioCounters
 

@@ -163,7 +163,7 @@ func (v *Volume) writeStripe(op *stripeOp, p []byte, r layout.StripeReq) error {
 		// reached this stripe: its parity may be torn. Recompute it from
 		// the data before a read-modify-write or a degraded write
 		// combines it with anything.
-		if err := v.resyncPendingLocked(rs, r.Group, r.Row, v.skipDemandResync); err != nil {
+		if err := v.resyncPendingLocked(rs, r.Group, r.Row, v.hooks.skipDemandResync); err != nil {
 			return fmt.Errorf("stripe %d: resync: %w", r.Stripe, err)
 		}
 	}
@@ -317,8 +317,8 @@ func (v *Volume) execWrite(op *stripeOp, p []byte, r layout.StripeReq, plan layo
 		// bumps failGen before the failure's retire reads the in-flight
 		// set), so that retire covers this record; one that it sees is
 		// handled below.
-		if v.beforeJournalDone != nil {
-			v.beforeJournalDone(r.Stripe)
+		if v.hooks.beforeJournalDone != nil {
+			v.hooks.beforeJournalDone(r.Stripe)
 		}
 		v.jrn.done(seq)
 	}
