@@ -375,3 +375,40 @@ func TestReproducible(t *testing.T) {
 		t.Fatalf("two builds differ: %s (%d bytes) and %s (%d bytes)", f.pkgs["el9/aarch64"], len(a), built[0].Path, len(b))
 	}
 }
+
+// TestRepository: createrepo_c makes a repository of the packages, as
+// docs/install.md sets one up, and its metadata names each of them.
+func TestRepository(t *testing.T) {
+	f := getFixture(t)
+	needTools(t, "createrepo_c")
+	repo := t.TempDir()
+	for name, p := range f.pkgs {
+		if !strings.HasPrefix(name, "el9/") {
+			continue
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(repo, filepath.Base(p)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(t, "createrepo_c", "--quiet", "--update", repo)
+	repomd, err := os.ReadFile(filepath.Join(repo, "repodata", "repomd.xml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`href="(repodata/[^"]*-primary\.xml\.(gz|zst|xz|bz2))"`).FindSubmatch(repomd)
+	if m == nil {
+		t.Fatalf("repomd.xml names no primary metadata:\n%s", repomd)
+	}
+	primary := run(t, "sh", "-c", `case "$1" in *.gz) zcat "$1";; *.zst) zstdcat "$1";; *.xz) xzcat "$1";; *) bzcat "$1";; esac`, "sh",
+		filepath.Join(repo, string(m[1])))
+	for _, want := range []string{`packages="2"`, `<arch>x86_64</arch>`, `<arch>aarch64</arch>`,
+		`<version epoch="0" ver="1.0.0" rel="1.el9"/>`, `<rpm:entry name="nvme-cli"/>`} {
+		if !strings.Contains(primary, want) {
+			t.Errorf("primary metadata lacks %s", want)
+		}
+	}
+}
