@@ -481,8 +481,9 @@ func (v *Volume) ReAdd(dev Member, name string) error {
 		early = v.bm.snapshot()
 	}
 	// A read error may have hit rows no bitmap bit covers: a member that
-	// failed on an I/O error is rebuilt in full.
-	returning := v.meta.Members[slot].Failure != superblock.FailIO
+	// failed on an I/O error is rebuilt in full, and so is one that left
+	// while it was being rebuilt in full (bitmapCovers).
+	returning := v.meta.Members[slot].Failure != superblock.FailIO && bitmapCovers(sb)
 	if err := v.installLocked(slot, dev, name, returning, early); err != nil {
 		return fmt.Errorf("re-add %s: %w", name, err)
 	}
