@@ -11,4 +11,12 @@ type faults struct {
 	// touched, so a flush that began before it completed may clear the
 	// bit under the unflushed write (issue 10, bug 2).
 	endForgets bool
+	// ackBeforeRecorded: a write that skipped a member marked failed is
+	// acknowledged before the metadata write recording the failure
+	// finished (found by the schedule checker).
+	ackBeforeRecorded bool
+	// recordBeforeFlush: a member failure is recorded without first
+	// flushing the writes that completed before it (found by the
+	// schedule checker).
+	recordBeforeFlush bool
 }

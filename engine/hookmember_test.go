@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 )
 
@@ -13,6 +14,17 @@ type memOp struct {
 	off   int64
 	n     int
 	after bool // the hook runs after the operation completed (result in err)
+}
+
+func (op memOp) String() string {
+	kind := "read"
+	switch {
+	case op.flush:
+		return fmt.Sprintf("slot %d flush", op.slot)
+	case op.write:
+		kind = "write"
+	}
+	return fmt.Sprintf("slot %d %s %d+%d", op.slot, kind, op.off, op.n)
 }
 
 // errPowerCut is returned by hooked members after a simulated power cut.

@@ -42,6 +42,7 @@ func newRootCmd() *cobra.Command {
 		newClusterCmd(),
 		newNsdCmd(),
 		newWaitCmd(),
+		newUdevProbeCmd(),
 	)
 	return root
 }

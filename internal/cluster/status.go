@@ -76,7 +76,7 @@ func (n *Node) Leave(ctx context.Context, force bool) error {
 		return err
 	}
 	if n.srv != nil {
-		if err := store.Remove(ctx, n.cli, id, force); err != nil && !(force && errors.Is(err, store.ErrShrink)) {
+		if err := n.removeSelf(ctx, id, force); err != nil {
 			return err
 		}
 	}
@@ -131,5 +131,36 @@ func (n *Node) Remove(ctx context.Context, name string) error {
 		return err
 	}
 	n.o.Log.Info("cluster: node removed", "node", name)
+	return nil
+}
+
+// removeSelf removes this node's etcd member through the other members:
+// a member that applies its own removal stops, and a request it was
+// serving can fail with "server stopped" although the removal committed.
+func (n *Node) removeSelf(ctx context.Context, id uint64, force bool) error {
+	ml, err := n.cli.MemberList(ctx)
+	if err != nil {
+		return fmt.Errorf("cluster: member list: %w", err)
+	}
+	var others []string
+	for _, m := range ml.Members {
+		if m.ID != id && !m.IsLearner {
+			others = append(others, m.ClientURLs...)
+		}
+	}
+	cli := n.cli
+	if len(others) > 0 {
+		t, err := n.files.ClientTLS()
+		if err != nil {
+			return err
+		}
+		if cli, err = store.Connect(others, t); err != nil {
+			return err
+		}
+		defer cli.Close()
+	}
+	if err := store.Remove(ctx, cli, id, force); err != nil && !(force && errors.Is(err, store.ErrShrink)) {
+		return err
+	}
 	return nil
 }

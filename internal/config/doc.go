@@ -18,6 +18,8 @@
 //	export_address     = 127.0.0.1
 //	export_port        = 4420
 //	engine_mode        = auto
+//	cluster_address    = 10.10.0.1      # cluster keys: see Cluster
+//	etcd_members       = 3
 //
 // engine_mode says how fabraidd runs each volume's engine: "process" (a
 // child process it supervises), "systemd" (a fabraid-engine@<volume>

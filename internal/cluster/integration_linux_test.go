@@ -1,0 +1,170 @@
+//go:build linux
+
+package cluster_test
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fabraid/fabraid/internal/api"
+	"github.com/fabraid/fabraid/internal/vmtest"
+)
+
+// TestIntegrationClusterThreeGuests: fabraidd in three 6.12 guests on the
+// harness network makes a cluster through the CLI: init on a, join b and c
+// with single-use tokens, then "fabraid cluster status --json" on c shows
+// 3 healthy voting etcd members and every node's claimed drive; the token
+// b used is refused for c; a TLS client without a certificate cannot read
+// a's etcd.
+func TestIntegrationClusterThreeGuests(t *testing.T) {
+	files := map[string]string{
+		"/usr/bin/fabraid":  vmtest.BuildBinary(t, "github.com/fabraid/fabraid/cmd/fabraid"),
+		"/usr/bin/fabraidd": vmtest.BuildBinary(t, "github.com/fabraid/fabraid/cmd/fabraidd"),
+	}
+	var guests []vmtest.GuestConfig
+	for _, n := range []string{"a", "b", "c"} {
+		guests = append(guests, vmtest.GuestConfig{Name: n, Kernel: vmtest.Kernel612, Disks: []vmtest.Disk{{Size: 32 << 20}}, Files: files})
+	}
+	vmtest.Run(t, vmtest.Options{Guests: guests, Timeout: 300 * time.Second}, clusterGuest)
+}
+
+func fabraid(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	out, err := exec.Command("/usr/bin/fabraid", args...).CombinedOutput()
+	t.Logf("fabraid %s: %v\n%s", strings.Join(args, " "), err, bytes.TrimSpace(out))
+	return string(out), err
+}
+
+func mustFabraid(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := fabraid(t, args...)
+	if err != nil {
+		t.Fatalf("fabraid %s: %v", strings.Join(args, " "), err)
+	}
+	return strings.TrimSpace(out)
+}
+
+// startDaemon writes the node's configuration and starts fabraidd,
+// returning once its API answers.
+func startDaemon(t *testing.T, g *vmtest.Env) {
+	t.Helper()
+	conf := "node_name = " + g.Name + "\ncluster_address = " + g.Addr(g.Name) + "\nengine_mode = process\nmetrics_address =\n"
+	os.MkdirAll("/etc/fabraid", 0o755)
+	if err := os.WriteFile("/etc/fabraid/fabraid.conf", []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("/usr/bin/fabraidd")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Error("fabraidd did not stop in 20 s")
+		}
+	})
+	for range 600 {
+		if exec.Command("/usr/bin/fabraid", "volume", "list").Run() == nil {
+			mustFabraid(t, "drive", "claim", g.Disks[0])
+			return
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("fabraidd exited: %v", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	t.Fatal("fabraidd: no API after 60 s")
+}
+
+func clusterGuest(t *testing.T, g *vmtest.Env) {
+	tokFile := func(n string) string { return filepath.Join(g.Shared, "token-"+n) }
+	switch g.Name {
+	case "a":
+		startDaemon(t, g)
+		mustFabraid(t, "cluster", "init", "--name", "vmtest")
+		for _, n := range []string{"b", "c"} {
+			tok := mustFabraid(t, "cluster", "token", "--ttl", "10m")
+			if err := os.WriteFile(tokFile(n), []byte(tok), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		g.Signal(t, "init")
+		g.Wait(t, "c", "done")
+	case "b":
+		g.Wait(t, "a", "init")
+		startDaemon(t, g)
+		tok, _ := os.ReadFile(tokFile("b"))
+		mustFabraid(t, "cluster", "join", g.Addr("a"), "--token", string(tok))
+		g.Signal(t, "joined")
+		g.Wait(t, "c", "done")
+	case "c":
+		g.Wait(t, "b", "joined")
+		startDaemon(t, g)
+		used, _ := os.ReadFile(tokFile("b"))
+		if out, err := fabraid(t, "cluster", "join", g.Addr("a"), "--token", string(used)); err == nil || !strings.Contains(out, "already used by node b") {
+			t.Errorf("join with b's token: %v %s, want refused as used by b", err, out)
+		}
+		tok, _ := os.ReadFile(tokFile("c"))
+		mustFabraid(t, "cluster", "join", g.Addr("b"), "--token", string(tok))
+		var st api.ClusterStatus
+		if err := json.Unmarshal([]byte(mustFabraid(t, "cluster", "status", "--json")), &st); err != nil {
+			t.Fatal(err)
+		}
+		voters := 0
+		for _, m := range st.Members {
+			if !m.Learner && m.Healthy {
+				voters++
+			}
+		}
+		if voters != 3 || !st.Healthy || st.Leader == "" {
+			t.Errorf("status: %d healthy voting members, healthy %v, leader %q; want 3, true, a leader", voters, st.Healthy, st.Leader)
+		}
+		if len(st.Nodes) != 3 {
+			t.Errorf("nodes %+v, want a, b, c", st.Nodes)
+		}
+		for _, n := range st.Nodes {
+			if !n.Alive || len(n.Drives) != 1 || n.HostNQN == "" || n.ClusterAddress != g.Addr(n.Name) {
+				t.Errorf("node %+v: want alive, 1 drive, a host NQN, address %s", n, g.Addr(n.Name))
+			}
+		}
+		mustFabraid(t, "cluster", "status")
+		noCertRefused(t, g.Addr("a"))
+		g.Signal(t, "done")
+	}
+}
+
+// noCertRefused: a TLS client that trusts the cluster CA but presents no
+// certificate is refused by a's etcd client port.
+func noCertRefused(t *testing.T, addr string) {
+	ca, err := os.ReadFile("/var/lib/fabraid/cluster/pki/ca.crt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", net.JoinHostPort(addr, "2379"), &tls.Config{RootCAs: pool})
+	if err == nil {
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, err = conn.Read(make([]byte, 1))
+		conn.Close()
+	}
+	if err == nil || !strings.Contains(err.Error(), "certificate required") {
+		t.Errorf("etcd at %s without a client certificate: %v, want the handshake refused", addr, err)
+	}
+}
