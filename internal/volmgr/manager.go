@@ -287,12 +287,9 @@ func (m *Manager) reconcileLocked(ctx context.Context, skip map[[16]byte]bool) e
 				errs = append(errs, fmt.Errorf("volume %s: save record: %w", v.name, err))
 			}
 		}
-		if err == nil && len(v.returning) > 0 && st.Task == "" && rebuilding(st) {
-			// The assembly took members back that were missing: resync
-			// what was written while they were away, as a re-add would.
-			m.log.Info("members missing at the last assembly are back; resyncing them", "volume", v.name)
-			if err := e.Rebuild(0); err != nil && !errors.Is(err, ErrBusy) {
-				errs = append(errs, fmt.Errorf("volume %s: resync returning members: %w", v.name, err))
+		if err == nil {
+			if err := m.resyncReturning(e, st, v); err != nil {
+				errs = append(errs, err)
 			}
 		}
 	}
@@ -313,14 +310,23 @@ func (m *Manager) reconcileLocked(ctx context.Context, skip map[[16]byte]bool) e
 	return errors.Join(errs...)
 }
 
-// rebuilding reports whether a member of the engine is being rebuilt.
-func rebuilding(st EngineStatus) bool {
+// resyncReturning starts the resync of an engine just started from v when
+// its assembly took members back that were missing (they are rebuilding),
+// as a re-add would: only the regions written while they were away.
+func (m *Manager) resyncReturning(e Engine, st EngineStatus, v *onDisk) error {
+	if len(v.returning) == 0 || st.Task != "" {
+		return nil
+	}
 	for _, ms := range st.Engine.Members {
-		if ms.Role == superblock.RoleRebuilding {
-			return true
+		if ms.Role == superblock.RoleRebuilding && v.returning[ms.Slot] {
+			m.log.Info("members missing at the last assembly are back; resyncing them", "volume", v.name)
+			if err := e.Rebuild(0); err != nil && !errors.Is(err, ErrBusy) {
+				return fmt.Errorf("volume %s: resync returning members: %w", v.name, err)
+			}
+			return nil
 		}
 	}
-	return false
+	return nil
 }
 
 // reAddReturning re-adds, through the same path as "volume re-add", every

@@ -135,9 +135,15 @@ func TestScanTakesMissingMemberBack(t *testing.T) {
 // fakeEngine records re-adds and rebuilds.
 type fakeEngine struct {
 	Engine
-	st     EngineStatus
-	readds []string
-	busy   bool
+	st       EngineStatus
+	readds   []string
+	busy     bool
+	rebuilds int
+}
+
+func (f *fakeEngine) Rebuild(int64) error {
+	f.rebuilds++
+	return nil
 }
 
 func (f *fakeEngine) ReAdd(slot int, path string, _ int64) error {
@@ -192,5 +198,19 @@ func TestReconcileReAddsReturningMember(t *testing.T) {
 	}
 	if want := []string{"3:/dev/d3"}; !slices.Equal(e.readds, want) {
 		t.Fatalf("re-adds %v, want %v", e.readds, want)
+	}
+	// An engine that was started with the member back (rebuilding) gets
+	// its resync started; one that runs a task already is left alone.
+	if err := m.resyncReturning(e, e.st, v); err != nil || e.rebuilds != 0 {
+		t.Fatalf("resync with slot 3 still failed: %v, %d rebuilds", err, e.rebuilds)
+	}
+	e.st.Engine.Members[3].Role, e.st.Engine.Members[3].Failure = superblock.RoleRebuilding, superblock.FailUnrecorded
+	e.st.Task = "scrub"
+	if err := m.resyncReturning(e, e.st, v); err != nil || e.rebuilds != 0 {
+		t.Fatalf("resync while a scrub runs: %v, %d rebuilds", err, e.rebuilds)
+	}
+	e.st.Task = ""
+	if err := m.resyncReturning(e, e.st, v); err != nil || e.rebuilds != 1 {
+		t.Fatalf("resync of slot 3 back at assembly: %v, %d rebuilds, want 1", err, e.rebuilds)
 	}
 }
