@@ -9,7 +9,7 @@ LDFLAGS   := -s -w -X main.version=$(shell git describe --tags --always --dirty 
 # VM tests: a package's guests wait for free CPU slots, so allow plenty.
 VMTEST_TIMEOUT ?= 45m
 
-.PHONY: all build test unit race vmtest vmbench lint demo clean setup
+.PHONY: all build test unit race vmtest vmbench lint demo clean setup rpm rpm-spec
 
 all: build
 
@@ -55,6 +55,16 @@ lint:
 demo: setup build
 	$(GOFLAGS_STATIC) $(GO) run ./internal/demo -fabraid $(BIN)/fabraid -fabraidd $(BIN)/fabraidd
 
+# RPMs for el9 and el10, x86_64 and aarch64, into dist/ (docs/install.md).
+# SOURCE_DATE_EPOCH (default: last commit time); FABRAID_RPM_SIGNING_KEY
+# (armored OpenPGP private key file) and FABRAID_RPM_SIGNING_PASSPHRASE sign.
+rpm:
+	$(GO) run ./internal/rpmbuild/mkrpm -out dist
+
+# Regenerates packaging/rpm/fabraid.spec from the same definition.
+rpm-spec:
+	$(GO) run ./internal/rpmbuild/mkrpm -spec packaging/rpm/fabraid.spec
+
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) dist
 	@echo "kernel cache kept in .cache/vmtest (rm -rf .cache to drop it)"

@@ -48,9 +48,13 @@ func benchMembers(b *testing.B, n int, size int64) []Member {
 }
 
 func benchVolumeOpts(b *testing.B, chunk int, opts Options) (*Volume, []Member) {
+	return benchVolumeHooks(b, chunk, opts, testHooks{})
+}
+
+func benchVolumeHooks(b *testing.B, chunk int, opts Options, h testHooks) (*Volume, []Member) {
 	b.Helper()
 	devs := benchMembers(b, 6, 64<<20)
-	v, err := Create(Config{Name: "bench", K: 4, M: 2, ChunkSize: chunk, AssumeZeroed: true}, devs, nil, opts)
+	v, err := create(Config{Name: "bench", K: 4, M: 2, ChunkSize: chunk, AssumeZeroed: true}, devs, nil, opts, h)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -169,7 +173,7 @@ func BenchmarkDegradedWriteJournal(b *testing.B) {
 	}{{"random4K", false}, {"stripe", true}} {
 		b.Run(tc.name, func(b *testing.B) {
 			vj, _ := benchVolumeOpts(b, DefaultChunkSize, Options{Logger: quietLogger()})
-			vn, _ := benchVolumeOpts(b, DefaultChunkSize, Options{Logger: quietLogger(), journalOff: true})
+			vn, _ := benchVolumeHooks(b, DefaultChunkSize, Options{Logger: quietLogger()}, testHooks{journalOff: true})
 			for _, v := range []*Volume{vj, vn} {
 				if err := v.FailMember(0); err != nil {
 					b.Fatal(err)

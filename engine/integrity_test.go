@@ -505,7 +505,7 @@ func TestDegradedReadBeforeResyncCounted(t *testing.T) {
 	}
 	gate := make(chan struct{})
 	defer close(gate)
-	v, err = Assemble(devs, nil, Options{Logger: quietLogger(), resyncGate: gate})
+	v, err = assemble(devs, nil, Options{Logger: quietLogger()}, testHooks{resyncGate: gate})
 	if err != nil {
 		t.Fatal(err)
 	}

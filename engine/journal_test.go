@@ -141,11 +141,11 @@ func degradedCrash(t *testing.T, rng *rand.Rand, journalOff bool) (int, string) 
 		mems[i] = NewMemMember(size)
 		devs[i] = &cutMember{mems[i], pw}
 	}
-	opts := Options{Logger: quietLogger(), journalOff: journalOff}
+	opts, hooks := Options{Logger: quietLogger()}, testHooks{journalOff: journalOff}
 	if rng.IntN(2) == 0 {
 		opts.Executor = ParallelExecutor{}
 	}
-	v, err := Create(cfg, devs, nil, opts)
+	v, err := create(cfg, devs, nil, opts, hooks)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +298,7 @@ func degradedCrash(t *testing.T, rng *rand.Rand, journalOff bool) (int, string) 
 		}
 	}
 	rng.Shuffle(len(use), func(i, j int) { use[i], use[j] = use[j], use[i] })
-	v, err = Assemble(use, nil, Options{Logger: quietLogger(), journalOff: journalOff})
+	v, err = assemble(use, nil, Options{Logger: quietLogger()}, hooks)
 	if err != nil {
 		t.Fatalf("%s: reassemble: %v", desc, err)
 	}
@@ -511,13 +511,17 @@ func TestVersion1VolumeRunsWithoutJournal(t *testing.T) {
 // position 0 of stripe 0 (data0) has failed, so that a write to block 0 is
 // journaled; the record goes to data position 1 and lacks data position 2
 // (slot data2).
-func degradedJournalVolume(t *testing.T, opts Options) (v *Volume, mm []*MemMember, data0, data2 int) {
+func degradedJournalVolume(t *testing.T, opts Options, hs ...testHooks) (v *Volume, mm []*MemMember, data0, data2 int) {
 	t.Helper()
 	cfg := Config{Name: "late", K: 3, M: 2, ChunkSize: 4096, RegionSize: 32 << 10, DataOffset: 256 << 10, AssumeZeroed: true}
 	g := layout.Geometry{K: 3, M: 2, Groups: 1}
 	data0, data2 = g.Slot(0, g.MemberOf(0, 0)), g.Slot(0, g.MemberOf(0, 2))
 	mm, devs := memMembers(5, 1<<20)
-	v, err := Create(cfg, devs, nil, opts)
+	var h testHooks
+	if len(hs) > 0 {
+		h = hs[0]
+	}
+	v, err := create(cfg, devs, nil, opts, h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -577,7 +581,8 @@ func TestJournalMemberFailsAsWriteCompletes(t *testing.T) {
 		once         sync.Once
 	)
 	opts := Options{Logger: quietLogger()}
-	opts.beforeJournalDone = func(stripe int64) {
+	hooks := testHooks{}
+	hooks.beforeJournalDone = func(stripe int64) {
 		once.Do(func() {
 			// The third data member of the stripe fails now; the
 			// volume notices (metadata write, retire) while the
@@ -589,7 +594,7 @@ func TestJournalMemberFailsAsWriteCompletes(t *testing.T) {
 		})
 	}
 	p := bytes.Repeat([]byte{0xa5}, layout.BlockSize)
-	v, mm, data0, data2 = degradedJournalVolume(t, opts)
+	v, mm, data0, data2 = degradedJournalVolume(t, opts, hooks)
 	if _, err := v.WriteAt(p, 0); err != nil {
 		t.Fatal(err)
 	}

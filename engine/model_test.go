@@ -42,6 +42,7 @@ type modelEnv struct {
 	rng   *rand.Rand
 	cfg   Config
 	opts  Options
+	hooks testHooks
 	size  int64 // member size
 	v     *Volume
 	mm    []*MemMember // by slot
@@ -366,7 +367,7 @@ func (e *modelEnv) crash() {
 		names = append(names, fmt.Sprintf("slot%d", slot))
 	}
 	e.rng.Shuffle(len(devs), func(i, j int) { devs[i], devs[j] = devs[j], devs[i]; names[i], names[j] = names[j], names[i] })
-	opts := e.opts
+	opts, hooks := e.opts, e.hooks
 	switch e.rng.IntN(8) {
 	case 0:
 		opts.SyncResync = true
@@ -379,17 +380,17 @@ func (e *modelEnv) crash() {
 		opts.Resync = RebuildOptions{Workers: 1, Rate: int64(g.ChunkSize*g.Width()) * int64(200+e.rng.IntN(2000))}
 		if e.rng.IntN(2) == 0 {
 			e.gate = make(chan struct{})
-			opts.resyncGate = e.gate
+			hooks.resyncGate = e.gate
 		}
 	}
-	v, err := Assemble(devs, names, opts)
+	v, err := assemble(devs, names, opts, hooks)
 	if err != nil {
 		e.fatalf("reassemble: %v", err)
 	}
 	e.v = v
 	e.torn = stillTorn || len(e.pending) > 0
 	e.failedSince = false
-	if n := v.Status().WriteHoleStripes; n != 0 && !e.opts.journalOff {
+	if n := v.Status().WriteHoleStripes; n != 0 && !e.hooks.journalOff {
 		e.fatalf("after crash: %d write-hole stripes although no member was lost with the crash", n)
 	}
 	got := make([]byte, v.Size())
@@ -463,7 +464,7 @@ func (e *modelEnv) step() {
 		if err := e.v.WaitResync(context.Background()); err != nil {
 			e.fatalf("wait for resync: %v", err)
 		}
-		if n := e.v.Status().WriteHoleStripes; n != 0 && !e.failedSince && !e.opts.journalOff {
+		if n := e.v.Status().WriteHoleStripes; n != 0 && !e.failedSince && !e.hooks.journalOff {
 			e.fatalf("background resync: %d write-hole stripes although no member was lost", n)
 		}
 		if e.allInSync() {
@@ -592,16 +593,17 @@ func TestModel(t *testing.T) {
 		t.Run(fmt.Sprintf("%d+%dx%d/chunk%d", k, m, cfg.Groups, cfg.ChunkSize), func(t *testing.T) {
 			g := layout.Geometry{K: k, M: m, Groups: cfg.Groups}
 			mm, devs := memMembers(g.Members(), size)
-			opts := Options{Logger: quietLogger(), journalOff: os.Getenv("FABRAID_TEST_NO_JOURNAL") != "",
+			opts := Options{Logger: quietLogger()}
+			hooks := testHooks{journalOff: os.Getenv("FABRAID_TEST_NO_JOURNAL") != "",
 				skipDemandResync: os.Getenv("FABRAID_TEST_SKIP_DEMAND_RESYNC") != ""}
 			if rng.IntN(2) == 0 {
 				opts.Executor = ParallelExecutor{}
 			}
-			v, err := Create(cfg, devs, nil, opts)
+			v, err := create(cfg, devs, nil, opts, hooks)
 			if err != nil {
 				t.Fatal(err)
 			}
-			e := &modelEnv{t: t, rng: rng, cfg: cfg, opts: opts, size: size, v: v, mm: mm,
+			e := &modelEnv{t: t, rng: rng, cfg: cfg, opts: opts, hooks: hooks, size: size, v: v, mm: mm,
 				model: make([]byte, v.Size()), pending: map[int64][][]byte{}}
 			for s := 0; s < steps; s++ {
 				e.phase(ops)

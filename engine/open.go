@@ -35,6 +35,10 @@ func Open(paths []string, opts Options) (*Volume, error) {
 // Options.SyncResync. Assemble takes ownership of devs: the
 // ones it does not use are closed, the others are closed by Volume.Close.
 func Assemble(devs []Member, names []string, opts Options) (*Volume, error) {
+	return assemble(devs, names, opts, testHooks{})
+}
+
+func assemble(devs []Member, names []string, opts Options, h testHooks) (*Volume, error) {
 	if names == nil {
 		names = make([]string, len(devs))
 		for i := range names {
@@ -77,7 +81,7 @@ func Assemble(devs []Member, names []string, opts Options) (*Volume, error) {
 			_ = d.Close()
 		}
 	}
-	v, err := newVolume(sb, bySlot, slotNames, opts)
+	v, err := newVolume(sb, bySlot, slotNames, opts, h)
 	if err != nil {
 		closeAll(bySlot)
 		return nil, err
@@ -227,7 +231,7 @@ func Assemble(devs []Member, names []string, opts Options) (*Volume, error) {
 	if rs != nil {
 		v.log.Info("unclean stop: resyncing dirty regions in the background", "regions", rs.regions)
 		v.resyncWG.Add(1)
-		go v.resyncBackground(rs, opts.Resync, opts.resyncGate)
+		go v.resyncBackground(rs, opts.Resync, h.resyncGate)
 	}
 	return v, nil
 }

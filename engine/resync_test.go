@@ -62,7 +62,7 @@ func tornSetup(t *testing.T, dirtyRegions []int64) ([]*MemMember, []byte, layout
 	return mm, data, g, regionRows
 }
 
-func assembleAll(t *testing.T, mm []*MemMember, opts Options) *Volume {
+func assembleAll(t *testing.T, mm []*MemMember, opts Options, hs ...testHooks) *Volume {
 	t.Helper()
 	devs := make([]Member, len(mm))
 	for i, m := range mm {
@@ -70,7 +70,11 @@ func assembleAll(t *testing.T, mm []*MemMember, opts Options) *Volume {
 		devs[i] = m
 	}
 	opts.Logger = quietLogger()
-	v, err := Assemble(devs, nil, opts)
+	var h testHooks
+	if len(hs) > 0 {
+		h = hs[0]
+	}
+	v, err := assemble(devs, nil, opts, h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +109,7 @@ func TestBackgroundResync(t *testing.T) {
 			dirty := []int64{1, 4, 5, 9}
 			mm, data, g, regionRows := tornSetup(t, dirty)
 			gate := make(chan struct{})
-			v := assembleAll(t, mm, Options{resyncGate: gate, skipDemandResync: skip})
+			v := assembleAll(t, mm, Options{}, testHooks{resyncGate: gate, skipDemandResync: skip})
 			// Assembly has returned while the gate holds the resync.
 			st := v.Status()
 			if st.ResyncRegions != int64(len(dirty)) || !v.ResyncPending() || st.DirtyRegions != int64(len(dirty)) {
@@ -199,7 +203,7 @@ func TestBackgroundResyncInterrupted(t *testing.T) {
 				m.Crash(func() bool { return true })
 			}
 		}
-		v = assembleAll(t, mm, Options{resyncGate: make(chan struct{})})
+		v = assembleAll(t, mm, Options{}, testHooks{resyncGate: make(chan struct{})})
 		if n := v.Status().ResyncRegions; n != int64(len(dirty)) {
 			t.Fatalf("round %d (%s): next assembly resyncs %d regions, want %d", round, stop, n, len(dirty))
 		}
@@ -251,7 +255,7 @@ func TestSyncResync(t *testing.T) {
 func TestScrubBeforeResync(t *testing.T) {
 	mm, data, _, _ := tornSetup(t, []int64{1, 3})
 	gate := make(chan struct{})
-	v := assembleAll(t, mm, Options{resyncGate: gate})
+	v := assembleAll(t, mm, Options{}, testHooks{resyncGate: gate})
 	rep, err := v.Scrub(context.Background(), false, RebuildOptions{})
 	if err != nil || rep.Mismatches != 0 {
 		t.Fatalf("scrub before the resync: %+v %v", rep, err)

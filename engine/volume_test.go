@@ -436,7 +436,7 @@ func TestUnsafeStart(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := Config{Name: "hole", K: 2, M: 1, ChunkSize: 4096, RegionSize: 256 << 10, DataOffset: 256 << 10}
 			mm, devs := memMembers(3, 1<<20)
-			v, err := Create(cfg, devs, nil, Options{Logger: quietLogger(), journalOff: tc.noJournal})
+			v, err := create(cfg, devs, nil, Options{Logger: quietLogger()}, testHooks{journalOff: tc.noJournal})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -455,8 +455,8 @@ func TestUnsafeStart(t *testing.T) {
 				m.Crash(func() bool { return true })
 				m.Reopen()
 			}
-			opts := Options{Logger: quietLogger(), RefuseUnsafeStart: true, journalOff: tc.noJournal}
-			_, err = Assemble([]Member{mm[0], mm[1]}, nil, opts)
+			opts, hooks := Options{Logger: quietLogger(), RefuseUnsafeStart: true}, testHooks{journalOff: tc.noJournal}
+			_, err = assemble([]Member{mm[0], mm[1]}, nil, opts, hooks)
 			if tc.unsafe != (err != nil) {
 				t.Fatalf("RefuseUnsafeStart: %v, want refusal %v", err, tc.unsafe)
 			}
@@ -467,7 +467,7 @@ func TestUnsafeStart(t *testing.T) {
 				m.Reopen()
 			}
 			opts.RefuseUnsafeStart = false
-			v, err = Assemble([]Member{mm[0], mm[1]}, nil, opts)
+			v, err = assemble([]Member{mm[0], mm[1]}, nil, opts, hooks)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what fabraid's build, tests and demo need on a Debian/Ubuntu host,
-# as root, idempotently: qemu (TCG guests), static busybox (guest userland)
+# as root, idempotently: qemu (TCG guests), static busybox (guest userland,
+# and /bin/sh of the RPM scriptlet tests' chroot), rpm, rpmlint and
+# createrepo-c (the RPM package tests)
 # and fresh apt lists so the guest kernels (linux-image-6.12.*, 6.1.0-*) and
 # the packages of systemd guests (systemd, dbus and their libraries) can be
 # fetched with apt-get download and unpacked with dpkg-deb by the test
@@ -14,6 +16,12 @@ command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
 if ! dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'install ok installed'; then
 	need+=(busybox-static)
 fi
+
+# RPM package tests (internal/rpmbuild): rpm (rpm, rpmspec, rpmkeys), rpmlint,
+# createrepo_c.
+command -v rpmspec >/dev/null || need+=(rpm)
+command -v rpmlint >/dev/null || need+=(rpmlint)
+command -v createrepo_c >/dev/null || need+=(createrepo-c)
 
 # dpkg-deb unpacks the systemd guests' packages (part of dpkg, so always there on Debian).
 command -v dpkg-deb >/dev/null || need+=(dpkg)

@@ -13,6 +13,8 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/fabraid/fabraid/internal/manpage"
 )
 
 // exitError carries a specific process exit code out of a command.
@@ -43,6 +45,7 @@ func newRootCmd() *cobra.Command {
 		newNsdCmd(),
 		newWaitCmd(),
 		newUdevProbeCmd(),
+		manpage.Command("1", "fabraid "+version),
 	)
 	return root
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/fabraid/fabraid/internal/config"
 	"github.com/fabraid/fabraid/internal/daemon"
 	"github.com/fabraid/fabraid/internal/logging"
+	"github.com/fabraid/fabraid/internal/manpage"
 	"github.com/fabraid/fabraid/internal/volmgr"
 )
 
@@ -78,7 +79,7 @@ func newRootCmd(log *slog.Logger) *cobra.Command {
 		},
 	}
 	root.Flags().StringVar(&cfgPath, "config", config.DefaultPath, "configuration file")
-	root.AddCommand(newEngineCmd(log))
+	root.AddCommand(newEngineCmd(log), manpage.Command("8", "fabraidd "+version))
 	return root
 }
 

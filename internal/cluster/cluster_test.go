@@ -296,3 +296,36 @@ func TestLivenessLeaveRemove(t *testing.T) {
 		t.Fatalf("n1 after restart: %+v %v %v", ns, ok, err)
 	}
 }
+
+// TestExternalEtcd: a node with External set registers itself at Start
+// against an etcd it does not run (here n1's embedded one, reached with a
+// certificate of n1's CA), and refuses init, join and tokens.
+func TestExternalEtcd(t *testing.T) {
+	ctx := ctxT(t)
+	var c clock
+	n1 := newNode(t, "n1", &c)
+	if err := n1.Init(ctx, "test"); err != nil {
+		t.Fatal(err)
+	}
+	tlsc, err := n1.files.ClientTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := newNode(t, "x1", &c)
+	x.o.External, x.o.ExternalTLS = []string{n1.url(n1.o.ClientPort)}, tlsc
+	if err := x.Start(ctx); err != nil {
+		t.Fatalf("start with external etcd: %v", err)
+	}
+	if ns, ok, err := registry.Get(ctx, n1.cli, "x1"); err != nil || !ok || !ns.Alive || ns.EtcdMember != "" {
+		t.Fatalf("x1 in the registry: %+v %v %v, want alive, no etcd member", ns, ok, err)
+	}
+	if err := x.Init(ctx, "other"); !errors.Is(err, ErrExternal) {
+		t.Errorf("init with external etcd: %v, want ErrExternal", err)
+	}
+	if _, err := x.Token(ctx, time.Hour); !errors.Is(err, ErrExternal) {
+		t.Errorf("token with external etcd: %v, want ErrExternal", err)
+	}
+	if st, err := x.Status(ctx); err != nil || st.Etcd != "external" || len(st.Nodes) != 2 {
+		t.Errorf("status: %+v %v", st, err)
+	}
+}

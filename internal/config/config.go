@@ -50,7 +50,21 @@ type Config struct {
 	// also runs its built-in discovery and merges) or NSDExclusive (return
 	// 0, Scale uses only fabraid's list).
 	NSDDiscovery string
+	// TargetBackend selects the NVMe-oF target backend plugin
+	// (/usr/libexec/fabraid/plugins/fabraid-plugin-<name>, see
+	// docs/plugins.md): BackendNvmet (default, the kernel target) or
+	// BackendSPDK (SPDK nvmf_tgt). Not yet used by fabraidd's export paths.
+	TargetBackend string
+	// SPDKSocket is nvmf_tgt's JSON-RPC socket for BackendSPDK. Default
+	// /var/tmp/spdk.sock.
+	SPDKSocket string
 }
+
+// Target backends (the target_backend key).
+const (
+	BackendNvmet = "nvmet"
+	BackendSPDK  = "spdk"
+)
 
 // Engine modes (the engine_mode key).
 const (
@@ -81,6 +95,8 @@ func Default() Config {
 		EngineMode:     EngineAuto,
 		Cluster:        defaultCluster(),
 		NSDDiscovery:   NSDMerge,
+		TargetBackend:  BackendNvmet,
+		SPDKSocket:     "/var/tmp/spdk.sock",
 	}
 }
 
@@ -219,11 +235,23 @@ func (c *Config) set(key, val string) error {
 		default:
 			return fmt.Errorf("%q: want merge (Scale also runs its own discovery) or exclusive (Scale uses only fabraid's devices)", val)
 		}
+	case "target_backend":
+		switch val {
+		case BackendNvmet, BackendSPDK:
+			c.TargetBackend = val
+		default:
+			return fmt.Errorf("%q: want nvmet (the kernel target) or spdk (SPDK nvmf_tgt)", val)
+		}
+	case "spdk_rpc_socket":
+		if !filepath.IsAbs(val) {
+			return fmt.Errorf("%q: want an absolute path", val)
+		}
+		c.SPDKSocket = filepath.Clean(val)
 	default:
 		if ok, err := c.Cluster.set(key, val); ok {
 			return err
 		}
-		return errors.New("unknown key (known: node_name, storage_interfaces, storage_cidrs, state_dir, api_socket, metrics_address, export_address, export_port, engine_mode, nsd_discovery, " + clusterKeys + ")")
+		return errors.New("unknown key (known: node_name, storage_interfaces, storage_cidrs, state_dir, api_socket, metrics_address, export_address, export_port, engine_mode, nsd_discovery, target_backend, spdk_rpc_socket, " + clusterKeys + ")")
 	}
 	return nil
 }

@@ -108,6 +108,22 @@ func TestParseEngineMode(t *testing.T) {
 	}
 }
 
+func TestParseTargetBackend(t *testing.T) {
+	c, err := Parse(strings.NewReader(""), "t.conf")
+	if err != nil || c.TargetBackend != BackendNvmet || c.SPDKSocket != "/var/tmp/spdk.sock" {
+		t.Fatalf("defaults: %q %q %v", c.TargetBackend, c.SPDKSocket, err)
+	}
+	c, err = Parse(strings.NewReader("target_backend = spdk\nspdk_rpc_socket = /run/spdk/rpc.sock\n"), "t.conf")
+	if err != nil || c.TargetBackend != BackendSPDK || c.SPDKSocket != "/run/spdk/rpc.sock" {
+		t.Fatalf("spdk: %q %q %v", c.TargetBackend, c.SPDKSocket, err)
+	}
+	for _, bad := range []string{"target_backend = lio\n", "spdk_rpc_socket = spdk.sock\n"} {
+		if _, err := Parse(strings.NewReader(bad), "t.conf"); err == nil || !strings.Contains(err.Error(), "t.conf:1") {
+			t.Errorf("%q: error %v, want one naming t.conf:1", bad, err)
+		}
+	}
+}
+
 func TestParseCluster(t *testing.T) {
 	in := `cluster_address = 10.10.0.1
 failure_domain = rack3

@@ -1,0 +1,252 @@
+package engine
+
+// Creating a volume: geometry and layout decisions, the first superblocks,
+// and the Volume value that Create and Assemble share.
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"log/slog"
+
+	"github.com/klauspost/reedsolomon"
+
+	"github.com/fabraid/fabraid/engine/layout"
+	"github.com/fabraid/fabraid/engine/superblock"
+)
+
+func newUUID() [16]byte {
+	var u [16]byte
+	if _, err := rand.Read(u[:]); err != nil {
+		panic(err) // crypto/rand never fails on Linux
+	}
+	u[6] = u[6]&0x0f | 0x40
+	u[8] = u[8]&0x3f | 0x80
+	return u
+}
+
+func newEncoder(g layout.Geometry, c superblock.Codec) (reedsolomon.Encoder, error) {
+	opts := []reedsolomon.Option{reedsolomon.WithMaxGoroutines(1)}
+	if g.K > 10 && g.ChunkSize >= 64<<10 {
+		// Above k=10 the single-goroutine path drops from GFNI to AVX2
+		// (kernel-facts section 7).
+		opts = []reedsolomon.Option{reedsolomon.WithMaxGoroutines(2)}
+	}
+	if c == superblock.CodecXOR {
+		opts = append(opts, reedsolomon.WithFastOneParityMatrix())
+	}
+	opts = append(opts, fastestSIMD()...)
+	enc, err := reedsolomon.New(g.K, g.M, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("parity codec k=%d m=%d: %w", g.K, g.M, err)
+	}
+	return enc, nil
+}
+
+// Create writes a new volume onto devs (one per member slot, group by
+// group) and returns it open. Unless cfg.AssumeZeroed, it first makes
+// parity consistent with whatever the members hold (reads every data chunk,
+// writes every parity chunk), as md's initial resync does.
+func Create(cfg Config, devs []Member, names []string, opts Options) (*Volume, error) {
+	return create(cfg, devs, names, opts, testHooks{})
+}
+
+func create(cfg Config, devs []Member, names []string, opts Options, h testHooks) (*Volume, error) {
+	if cfg.Groups == 0 {
+		cfg.Groups = 1
+	}
+	if cfg.ChunkSize == 0 {
+		cfg.ChunkSize = DefaultChunkSize
+	}
+	if cfg.RegionSize == 0 {
+		cfg.RegionSize = DefaultRegionSize
+	}
+	g := layout.Geometry{K: cfg.K, M: cfg.M, Groups: cfg.Groups, ChunkSize: cfg.ChunkSize, Rows: 1}
+	if err := g.Validate(); err != nil {
+		return nil, fmt.Errorf("create volume %q: %w", cfg.Name, err)
+	}
+	if cfg.DataOffset == 0 {
+		// Room for the bitmap of a large member and a journal of
+		// DefaultJournalRecords records of the largest size.
+		need := int64(defaultBitmapOffset + defaultBitmapRoom + journalHdrBlocks*journalBlock +
+			DefaultJournalRecords*maxRecordSize(g))
+		cfg.DataOffset = max(DefaultDataOffset, (need+DefaultDataOffset-1)/DefaultDataOffset*DefaultDataOffset)
+	}
+	if len(devs) != g.Members() {
+		return nil, fmt.Errorf("create volume %q: %d devices for %d members", cfg.Name, len(devs), g.Members())
+	}
+	if names == nil {
+		names = make([]string, len(devs))
+		for i := range names {
+			names[i] = fmt.Sprintf("member%d", i)
+		}
+	}
+	if cfg.Domains == nil {
+		cfg.Domains = make([]string, len(devs))
+		for i := range cfg.Domains {
+			cfg.Domains[i] = fmt.Sprintf("member%d", i)
+		}
+	}
+	if len(names) != len(devs) || len(cfg.Domains) != len(devs) {
+		return nil, fmt.Errorf("create volume %q: %d devices, %d names, %d domains", cfg.Name, len(devs), len(names), len(cfg.Domains))
+	}
+	if cfg.DataOffset%superblock.SectorAlign != 0 || cfg.DataOffset < defaultBitmapOffset+bitmapBlock {
+		return nil, fmt.Errorf("create volume %q: data offset %d must be 4 KiB aligned and at least %d",
+			cfg.Name, cfg.DataOffset, defaultBitmapOffset+bitmapBlock)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	var flags uint32
+	if err := layout.CheckDomains(g, cfg.Domains); err != nil {
+		if !cfg.AllowDomainViolation {
+			return nil, fmt.Errorf("create volume %q: %w (override with AllowDomainViolation)", cfg.Name, err)
+		}
+		log.Warn("creating volume despite failure-domain violation", "volume", cfg.Name, "err", err)
+		flags |= superblock.FlagDomainOverride
+	}
+	size := cfg.MemberSize
+	for i, d := range devs {
+		s, err := d.Size()
+		if err != nil {
+			return nil, fmt.Errorf("create volume %q: device %s: %w", cfg.Name, names[i], err)
+		}
+		if size == 0 || s < size {
+			size = s
+		}
+	}
+	g.Rows = (size - cfg.DataOffset) / int64(cfg.ChunkSize)
+	if err := g.Validate(); err != nil {
+		return nil, fmt.Errorf("create volume %q: members of %d bytes too small: %w", cfg.Name, size, err)
+	}
+	regionRows := max(1, cfg.RegionSize/int64(cfg.ChunkSize))
+	bitmapBytes := func() int64 {
+		n := (g.Rows + regionRows - 1) / regionRows
+		return ((n+7)/8 + bitmapBlock - 1) / bitmapBlock * bitmapBlock
+	}
+	// Coarser regions keep the bitmap small enough to leave room for the
+	// journal (when the data offset allows one at all).
+	limit := cfg.DataOffset
+	if jmin := journalHdrBlocks*journalBlock + maxRecordSize(g); limit-jmin >= defaultBitmapOffset+bitmapBlock {
+		limit -= jmin
+	}
+	for defaultBitmapOffset+bitmapBytes() > limit {
+		regionRows *= 2
+	}
+	// The journal takes the room between the bitmap and the data; it
+	// needs at least one record of the largest size.
+	journalOff := defaultBitmapOffset + bitmapBytes()
+	journalBytes := cfg.DataOffset - journalOff
+	if journalBytes < journalHdrBlocks*journalBlock+maxRecordSize(g) {
+		log.Warn("no room for the stripe journal between bitmap and data: the write hole stays open while degraded",
+			"volume", cfg.Name, "data_offset", cfg.DataOffset, "needed", journalOff+journalHdrBlocks*journalBlock+maxRecordSize(g))
+		journalOff, journalBytes = 0, 0
+	}
+	codec := superblock.CodecRS
+	if g.M == 1 {
+		codec = superblock.CodecXOR
+	}
+	sb := &superblock.Superblock{
+		Flags: flags, VolumeUUID: newUUID(), Name: cfg.Name, Geometry: g, Codec: codec,
+		DataOffset: cfg.DataOffset, BitmapOffset: defaultBitmapOffset, BitmapBytes: uint32(bitmapBytes()),
+		RegionRows: regionRows, Events: 1, Epoch: 0, Clean: true, CTime: cfg.CTime,
+		Version: superblock.Version, JournalOffset: journalOff, JournalBytes: journalBytes,
+	}
+	for i := range devs {
+		sb.Members = append(sb.Members, superblock.Member{UUID: newUUID(), Domain: cfg.Domains[i], Role: superblock.RoleActive})
+	}
+	sb.MemberUUID = sb.Members[0].UUID
+	if err := sb.Validate(); err != nil {
+		return nil, fmt.Errorf("create volume %q: %w", cfg.Name, err)
+	}
+	v, err := newVolume(sb, devs, names, opts, h)
+	if err != nil {
+		return nil, err
+	}
+	// Write the (all-zero) bitmap and the superblocks.
+	zero := make([]byte, bitmapBlock)
+	for blk := 0; blk < int(sb.BitmapBytes)/bitmapBlock; blk++ {
+		if err := v.persistBitmap(blk, zero); err != nil {
+			return nil, fmt.Errorf("create volume %q: %w", cfg.Name, err)
+		}
+	}
+	if v.jrn != nil {
+		if err := v.jrn.reset(); err != nil {
+			return nil, fmt.Errorf("create volume %q: journal: %w", cfg.Name, err)
+		}
+	}
+	v.metaMu.Lock()
+	err = v.writeMetaLocked()
+	v.unlockMeta()
+	if err != nil {
+		return nil, fmt.Errorf("create volume %q: %w", cfg.Name, err)
+	}
+	if err := v.start(opts); err != nil {
+		return nil, err
+	}
+	if !cfg.AssumeZeroed {
+		all := newBitset(sb.RegionCount())
+		for r := int64(0); r < sb.RegionCount(); r++ {
+			all.set(r)
+		}
+		if err := v.resyncParity(context.Background(), all, nil); err != nil {
+			return nil, fmt.Errorf("create volume %q: initial sync: %w", cfg.Name, err)
+		}
+	}
+	return v, nil
+}
+
+func newVolume(sb *superblock.Superblock, devs []Member, names []string, opts Options, h testHooks) (*Volume, error) {
+	g := sb.Geometry
+	enc, err := newEncoder(g, sb.Codec)
+	if err != nil {
+		return nil, err
+	}
+	exec := opts.Executor
+	if exec == nil {
+		exec = SyncExecutor{}
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	v := &Volume{
+		geo: g, enc: enc, exec: exec, log: log.With("volume", sb.Name),
+		names: names, slots: make([]slotState, g.Members()),
+		base: sb.Clone(), meta: sb.Clone(), dataOff: sb.DataOffset,
+		done: make(chan struct{}), resyncDone: make(chan struct{}), hooks: h,
+	}
+	chunk := g.ChunkSize
+	v.bufs.New = func() any { b := AlignedBuffer(chunk); return &b }
+	for i, m := range sb.Members {
+		if devs[i] != nil {
+			v.slots[i].dev.Store(&memberRef{devs[i]})
+		}
+		v.slots[i].role.Store(uint32(m.Role))
+		v.slots[i].checkpoint.Store(m.Checkpoint)
+		v.slots[i].jcp.Store(durableRows(m, g.Rows))
+	}
+	v.bm = newWriteIntent(sb.RegionRows, g.Rows, nil, v.persistBitmap)
+	if sb.JournalBytes > 0 && !h.journalOff {
+		v.jrn = newJournal(v, sb)
+	}
+	return v, nil
+}
+
+// start marks the volume open (dirty) under a new owner epoch.
+func (v *Volume) start(opts Options) error {
+	v.metaMu.Lock()
+	defer v.unlockMeta()
+	if opts.Epoch != 0 && opts.Epoch < v.meta.Epoch {
+		return fmt.Errorf("%w: owner epoch %d older than on-disk epoch %d (stale owner)", ErrAssembly, opts.Epoch, v.meta.Epoch)
+	}
+	if opts.Epoch != 0 {
+		v.meta.Epoch = opts.Epoch
+	} else {
+		v.meta.Epoch++
+	}
+	v.meta.Clean = false
+	v.epoch.Store(v.meta.Epoch)
+	return v.writeMetaLocked()
+}

@@ -1,0 +1,75 @@
+package engine
+
+import (
+	"github.com/fabraid/fabraid/engine/layout"
+	"github.com/fabraid/fabraid/engine/superblock"
+)
+
+// MemberStatus describes one member slot.
+type MemberStatus struct {
+	Slot       int
+	Device     string
+	Domain     string
+	Role       superblock.Role
+	Resync     bool
+	Checkpoint int64 // rows rebuilt so far (Rebuilding)
+	// Failure is why a failed member failed; it stays failed until ReAdd
+	// or Replace.
+	Failure superblock.FailReason
+}
+
+// Status is a snapshot of the volume's state.
+type Status struct {
+	Name          string
+	UUID          [16]byte
+	Size          int64
+	Geometry      layout.Geometry
+	Events, Epoch uint64
+	Failed        bool
+	Degraded      bool
+	DirtyRegions  int64
+	// WriteHoleStripes counts stripes that were dirty at an unclean stop
+	// while degraded: their parity could not be recomputed, so the chunks
+	// reconstructed there may be wrong (docs/engine.md, "write hole").
+	WriteHoleStripes int64
+	// Journal reports whether the stripe journal protects degraded writes
+	// (format version 2 with a journal area).
+	Journal bool
+	// JournalRecords counts the records written since assembly (one per
+	// write to a stripe with a data chunk that is not durably readable);
+	// JournalReplayed the records replayed by assembly.
+	JournalRecords, JournalReplayed int64
+	// ResyncRegions counts the regions dirty at an unclean stop whose
+	// parity the background resync has not finished (0 when none); the
+	// resync itself shows as Progress kind "resync" while it runs.
+	ResyncRegions int64
+	Members       []MemberStatus
+	Progress      *Progress // current rebuild, resync or scrub, if any
+}
+
+// Status returns a snapshot of the volume's state.
+func (v *Volume) Status() Status {
+	v.metaMu.Lock()
+	defer v.metaMu.Unlock()
+	st := Status{
+		Name: v.base.Name, UUID: v.base.VolumeUUID, Size: v.Size(), Geometry: v.geo,
+		Events: v.meta.Events, Epoch: v.meta.Epoch, Failed: v.failed.Load(),
+		Degraded: !v.allInSync(), DirtyRegions: v.bm.snapshot().count(), Progress: v.progress.Load(),
+		WriteHoleStripes: v.writeHole.Load(),
+	}
+	if rs := v.rs.Load(); rs != nil {
+		st.ResyncRegions = rs.remaining()
+	}
+	if v.jrn != nil {
+		st.Journal = true
+		st.JournalRecords, st.JournalReplayed = v.jrn.records.Load(), v.jrn.replayed.Load()
+	}
+	for slot := range v.slots {
+		st.Members = append(st.Members, MemberStatus{
+			Slot: slot, Device: v.names[slot], Domain: v.meta.Members[slot].Domain, Role: v.slotRole(slot),
+			Resync: v.slots[slot].resync.Load() != nil, Checkpoint: v.slots[slot].checkpoint.Load(),
+			Failure: v.meta.Members[slot].Failure,
+		})
+	}
+	return st
+}

@@ -1,0 +1,420 @@
+package rpmbuild
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ProtonMail/go-crypto/openpgp"
+	"github.com/ProtonMail/go-crypto/openpgp/packet"
+	"github.com/goreleaser/nfpm/v2"
+	"github.com/goreleaser/nfpm/v2/files"
+	"github.com/goreleaser/nfpm/v2/rpm"
+)
+
+// Target is one package to build: a distribution release and an
+// architecture.
+type Target struct {
+	Dist   string // "el9", "el10": the release suffix (%{?dist} without the dot)
+	GOARCH string // "amd64", "arm64"
+}
+
+// RPMArch is the architecture name RPM uses.
+func (t Target) RPMArch() string {
+	if t.GOARCH == "arm64" {
+		return "aarch64"
+	}
+	return "x86_64"
+}
+
+// DefaultTargets are the packages "make rpm" builds. el9 and el10 carry
+// the same static binaries (GOAMD64=v1 runs on both); they differ in their
+// release tag, so that each release has its own repository.
+func DefaultTargets() []Target {
+	var ts []Target
+	for _, d := range []string{"el9", "el10"} {
+		for _, a := range []string{"amd64", "arm64"} {
+			ts = append(ts, Target{Dist: d, GOARCH: a})
+		}
+	}
+	return ts
+}
+
+// Options configure a build.
+type Options struct {
+	Root       string    // checkout to build from
+	Out        string    // output directory for the .rpm files
+	Version    Version   // package version (see Describe)
+	Release    string    // release number before the dist tag; default "1"
+	Epoch      time.Time // file and build times (SOURCE_DATE_EPOCH)
+	Targets    []Target
+	SigningKey string // optional: armored OpenPGP private key file
+	Passphrase string // its passphrase, if any
+	Log        io.Writer
+}
+
+// Built is one package written.
+type Built struct {
+	Target Target
+	Path   string
+}
+
+// Build compiles the binaries for each architecture of opts.Targets, writes
+// the man pages and completion, and writes one RPM per target into Out.
+func Build(ctx context.Context, opts Options) ([]Built, error) {
+	st, err := Prepare(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	return st.Package(opts)
+}
+
+// Stage holds what the packages are made of: the compiled binaries, the
+// generated files and the definition. Several versions can be packaged
+// from one Stage.
+type Stage struct {
+	work string
+	bins map[string]string // GOARCH -> directory with fabraid, fabraidd
+	gen  string
+	Def  *Package
+}
+
+// Prepare compiles the binaries of every architecture in opts.Targets
+// (stamped with opts.Version.Describe) and generates the man pages and
+// completion with the host's binaries.
+func Prepare(ctx context.Context, opts Options) (_ *Stage, err error) {
+	work, err := os.MkdirTemp("", "fabraid-rpm-")
+	if err != nil {
+		return nil, err
+	}
+	st := &Stage{work: work, bins: map[string]string{}, gen: filepath.Join(work, "gen")}
+	defer func() {
+		if err != nil {
+			st.Close()
+		}
+	}()
+	arches := []string{runtime.GOARCH} // the host's, to run them
+	for _, t := range opts.Targets {
+		arches = append(arches, t.GOARCH)
+	}
+	for _, a := range arches {
+		if st.bins[a] != "" {
+			continue
+		}
+		dir := filepath.Join(work, "bin-"+a)
+		if err := CompileBinaries(ctx, opts.Root, a, opts.Version.Describe, dir); err != nil {
+			return nil, err
+		}
+		st.bins[a] = dir
+	}
+	pages, err := Generate(ctx, st.bins[runtime.GOARCH], opts.Epoch, st.gen)
+	if err != nil {
+		return nil, err
+	}
+	if st.Def, err = Layout(opts.Root, pages); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// Close removes the stage's files.
+func (st *Stage) Close() error { return os.RemoveAll(st.work) }
+
+// Package writes one RPM per target of opts into opts.Out, with
+// opts.Version.RPM as the package version.
+func (st *Stage) Package(opts Options) ([]Built, error) {
+	if opts.Release == "" {
+		opts.Release = "1"
+	}
+	if err := os.MkdirAll(opts.Out, 0o755); err != nil {
+		return nil, err
+	}
+	var out []Built
+	for _, t := range opts.Targets {
+		bin := st.bins[t.GOARCH]
+		if bin == "" {
+			return nil, fmt.Errorf("rpm %s/%s: no binaries prepared for %s", t.Dist, t.RPMArch(), t.GOARCH)
+		}
+		path, err := WriteRPM(st.Def, opts, t, bin, st.gen, st.work)
+		if err != nil {
+			return nil, err
+		}
+		if opts.Log != nil {
+			fmt.Fprintln(opts.Log, "wrote", path)
+		}
+		out = append(out, Built{Target: t, Path: path})
+	}
+	return out, nil
+}
+
+// CompileBinaries builds fabraid and fabraidd for linux/goarch into dir:
+// static (CGO_ENABLED=0), -trimpath, stripped, version stamped.
+func CompileBinaries(ctx context.Context, root, goarch, version, dir string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath",
+		"-ldflags", "-s -w -X main.version="+version, "-o", dir+"/", "./cmd/fabraid", "./cmd/fabraidd")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+goarch, "GOAMD64=v1", "GOARM64=v8.0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build (%s): %w\n%s", goarch, err, out)
+	}
+	return nil
+}
+
+// Generate runs the host binaries in bin to write the man pages (gzip,
+// reproducible) and the bash completion into dir; it returns the man page
+// names.
+func Generate(ctx context.Context, bin string, epoch time.Time, dir string) ([]string, error) {
+	env := append(os.Environ(), "SOURCE_DATE_EPOCH="+strconv.FormatInt(epoch.Unix(), 10))
+	run := func(stdout io.Writer, name string, args ...string) error {
+		cmd := exec.CommandContext(ctx, filepath.Join(bin, name), args...)
+		cmd.Env, cmd.Stdout = env, stdout
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, stderr.String())
+		}
+		return nil
+	}
+	raw := filepath.Join(dir, "man-raw")
+	if err := run(io.Discard, "fabraid", "man", raw); err != nil {
+		return nil, err
+	}
+	if err := run(io.Discard, "fabraidd", "man", raw); err != nil {
+		return nil, err
+	}
+	var comp bytes.Buffer
+	if err := run(&comp, "fabraid", "completion", "bash"); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, GenCompletion), comp.Bytes(), 0o644); err != nil {
+		return nil, err
+	}
+	ents, err := os.ReadDir(raw)
+	if err != nil {
+		return nil, err
+	}
+	var pages []string
+	for _, e := range ents {
+		body, err := os.ReadFile(filepath.Join(raw, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(dir, e.Name()+".gz"), gzipBytes(body), 0o644); err != nil {
+			return nil, err
+		}
+		pages = append(pages, e.Name())
+	}
+	sort.Strings(pages)
+	return pages, nil
+}
+
+// gzipBytes compresses b with no name and no time in the header.
+func gzipBytes(b []byte) []byte {
+	var buf bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	zw.Write(b)
+	zw.Close()
+	return buf.Bytes()
+}
+
+// WriteRPM writes the RPM of target t: binaries from bin, generated files
+// from gen, scriptlets written under work.
+func WriteRPM(p *Package, opts Options, t Target, bin, gen, work string) (string, error) {
+	scripts, err := writeScripts(p, filepath.Join(work, "scripts"))
+	if err != nil {
+		return "", err
+	}
+	changelog, err := writeChangelog(work, opts, opts.Release+"."+t.Dist)
+	if err != nil {
+		return "", err
+	}
+	info := &nfpm.Info{
+		Changelog:     changelog,
+		Name:          p.Name,
+		Arch:          t.GOARCH,
+		Platform:      "linux",
+		Version:       opts.Version.RPM,
+		VersionSchema: "none",
+		Release:       opts.Release + "." + t.Dist,
+		Maintainer:    maintainer,
+		Description:   p.Description,
+		Vendor:        p.Vendor,
+		Homepage:      p.URL,
+		License:       p.License,
+		MTime:         opts.Epoch,
+		Overridables: nfpm.Overridables{
+			Depends:    p.Requires,
+			Recommends: p.Recommends,
+			Contents:   contents(p, opts.Root, bin, gen, opts.Epoch),
+			Umask:      0o022,
+			Scripts: nfpm.Scripts{
+				PostInstall: scripts.Post,
+				PreRemove:   scripts.Preun,
+				PostRemove:  scripts.Postun,
+			},
+			RPM: nfpm.RPM{
+				Summary:     p.Summary,
+				Group:       "System Environment/Daemons",
+				BuildHost:   "fabraid-build",
+				Compression: "gzip",
+				Packager:    maintainer,
+				Scripts:     nfpm.RPMScripts{PostTrans: scripts.Posttrans},
+			},
+		},
+	}
+	if opts.SigningKey != "" {
+		sign, err := signer(opts.SigningKey, opts.Passphrase, opts.Epoch)
+		if err != nil {
+			return "", err
+		}
+		info.RPM.Signature.SignFn = sign
+	}
+	pk := rpm.DefaultRPM
+	name := filepath.Join(opts.Out, pk.ConventionalFileName(info))
+	f, err := os.Create(name)
+	if err != nil {
+		return "", err
+	}
+	if err := pk.Package(nfpm.WithDefaults(info), f); err != nil {
+		f.Close()
+		os.Remove(name)
+		return "", fmt.Errorf("rpm %s/%s: %w", t.Dist, t.RPMArch(), err)
+	}
+	return name, f.Close()
+}
+
+// contents maps the definition to nfpm's contents, sorted by destination.
+func contents(p *Package, root, bin, gen string, mtime time.Time) files.Contents {
+	var cs files.Contents
+	for _, f := range p.Files {
+		c := &files.Content{Destination: f.Dst, FileInfo: &files.ContentFileInfo{
+			Owner: "root", Group: "root", Mode: f.Mode, MTime: mtime}}
+		switch {
+		case f.Kind == Dir:
+			c.Type = files.TypeDir
+		case f.Kind == Symlink:
+			c.Type, c.Source = files.TypeSymlink, f.Src
+		case f.Gen == GenFabraid || f.Gen == GenFabraidd:
+			c.Source = filepath.Join(bin, f.Gen)
+		case strings.HasPrefix(f.Gen, GenMan):
+			c.Source = filepath.Join(gen, strings.TrimPrefix(f.Gen, GenMan)+".gz")
+		case f.Gen != "":
+			c.Source = filepath.Join(gen, f.Gen)
+		case filepath.IsAbs(f.Src):
+			c.Source = f.Src
+		default:
+			c.Source = filepath.Join(root, f.Src)
+		}
+		switch f.Kind {
+		case Config:
+			c.Type = files.TypeConfigNoReplace
+		case Doc:
+			c.Type = files.TypeRPMDoc
+		}
+		cs = append(cs, c)
+	}
+	sort.Sort(cs)
+	return cs
+}
+
+// writeScripts writes the non-empty scriptlets of p into dir and returns
+// their paths (nfpm reads scriptlets from files).
+func writeScripts(p *Package, dir string) (Scripts, error) {
+	s := MakeScripts(p)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return Scripts{}, err
+	}
+	var out Scripts
+	for _, e := range []struct {
+		name string
+		body string
+		dst  *string
+	}{{"post", s.Post, &out.Post}, {"preun", s.Preun, &out.Preun}, {"postun", s.Postun, &out.Postun}, {"posttrans", s.Posttrans, &out.Posttrans}} {
+		if e.body == "" {
+			continue
+		}
+		*e.dst = filepath.Join(dir, e.name)
+		if err := os.WriteFile(*e.dst, []byte(e.body), 0o644); err != nil {
+			return Scripts{}, err
+		}
+	}
+	return out, nil
+}
+
+// signer returns an RPM header signer with the armored private key in
+// keyFile. The signature time is epoch, so that signed builds are
+// reproducible too (RSA PKCS#1 v1.5 and Ed25519 signatures are
+// deterministic).
+func signer(keyFile, passphrase string, epoch time.Time) (func(io.Reader) ([]byte, error), error) {
+	f, err := os.Open(keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("signing key: %w", err)
+	}
+	defer f.Close()
+	keys, err := openpgp.ReadArmoredKeyRing(f)
+	if err != nil {
+		return nil, fmt.Errorf("signing key %s: %w", keyFile, err)
+	}
+	if len(keys) != 1 || keys[0].PrivateKey == nil {
+		return nil, fmt.Errorf("signing key %s: want exactly one private key", keyFile)
+	}
+	key := keys[0]
+	if key.PrivateKey.Encrypted {
+		if err := key.PrivateKey.Decrypt([]byte(passphrase)); err != nil {
+			return nil, fmt.Errorf("signing key %s: %w", keyFile, err)
+		}
+	}
+	random := false // no random salt notation: the same bytes every build
+	cfg := &packet.Config{DefaultHash: crypto.SHA256, Time: func() time.Time { return epoch },
+		NonDeterministicSignaturesViaNotation: &random}
+	return func(r io.Reader) ([]byte, error) {
+		var sig bytes.Buffer
+		if err := openpgp.DetachSign(&sig, key, r, cfg); err != nil {
+			return nil, fmt.Errorf("sign: %w", err)
+		}
+		return sig.Bytes(), nil
+	}, nil
+}
+
+// ParseTargets parses "el9/x86_64,el10/aarch64" (arch as RPM or Go names it).
+func ParseTargets(s string) ([]Target, error) {
+	var ts []Target
+	for _, f := range strings.Split(s, ",") {
+		d, a, ok := strings.Cut(strings.TrimSpace(f), "/")
+		switch a {
+		case "x86_64":
+			a = "amd64"
+		case "aarch64":
+			a = "arm64"
+		}
+		if !ok || (d != "el9" && d != "el10") || (a != "amd64" && a != "arm64") {
+			return nil, fmt.Errorf("target %q: want el9|el10 / x86_64|aarch64", f)
+		}
+		ts = append(ts, Target{Dist: d, GOARCH: a})
+	}
+	return ts, nil
+}
+
+const maintainer = "fabraid developers"
+
+// writeChangelog writes the one-entry changelog of this build (RPM wants
+// one: %changelog) in nfpm's changelog format and returns its path.
+func writeChangelog(work string, opts Options, release string) (string, error) {
+	body := fmt.Sprintf("- semver: %q\n  date: %s\n  packager: %q\n  changes:\n    - commit: %q\n      note: %q\n",
+		opts.Version.RPM+"-"+release, opts.Epoch.UTC().Format(time.RFC3339), maintainer,
+		opts.Version.Describe, "Build of "+opts.Version.Describe)
+	path := filepath.Join(work, "changelog.yml")
+	return path, os.WriteFile(path, []byte(body), 0o644)
+}

@@ -1,0 +1,219 @@
+package backend
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+)
+
+// Dir is where fabraidd looks for plugin binaries.
+const Dir = "/usr/libexec/fabraid/plugins"
+
+// pluginName is the key of the backend in go-plugin's plugin sets.
+const pluginName = "backend"
+
+// Handshake is the magic cookie every fabraid backend plugin checks; a
+// binary run without it exits with a message instead of serving.
+var Handshake = plugin.HandshakeConfig{
+	ProtocolVersion:  ProtocolVersion,
+	MagicCookieKey:   "FABRAID_BACKEND_PLUGIN",
+	MagicCookieValue: "9f2c1d6e-fabraid-nvmeof-backend",
+}
+
+func versionedPlugins(impl Backend) map[int]plugin.PluginSet {
+	return map[int]plugin.PluginSet{
+		ProtocolVersion: {pluginName: &GRPCPlugin{Impl: impl}},
+	}
+}
+
+// Serve runs impl as a plugin (call it from a plugin binary's main). It
+// returns when the host closes the plugin.
+func Serve(impl Backend, log hclog.Logger) {
+	plugin.Serve(&plugin.ServeConfig{
+		HandshakeConfig:  Handshake,
+		VersionedPlugins: versionedPlugins(impl),
+		GRPCServer:       plugin.DefaultGRPCServer,
+		Logger:           log,
+	})
+}
+
+// Binary returns the path of the plugin binary of backend name in dir.
+func Binary(dir, name string) string {
+	return filepath.Join(dir, "fabraid-plugin-"+name)
+}
+
+// CheckBinary refuses a plugin binary that anybody but root or the
+// daemon's own user could have replaced: it must be a regular file owned
+// by uid 0 or os.Getuid(), not writable by group or others, executable.
+func CheckBinary(path string) error {
+	st, err := os.Lstat(path)
+	if err != nil {
+		return fmt.Errorf("plugin %s: %w", path, err)
+	}
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("plugin %s: not a regular file (%s)", path, st.Mode().Type())
+	}
+	if st.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("plugin %s: mode %v is writable by group or others", path, st.Mode().Perm())
+	}
+	if st.Mode().Perm()&0o100 == 0 {
+		return fmt.Errorf("plugin %s: not executable by its owner", path)
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Uid != 0 && int(sys.Uid) != os.Getuid() {
+		return fmt.Errorf("plugin %s: owned by uid %d, want root or %d", path, sys.Uid, os.Getuid())
+	}
+	return nil
+}
+
+// RunnerConfig configures a Runner.
+type RunnerConfig struct {
+	Path string // plugin binary
+	Args []string
+	// Checksum, when set, is the binary's SHA-256 (go-plugin SecureConfig).
+	Checksum []byte
+	// Logger receives the plugin's log lines (go-plugin forwards its
+	// stderr). Nil discards them.
+	Logger hclog.Logger
+	// Versions the host accepts; nil means {ProtocolVersion}.
+	Versions []int
+}
+
+// Runner runs one backend plugin, restarting it after it died. Calls go to
+// the running plugin; a call that fails because the plugin died returns
+// ErrTransient and the next call starts a new plugin process.
+type Runner struct {
+	cfg    RunnerConfig
+	mu     sync.Mutex
+	client *plugin.Client
+	be     Backend
+	starts int
+}
+
+// NewRunner checks the binary and returns a Runner that starts it on first use.
+func NewRunner(cfg RunnerConfig) (*Runner, error) {
+	if err := CheckBinary(cfg.Path); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if len(cfg.Versions) == 0 {
+		cfg.Versions = []int{ProtocolVersion}
+	}
+	return &Runner{cfg: cfg}, nil
+}
+
+// Starts reports how many plugin processes were started so far.
+func (h *Runner) Starts() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.starts
+}
+
+// Pid returns the running plugin's process id, 0 when none runs.
+func (h *Runner) Pid() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.client == nil || h.client.Exited() {
+		return 0
+	}
+	if rc := h.client.ReattachConfig(); rc != nil {
+		return rc.Pid
+	}
+	return 0
+}
+
+// Backend returns the running plugin's Backend, starting (or restarting
+// a dead) plugin first.
+func (h *Runner) Backend() (Backend, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.client != nil && !h.client.Exited() {
+		return h.be, nil
+	}
+	if h.client != nil {
+		h.client.Kill()
+		h.client = nil
+	}
+	if err := CheckBinary(h.cfg.Path); err != nil {
+		return nil, err
+	}
+	vp := map[int]plugin.PluginSet{}
+	for _, v := range h.cfg.Versions {
+		vp[v] = plugin.PluginSet{pluginName: &GRPCPlugin{}}
+	}
+	cc := &plugin.ClientConfig{
+		HandshakeConfig:  Handshake,
+		VersionedPlugins: vp,
+		Cmd:              exec.Command(h.cfg.Path, h.cfg.Args...),
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		Logger:           h.cfg.Logger,
+		SyncStdout:       io.Discard,
+		SyncStderr:       io.Discard,
+	}
+	if len(h.cfg.Checksum) > 0 {
+		cc.SecureConfig = &plugin.SecureConfig{Checksum: h.cfg.Checksum, Hash: sha256.New()}
+	}
+	c := plugin.NewClient(cc)
+	h.starts++
+	rpc, err := c.Client()
+	if err != nil {
+		c.Kill()
+		return nil, fmt.Errorf("start backend plugin %s: %w", h.cfg.Path, explainStart(err))
+	}
+	raw, err := rpc.Dispense(pluginName)
+	if err != nil {
+		c.Kill()
+		return nil, fmt.Errorf("start backend plugin %s: %w", h.cfg.Path, err)
+	}
+	h.client, h.be = c, raw.(Backend)
+	return h.be, nil
+}
+
+// explainStart makes go-plugin's handshake failures say what to do.
+func explainStart(err error) error {
+	msg := strings.ToLower(err.Error())
+	switch {
+	case strings.Contains(msg, "incompatible api version"), strings.Contains(msg, "protocol version"):
+		return fmt.Errorf("%w (fabraidd speaks backend protocol %d; install a matching plugin)", err, ProtocolVersion)
+	case strings.Contains(msg, "unrecognized remote plugin message"), strings.Contains(msg, "exited before we could connect"):
+		return fmt.Errorf("%w (not a fabraid backend plugin, or it failed the magic cookie handshake)", err)
+	}
+	return err
+}
+
+// Do runs fn on the plugin's Backend. When the call fails and the plugin
+// has died meanwhile, the error is ErrTransient (the next Do restarts it).
+func (h *Runner) Do(fn func(Backend) error) error {
+	be, err := h.Backend()
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrTransient, err)
+	}
+	err = fn(be)
+	if errors.Is(err, errConnection) {
+		// go-plugin notices the exit asynchronously: drop the client now
+		// so the next call starts a new plugin.
+		h.Close()
+	}
+	return err
+}
+
+// Close stops the plugin process (the exports stay in the target).
+func (h *Runner) Close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.client != nil {
+		h.client.Kill()
+		h.client = nil
+	}
+}
