@@ -50,7 +50,7 @@ func TestIntegrationUdevRules(t *testing.T) {
 	vmtest.Run(t, vmtest.Options{Guests: []vmtest.GuestConfig{{
 		Name: "a", Kernel: vmtest.Kernel612, Systemd: true, Udev: true,
 		Modules: []string{"ublk_drv", "nvmet_tcp", "nvme_tcp"}, Disks: disks, Files: files,
-	}}, Timeout: 240 * time.Second}, udevGuest)
+	}}, Timeout: 300 * time.Second}, udevGuest)
 }
 
 func guestRun(t *testing.T, name string, args ...string) (string, error) {
@@ -117,7 +117,11 @@ func udevGuest(t *testing.T, g *vmtest.Env) {
 	pid := strings.TrimSpace(guestMust(t, "systemctl", "show", "-p", "MainPID", "--value", "fabraidd"))
 
 	// udevadm test runs our IMPORT{program} on a member.
-	test := guestMust(t, "udevadm", "test", "/sys/class/block/"+filepath.Base(members[0]))
+	testOut, err := exec.Command("udevadm", "test", "/sys/class/block/"+filepath.Base(members[0])).CombinedOutput()
+	if err != nil {
+		t.Fatalf("udevadm test: %v\n%s", err, testOut)
+	}
+	test := string(testOut)
 	for _, want := range []string{"FABRAID_MEMBER=1", "FABRAID_VOLUME_UUID=" + in.UUID, "FABRAID_VOLUME_NAME=vol0",
 		"FABRAID_SLOT=0", "FABRAID_DOMAIN=a", "SYSTEMD_WANTS=fabraidd.service"} {
 		if !strings.Contains(test, want) {
@@ -127,7 +131,13 @@ func udevGuest(t *testing.T, g *vmtest.Env) {
 
 	var first map[string]string
 	for round := 0; round < 2; round++ {
-		guestMust(t, "udevadm", "trigger", "--action=change", "--subsystem-match=block", "--settle")
+		devs := append([]string{in.Device, ext4, blank}, members...)
+		guestMust(t, "udevadm", append([]string{"trigger", "--action=change"}, devs...)...)
+		if _, err := guestRun(t, "udevadm", "settle", "--timeout=90"); err != nil {
+			guestRun(t, "journalctl", "-b", "-u", "systemd-udevd", "--no-pager", "-n", "50")
+			guestRun(t, "ps", "aux")
+			t.Fatalf("round %d: udev did not settle", round)
+		}
 		links := byFabraid(t)
 		t.Logf("round %d links: %v", round, links)
 		want := map[string]string{
