@@ -24,8 +24,10 @@ type Candidate struct {
 type AssemblyPlan struct {
 	// SB is the authoritative superblock with roles updated for this
 	// assembly: missing members are Failed (reason FailMissing unless
-	// already failed), stale ones Rebuilding+Resync; a present device of
-	// a failed slot is left out and the slot stays Failed.
+	// already failed; FailIO for a full-rebuild target), stale ones and
+	// returning missing ones Rebuilding+Resync (without Resync when the
+	// bitmap does not cover what they lack); a present device of a slot
+	// failed for another reason is left out and the slot stays Failed.
 	// Its event counter is not yet bumped.
 	SB *superblock.Superblock
 	// Device[slot] is the candidate index filling slot, or -1.
@@ -59,8 +61,11 @@ func immutableEqual(a, b *superblock.Superblock) bool {
 // PlanAssembly decides whether cands form a startable volume. The newest
 // consistent view wins (superblock.Newer: highest owner epoch, then highest
 // event counter) and members with an older view are stale. A device whose
-// slot the newest view records as failed is left out (warning): a failed
-// member returns only by ReAdd or Replace.
+// slot the newest view records as failed is left out (warning) and
+// returns only by ReAdd or Replace, unless it failed by being missing at an
+// assembly: such a member comes back by itself as a stale resync target
+// (only the regions dirty in the write-intent bitmap are rebuilt; all of it
+// when bitmapCovers says the bitmap does not describe what it lacks).
 // It refuses, naming the device and the reason, when a device has no valid
 // superblock, belongs to another volume, duplicates a slot, is too small,
 // disagrees with another device at the same event counter, or when a group
@@ -136,9 +141,11 @@ func PlanAssembly(cands []Candidate) (*AssemblyPlan, error) {
 			plan.Warnings = append(plan.Warnings, fmt.Sprintf("device %s: spare in slot %d; ignored", c.Name, slot))
 			continue
 		}
-		if m := auth.Members[slot]; m.Role == superblock.RoleFailed {
-			// A failed member stays failed whatever brought it back: only
-			// an explicit ReAdd or Replace returns it (mdadm kicks such a
+		if m := auth.Members[slot]; m.Role == superblock.RoleFailed && m.Failure != superblock.FailMissing {
+			// Failed by request, on an I/O error, or for a reason an
+			// older build did not record (it may have been either): the
+			// member stays failed whatever brought it back; only an
+			// explicit ReAdd or Replace returns it (mdadm kicks such a
 			// member too).
 			plan.Warnings = append(plan.Warnings, fmt.Sprintf(
 				"device %s: member of slot %d failed (%s); not assembled: bring it back with re-add or replace it",
@@ -155,8 +162,28 @@ func PlanAssembly(cands []Candidate) (*AssemblyPlan, error) {
 		case i < 0:
 			if m.Role != superblock.RoleFailed {
 				plan.Warnings = append(plan.Warnings, fmt.Sprintf("slot %d: member %x missing; marked failed", slot, m.UUID))
-				m.Role, m.Resync, m.Checkpoint, m.Failure = superblock.RoleFailed, false, 0, superblock.FailMissing
+				reason := superblock.FailMissing
+				if m.Role == superblock.RoleRebuilding && !m.Resync {
+					// A full-rebuild target holds valid rows only below
+					// its checkpoint, which the bitmap does not describe:
+					// like a member failed on an I/O error it must not
+					// return by itself, and ReAdd rebuilds it in full.
+					reason = superblock.FailIO
+				}
+				m.Role, m.Resync, m.Checkpoint, m.Failure = superblock.RoleFailed, false, 0, reason
 			}
+		case m.Role == superblock.RoleFailed:
+			// Missing at an earlier assembly and back (the only failed
+			// slot the loop above keeps).
+			plan.Stale[slot] = true
+			resync := bitmapCovers(cands[i].SB)
+			m.Role, m.Resync, m.Checkpoint, m.Failure = superblock.RoleRebuilding, resync, 0, superblock.FailUnrecorded
+			what := "resync of the regions written while it was away"
+			if !resync {
+				what = "full rebuild: it was being rebuilt in full when it left"
+			}
+			plan.Warnings = append(plan.Warnings, fmt.Sprintf("device %s: member of slot %d was missing and is back; %s",
+				cands[i].Name, slot, what))
 		case !(sameVersion(cands[i].SB, auth) || tornBehind(cands[i].SB, auth, slot)):
 			plan.Stale[slot] = true
 			if m.Role != superblock.RoleRebuilding {
@@ -186,6 +213,18 @@ func PlanAssembly(cands []Candidate) (*AssemblyPlan, error) {
 		}
 	}
 	return plan, nil
+}
+
+// bitmapCovers reports whether the write-intent bitmap describes
+// everything a member that went missing lacks, judged by its own last
+// superblock (the role it had when it left): an active member or a resync
+// target is valid outside the regions dirty in the bitmap, because bits
+// are cleared only while every member is in sync, so every region written
+// since the member was last in sync still has its bit. A full-rebuild
+// target is valid only below its checkpoint and needs a full rebuild.
+func bitmapCovers(own *superblock.Superblock) bool {
+	m := own.Members[own.Slot]
+	return m.Role == superblock.RoleActive || m.Role == superblock.RoleRebuilding && m.Resync
 }
 
 // tornBehind reports whether c missed only the newest metadata write,

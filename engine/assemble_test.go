@@ -112,6 +112,52 @@ func TestPlanAssembly(t *testing.T) {
 				t.Fatalf("warnings %q", p.Warnings)
 			}
 		}},
+		{name: "missing member back", mutate: func(c []Candidate) []Candidate {
+			for _, x := range c[1:] {
+				x.SB.Events = 9
+				x.SB.Members[0].Role, x.SB.Members[0].Failure = superblock.RoleFailed, superblock.FailMissing
+			}
+			return c
+		}, check: func(t *testing.T, p *AssemblyPlan) {
+			m := p.SB.Members[0]
+			if p.Device[0] != 0 || !p.Stale[0] || m.Role != superblock.RoleRebuilding || !m.Resync || m.Failure != superblock.FailUnrecorded {
+				t.Fatalf("missing member back: device %d stale %v %+v, want a resync target", p.Device[0], p.Stale[0], m)
+			}
+		}},
+		{name: "missing member back, it was a full-rebuild target", mutate: func(c []Candidate) []Candidate {
+			c[0].SB.Members[0].Role, c[0].SB.Members[0].Checkpoint = superblock.RoleRebuilding, 7
+			for _, x := range c[1:] {
+				x.SB.Events = 9
+				x.SB.Members[0].Role, x.SB.Members[0].Failure = superblock.RoleFailed, superblock.FailMissing
+			}
+			return c
+		}, check: func(t *testing.T, p *AssemblyPlan) {
+			m := p.SB.Members[0]
+			if p.Device[0] != 0 || !p.Stale[0] || m.Role != superblock.RoleRebuilding || m.Resync || m.Checkpoint != 0 {
+				t.Fatalf("returning full-rebuild target: device %d stale %v %+v, want a full rebuild", p.Device[0], p.Stale[0], m)
+			}
+		}},
+		{name: "full-rebuild target missing", mutate: func(c []Candidate) []Candidate {
+			for _, x := range c {
+				x.SB.Members[0].Role, x.SB.Members[0].Checkpoint = superblock.RoleRebuilding, 7
+			}
+			return c[1:]
+		}, check: func(t *testing.T, p *AssemblyPlan) {
+			if m := p.SB.Members[0]; m.Role != superblock.RoleFailed || m.Failure != superblock.FailIO {
+				t.Fatalf("full-rebuild target absent: %+v, want failed (io-error)", m)
+			}
+		}},
+		{name: "failed member present, reason unrecorded", mutate: func(c []Candidate) []Candidate {
+			for _, x := range c[1:] {
+				x.SB.Events = 9
+				x.SB.Members[0].Role = superblock.RoleFailed
+			}
+			return c
+		}, check: func(t *testing.T, p *AssemblyPlan) {
+			if p.Device[0] != -1 || p.SB.Members[0].Role != superblock.RoleFailed {
+				t.Fatalf("member failed for an unrecorded reason assembled: device %d, %+v", p.Device[0], p.SB.Members[0])
+			}
+		}},
 		{name: "one write behind, older owner epoch", mutate: func(c []Candidate) []Candidate {
 			for _, x := range c[1:] {
 				x.SB.Events, x.SB.Epoch = 6, 2
@@ -220,6 +266,7 @@ func FuzzPlanAssembly(f *testing.F) {
 				sb.VolumeUUID[1] = b
 			case 2:
 				sb.Members[(int(b)+1)%5].Role = superblock.RoleFailed
+				sb.Members[(int(b)+1)%5].Failure = superblock.FailReason(b >> 6) // every reason
 			case 3:
 				sb.Members[int(b)%5].Role = superblock.RoleRebuilding
 				sb.Members[int(b)%5].Checkpoint = int64(b % 64)
@@ -274,6 +321,12 @@ func FuzzPlanAssembly(f *testing.F) {
 			}
 			if p.SB.Members[slot].Role == superblock.RoleFailed {
 				t.Fatalf("slot %d: device of a failed member assembled", slot)
+			}
+			// Of the failed slots, only those failed as missing take
+			// their device back, and never as current.
+			if r := p.Recorded[slot]; r.Role == superblock.RoleFailed &&
+				(r.Failure != superblock.FailMissing || !p.Stale[slot] || p.SB.Members[slot].Role != superblock.RoleRebuilding) {
+				t.Fatalf("slot %d: device of a member failed (%s) assembled as %s, stale %v", slot, r.Failure, p.SB.Members[slot].Role, p.Stale[slot])
 			}
 		}
 		for grp := 0; grp < g.Groups; grp++ {

@@ -453,9 +453,10 @@ func (v *Volume) Replace(slot int, dev Member, name string) error {
 // ReAdd puts a returning member (same member UUID, for example after its
 // node rebooted) back into its failed slot. Only the regions written while
 // it was away — those dirty in the write-intent bitmap — are resynced by
-// the next Rebuild; a member that failed on an I/O error is rebuilt in
-// full. Assembly never takes a failed member back by itself: ReAdd (or
-// Replace) is the only way back.
+// the next Rebuild; a member that failed on an I/O error, or left while it
+// was rebuilt in full, is rebuilt in full. Assembly takes back by itself
+// only a member failed as missing; for the others ReAdd (or Replace) is
+// the only way back.
 func (v *Volume) ReAdd(dev Member, name string) error {
 	if err := v.check(); err != nil {
 		return err
@@ -481,8 +482,9 @@ func (v *Volume) ReAdd(dev Member, name string) error {
 		early = v.bm.snapshot()
 	}
 	// A read error may have hit rows no bitmap bit covers: a member that
-	// failed on an I/O error is rebuilt in full.
-	returning := v.meta.Members[slot].Failure != superblock.FailIO
+	// failed on an I/O error is rebuilt in full, and so is one that left
+	// while it was being rebuilt in full (bitmapCovers).
+	returning := v.meta.Members[slot].Failure != superblock.FailIO && bitmapCovers(sb)
 	if err := v.installLocked(slot, dev, name, returning, early); err != nil {
 		return fmt.Errorf("re-add %s: %w", name, err)
 	}

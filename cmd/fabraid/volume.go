@@ -316,6 +316,10 @@ func failureText(volume string, ms volmgr.MemberInfo) string {
 	if why == "" {
 		why = ms.Failure
 	}
+	if ms.Failure == "missing" {
+		return fmt.Sprintf("slot %d failed (%s): it comes back by itself, with a resync of what was written meanwhile, when its drive is found again; or \"fabraid volume replace %s %d DRIVE\"",
+			ms.Slot, why, volume, ms.Slot)
+	}
 	return fmt.Sprintf("slot %d failed (%s): bring it back with \"fabraid volume re-add %s %d\" (its drive must be claimed and present) or \"fabraid volume replace %s %d DRIVE\"",
 		ms.Slot, why, volume, ms.Slot, volume, ms.Slot)
 }

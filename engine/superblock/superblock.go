@@ -75,9 +75,10 @@ func (r Role) String() string {
 	return fmt.Sprintf("Role(%d)", uint8(r))
 }
 
-// FailReason records why a member slot is failed. A failed member stays
-// failed across assemblies whatever the reason: it returns only by an
-// explicit re-add or replace.
+// FailReason records why a member slot is failed. A member failed as
+// missing returns by itself at an assembly that finds it (a bitmap
+// resync); for the other reasons it stays failed across assemblies and
+// returns only by an explicit re-add or replace.
 type FailReason uint8
 
 // Fail reasons.

@@ -355,15 +355,23 @@ func wipe(t *testing.T, devs []string) {
 	}
 }
 
+// mdadm runs mdadm, retrying while a device is briefly held elsewhere
+// (fabraidd's drive scan opens claimed drives exclusively for a moment).
 func mdadm(t *testing.T, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(toolBin+"/mdadm", args...)
-	cmd.Stdin = strings.NewReader("y\n")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("mdadm %s: %v\n%s", strings.Join(args, " "), err, out)
+	for attempt := 0; ; attempt++ {
+		cmd := exec.Command(toolBin+"/mdadm", args...)
+		cmd.Stdin = strings.NewReader("y\n")
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			return string(out)
+		}
+		busy := bytes.Contains(out, []byte("busy")) || bytes.Contains(out, []byte("open"))
+		if !busy || attempt >= 50 {
+			t.Fatalf("mdadm %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
-	return string(out)
 }
 
 func readTrim(p string) string {

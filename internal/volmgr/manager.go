@@ -125,9 +125,14 @@ type onDisk struct {
 	name    string
 	members []string // paths of members in the newest view
 	// failed maps a slot the newest view records as failed to the drive
-	// still holding that member: not assembled, kept for a re-add.
+	// still holding that member, kept for a re-add. Such a drive is no
+	// member, unless the slot failed only by being missing (returning):
+	// then it is also in members, and an assembly takes it back by itself.
 	failed map[int]string
-	sb     *superblock.Superblock
+	// returning are the slots of failed holds failed as missing: a
+	// running engine re-adds them (Reconcile).
+	returning map[int]bool
+	sb        *superblock.Superblock
 }
 
 // scanned is a claimed drive and the superblock read from it.
@@ -163,7 +168,10 @@ func (m *Manager) scan() (map[[16]byte]*onDisk, error) {
 // (superblock.Newer) decides: only drives whose member UUID is in its
 // member table are members (a drive replaced out of a volume keeps an old
 // superblock and is ignored), and a drive of a slot it records as failed
-// is no member either: a failed member returns only by an explicit re-add.
+// by request, on an I/O error or for an unrecorded reason is no member
+// either: such a member returns only by an explicit re-add. A drive of a
+// slot failed as missing (absent at an assembly) is a member again, as
+// engine.PlanAssembly takes it back (a resync of the bitmap's regions).
 func groupVolumes(found []scanned) map[[16]byte]*onDisk {
 	by := map[[16]byte][]scanned{}
 	for _, c := range found {
@@ -177,14 +185,17 @@ func groupVolumes(found []scanned) map[[16]byte]*onDisk {
 				newest = c.sb
 			}
 		}
-		v := &onDisk{uuid: u, name: newest.Name, sb: newest, failed: map[int]string{}}
+		v := &onDisk{uuid: u, name: newest.Name, sb: newest, failed: map[int]string{}, returning: map[int]bool{}}
 		for _, c := range cs {
 			if c.sb.Slot >= len(newest.Members) || newest.Members[c.sb.Slot].UUID != c.sb.MemberUUID {
 				continue
 			}
-			if newest.Members[c.sb.Slot].Role == superblock.RoleFailed {
+			if m := newest.Members[c.sb.Slot]; m.Role == superblock.RoleFailed {
 				v.failed[c.sb.Slot] = c.path
-				continue
+				if m.Failure != superblock.FailMissing {
+					continue
+				}
+				v.returning[c.sb.Slot] = true
 			}
 			v.members = append(v.members, c.path)
 		}
@@ -249,7 +260,10 @@ func (m *Manager) reconcileLocked(ctx context.Context, skip map[[16]byte]bool) e
 		m.names[u] = v.name
 		m.mu.Unlock()
 		if e != nil {
-			if _, err := e.Status(); err == nil {
+			if st, err := e.Status(); err == nil {
+				if err := m.reAddReturning(e, st, v); err != nil {
+					errs = append(errs, err)
+				}
 				continue
 			}
 			m.log.Warn("engine does not answer; starting a new one", "volume", v.name)
@@ -267,9 +281,15 @@ func (m *Manager) reconcileLocked(ctx context.Context, skip map[[16]byte]bool) e
 			errs = append(errs, err)
 			continue
 		}
-		if st, err := e.Status(); err == nil && st.UblkID != rec.UblkID {
+		st, err := e.Status()
+		if err == nil && st.UblkID != rec.UblkID {
 			if err := m.saveRecord(record{UUID: FormatUUID(u), Name: v.name, UblkID: st.UblkID}, u); err != nil {
 				errs = append(errs, fmt.Errorf("volume %s: save record: %w", v.name, err))
+			}
+		}
+		if err == nil {
+			if err := m.resyncReturning(e, st, v); err != nil {
+				errs = append(errs, err)
 			}
 		}
 	}
@@ -287,6 +307,52 @@ func (m *Manager) reconcileLocked(ctx context.Context, skip map[[16]byte]bool) e
 		}
 	}
 	m.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// resyncReturning starts the resync of an engine just started from v when
+// its assembly took members back that were missing (they are rebuilding),
+// as a re-add would: only the regions written while they were away.
+func (m *Manager) resyncReturning(e Engine, st EngineStatus, v *onDisk) error {
+	if len(v.returning) == 0 || st.Task != "" {
+		return nil
+	}
+	for _, ms := range st.Engine.Members {
+		if ms.Role == superblock.RoleRebuilding && v.returning[ms.Slot] {
+			m.log.Info("members missing at the last assembly are back; resyncing them", "volume", v.name)
+			if err := e.Rebuild(0); err != nil && !errors.Is(err, ErrBusy) {
+				return fmt.Errorf("volume %s: resync returning members: %w", v.name, err)
+			}
+			return nil
+		}
+	}
+	return nil
+}
+
+// reAddReturning re-adds, through the same path as "volume re-add", every
+// member the running engine reports failed as missing whose drive the scan
+// found again (a drive that appeared after the engine started without it):
+// only the regions written while it was away are resynced. Members failed
+// by request or on an I/O error are left alone. A re-add refused because a
+// rebuild or scrub runs is retried by a later reconcile.
+func (m *Manager) reAddReturning(e Engine, st EngineStatus, v *onDisk) error {
+	var errs []error
+	for _, ms := range st.Engine.Members {
+		if ms.Role != superblock.RoleFailed || ms.Failure != superblock.FailMissing || !v.returning[ms.Slot] {
+			continue
+		}
+		path := v.failed[ms.Slot]
+		m.log.Info("member missing at assembly is back; re-adding it", "volume", v.name, "slot", ms.Slot, "drive", path)
+		if err := e.ReAdd(ms.Slot, path, 0); err != nil {
+			if errors.Is(err, ErrBusy) {
+				return nil
+			}
+			errs = append(errs, fmt.Errorf("volume %s: re-add returning member of slot %d from %s: %w", v.name, ms.Slot, path, err))
+			continue
+		}
+		// ReAdd started the rebuild; one at a time.
+		return errors.Join(errs...)
+	}
 	return errors.Join(errs...)
 }
 

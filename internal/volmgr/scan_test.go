@@ -1,6 +1,8 @@
 package volmgr
 
 import (
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -91,5 +93,124 @@ func TestScanLeavesFailedMemberOut(t *testing.T) {
 	defer v.Close()
 	if ms := v.Status().Members[1]; ms.Role != superblock.RoleFailed || ms.Failure != superblock.FailAdmin {
 		t.Fatalf("slot 1 after a restart from the scan: %+v", ms)
+	}
+}
+
+// A drive whose member was only missing at the last assembly is a member
+// again at the next scan (the engine started from it takes it back as a
+// resync target), and is offered for a re-add while an engine runs.
+func TestScanTakesMissingMemberBack(t *testing.T) {
+	v, paths := fileVolume(t)
+	u := v.UUID()
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	v, err := engine.Open([]string{paths[0], paths[2]}, engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.WriteAt(make([]byte, 4096), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d := scanFiles(t, paths)[u]
+	if d == nil || !slices.Equal(d.members, paths) {
+		t.Fatalf("members after slot 1 was missing: %+v, want %v", d, paths)
+	}
+	if d.failed[1] != paths[1] || !d.returning[1] || len(d.returning) != 1 {
+		t.Fatalf("returning members: failed %v returning %v, want slot 1 at %s", d.failed, d.returning, paths[1])
+	}
+	v, err = engine.Open(d.members, engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	if ms := v.Status().Members[1]; ms.Role != superblock.RoleRebuilding || !ms.Resync {
+		t.Fatalf("slot 1 after a restart from the scan: %+v, want a resync target", ms)
+	}
+}
+
+// fakeEngine records re-adds and rebuilds.
+type fakeEngine struct {
+	Engine
+	st       EngineStatus
+	readds   []string
+	busy     bool
+	rebuilds int
+}
+
+func (f *fakeEngine) Rebuild(int64) error {
+	f.rebuilds++
+	return nil
+}
+
+func (f *fakeEngine) ReAdd(slot int, path string, _ int64) error {
+	if f.busy {
+		return fmt.Errorf("volume x: re-add: %w", ErrBusy)
+	}
+	f.readds = append(f.readds, fmt.Sprintf("%d:%s", slot, path))
+	return nil
+}
+
+// A running engine gets back, through re-add, a member it reports failed as
+// missing once the scan finds its drive again; members failed by request
+// or on an I/O error are left alone, and a busy engine is retried later.
+func TestReconcileReAddsReturningMember(t *testing.T) {
+	members := make([]superblock.Member, 4)
+	for i := range members {
+		members[i] = superblock.Member{UUID: [16]byte{byte(i + 1)}, Role: superblock.RoleActive}
+	}
+	members[1].Role, members[1].Failure = superblock.RoleFailed, superblock.FailAdmin
+	members[2].Role, members[2].Failure = superblock.RoleFailed, superblock.FailIO
+	members[3].Role, members[3].Failure = superblock.RoleFailed, superblock.FailMissing
+	var found []scanned
+	for i := range members {
+		sb := &superblock.Superblock{VolumeUUID: [16]byte{9}, Events: 5, Slot: i, MemberUUID: members[i].UUID,
+			Members: append([]superblock.Member(nil), members...)}
+		if i > 0 {
+			sb.Events = 3 // failed members have older copies
+			sb.Members[i].Role, sb.Members[i].Failure = superblock.RoleActive, superblock.FailUnrecorded
+		}
+		found = append(found, scanned{fmt.Sprintf("/dev/d%d", i), sb})
+	}
+	v := groupVolumes(found)[[16]byte{9}]
+	if want := []string{"/dev/d0", "/dev/d3"}; !slices.Equal(v.members, want) {
+		t.Fatalf("members %v, want %v", v.members, want)
+	}
+	e := &fakeEngine{}
+	for i, m := range members {
+		dev := fmt.Sprintf("/dev/d%d", i)
+		if m.Failure == superblock.FailMissing {
+			dev = "(missing)"
+		}
+		e.st.Engine.Members = append(e.st.Engine.Members, engine.MemberStatus{Slot: i, Device: dev, Role: m.Role, Failure: m.Failure})
+	}
+	m := &Manager{log: slog.New(slog.DiscardHandler)}
+	e.busy = true
+	if err := m.reAddReturning(e, e.st, v); err != nil || len(e.readds) != 0 {
+		t.Fatalf("busy engine: %v, re-adds %v", err, e.readds)
+	}
+	e.busy = false
+	if err := m.reAddReturning(e, e.st, v); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"3:/dev/d3"}; !slices.Equal(e.readds, want) {
+		t.Fatalf("re-adds %v, want %v", e.readds, want)
+	}
+	// An engine that was started with the member back (rebuilding) gets
+	// its resync started; one that runs a task already is left alone.
+	if err := m.resyncReturning(e, e.st, v); err != nil || e.rebuilds != 0 {
+		t.Fatalf("resync with slot 3 still failed: %v, %d rebuilds", err, e.rebuilds)
+	}
+	e.st.Engine.Members[3].Role, e.st.Engine.Members[3].Failure = superblock.RoleRebuilding, superblock.FailUnrecorded
+	e.st.Task = "scrub"
+	if err := m.resyncReturning(e, e.st, v); err != nil || e.rebuilds != 0 {
+		t.Fatalf("resync while a scrub runs: %v, %d rebuilds", err, e.rebuilds)
+	}
+	e.st.Task = ""
+	if err := m.resyncReturning(e, e.st, v); err != nil || e.rebuilds != 1 {
+		t.Fatalf("resync of slot 3 back at assembly: %v, %d rebuilds, want 1", err, e.rebuilds)
 	}
 }
