@@ -35,6 +35,12 @@ type GuestConfig struct {
 	// as vmtest-payload.service once journald and dbus are up. Unit files
 	// go into Files under /etc/systemd/system/ or /usr/lib/systemd/system/.
 	Systemd bool
+	// Udev (with Systemd) adds Debian 12's udev package to the guest:
+	// systemd-udevd runs and coldplugs every device at boot
+	// (systemd-udev-trigger.service) with Debian's rules. Rules under test
+	// go into Files under /usr/lib/udev/rules.d/ or /etc/udev/rules.d/.
+	// A separate cached tree; plain systemd guests have no udev.
+	Udev bool
 }
 
 // Options configures one Run.

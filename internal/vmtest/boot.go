@@ -186,7 +186,7 @@ func prepareGuests(cfg BootConfig, work, shared string) ([]*qemuGuest, error) {
 		addrs[i] = g.Name + "=" + guestAddr(i)
 	}
 	kernels := map[string]*Kernel{}
-	var sysroot *sysRoot
+	sysroots := map[bool]*sysRoot{} // by GuestConfig.Udev
 	var guests []*qemuGuest
 	for i, gc := range cfg.Guests {
 		k := kernels[gc.Kernel]
@@ -205,8 +205,11 @@ func prepareGuests(cfg BootConfig, work, shared string) ([]*qemuGuest, error) {
 		if err != nil {
 			return nil, fmt.Errorf("guest %s: %w", gc.Name, err)
 		}
-		if gc.Systemd && sysroot == nil {
-			if sysroot, err = getSystemdRoot(); err != nil {
+		if gc.Udev && !gc.Systemd {
+			return nil, fmt.Errorf("guest %s: Udev needs Systemd", gc.Name)
+		}
+		if gc.Systemd && sysroots[gc.Udev] == nil {
+			if sysroots[gc.Udev], err = getSystemdRoot(gc.Udev); err != nil {
 				return nil, fmt.Errorf("guest %s: %w", gc.Name, err)
 			}
 		}
@@ -262,7 +265,7 @@ func prepareGuests(cfg BootConfig, work, shared string) ([]*qemuGuest, error) {
 		g.initrd = filepath.Join(work, gc.Name+"-initrd.cpio")
 		img := guestImage{conf: conf, modules: mods, files: files, args: args, guest: gc.Name}
 		if gc.Systemd {
-			img.systemd = sysroot
+			img.systemd = sysroots[gc.Udev]
 		}
 		if err := writeInitramfs(g.initrd, img); err != nil {
 			return nil, err

@@ -19,6 +19,10 @@ import (
 // Depends/Pre-Depends closure (minus debStopList) is fetched.
 var systemdRoots = []string{"systemd", "dbus"}
 
+// udevRoots are added to systemdRoots for GuestConfig.Udev guests: a
+// separate tree (its own cache key), so plain systemd guests are unchanged.
+var udevRoots = []string{"udev"}
+
 // rootfsLayout versions the way an extracted tree is merged and pruned;
 // bump it when that changes so cached trees are rebuilt.
 const rootfsLayout = "2"
@@ -104,11 +108,12 @@ func aptStamp(globs []string) string {
 	return hex.EncodeToString(h.Sum(nil)[:8])
 }
 
-// getSystemdRoot returns the cached tree of systemd, dbus and their
-// library closure, fetching it with apt-get download and dpkg-deb on first
-// use. The closure is resolved again only when apt's lists changed. When
-// apt's lists cannot be read the newest cached tree is used.
-func getSystemdRoot() (*sysRoot, error) {
+// getSystemdRoot returns the cached tree of systemd, dbus (and udev when
+// withUdev) and their library closure, fetching it with apt-get download
+// and dpkg-deb on first use. The closure is resolved again only when apt's
+// lists changed. When apt's lists cannot be read the newest cached tree of
+// the same kind is used.
+func getSystemdRoot(withUdev bool) (*sysRoot, error) {
 	cache, err := CacheDir()
 	if err != nil {
 		return nil, err
@@ -122,15 +127,22 @@ func getSystemdRoot() (*sysRoot, error) {
 	stampFile := ""
 	if stamp := aptStamp(aptStateFiles); stamp != "" {
 		stampFile = filepath.Join(base, "apt-"+rootfsLayout+"-"+stamp)
+		if withUdev {
+			stampFile += "-udev"
+		}
 		if key, err := os.ReadFile(stampFile); err == nil {
 			if r, err := cachedRoot(base, strings.TrimSpace(string(key))); err == nil {
 				return r, nil
 			}
 		}
 	}
-	pkgs, err := resolveClosure(systemdRoots, debStopList, aptCacheShow)
+	roots := systemdRoots
+	if withUdev {
+		roots = append(append([]string{}, systemdRoots...), udevRoots...)
+	}
+	pkgs, err := resolveClosure(roots, debStopList, aptCacheShow)
 	if err != nil {
-		if r, cerr := newestCachedRoot(base); cerr == nil {
+		if r, cerr := newestCachedRoot(base, withUdev); cerr == nil {
 			return r, nil
 		}
 		return nil, fmt.Errorf("vmtest: systemd guest packages: %w", err)
@@ -147,6 +159,16 @@ func getSystemdRoot() (*sysRoot, error) {
 	return cachedRoot(base, key)
 }
 
+// hasPackage reports whether the tree contains package name.
+func (r *sysRoot) hasPackage(name string) bool {
+	for _, p := range r.Packages {
+		if n, _, _ := strings.Cut(p, "="); n == name {
+			return true
+		}
+	}
+	return false
+}
+
 // cachedRoot returns the complete tree named key.
 func cachedRoot(base, key string) (*sysRoot, error) {
 	b, err := os.ReadFile(filepath.Join(base, key, ".complete"))
@@ -156,14 +178,21 @@ func cachedRoot(base, key string) (*sysRoot, error) {
 	return &sysRoot{Dir: filepath.Join(base, key, "root"), Packages: strings.Fields(string(b))}, nil
 }
 
-// newestCachedRoot finds the most recently built complete tree.
-func newestCachedRoot(base string) (*sysRoot, error) {
+// newestCachedRoot finds the most recently built complete tree with (or
+// without) the udev package.
+func newestCachedRoot(base string, withUdev bool) (*sysRoot, error) {
 	entries, _ := os.ReadDir(base)
 	var best string
 	var bestTime time.Time
 	for _, e := range entries {
 		st, err := os.Stat(filepath.Join(base, e.Name(), ".complete"))
-		if err == nil && st.ModTime().After(bestTime) {
+		if err != nil {
+			continue
+		}
+		if r, err := cachedRoot(base, e.Name()); err != nil || r.hasPackage("udev") != withUdev {
+			continue
+		}
+		if st.ModTime().After(bestTime) {
 			best, bestTime = e.Name(), st.ModTime()
 		}
 	}

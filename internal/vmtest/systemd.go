@@ -119,6 +119,7 @@ systemd-network:x:998:
 systemd-timesync:x:997:
 input:x:996:
 kvm:x:995:
+tape:x:26:
 render:x:994:
 sgx:x:993:
 nogroup:x:65534:
@@ -201,13 +202,18 @@ func copyTree(c *cpioWriter, dir string) error {
 }
 
 // guestFileMode is the mode of a GuestConfig.Files entry: configuration
-// and unit files (under /etc/ or the systemd library directory) are 0644,
-// so systemd does not warn about executable unit files, unless the host
+// and unit files (under /etc/, the systemd and udev library directories,
+// /usr/lib/tmpfiles.d and /usr/lib/modules-load.d) are 0644, so systemd and
+// udevd do not warn about executable unit or rules files, unless the host
 // file is executable (a generator or helper script); everything else
 // 0755 as before.
 func guestFileMode(guestPath string, hostMode fs.FileMode) uint32 {
 	p := "/" + strings.TrimPrefix(guestPath, "/")
-	config := strings.HasPrefix(p, "/etc/") || strings.HasPrefix(p, "/usr/lib/systemd/") || strings.HasPrefix(p, "/lib/systemd/")
+	config := false
+	for _, dir := range []string{"/etc/", "/usr/lib/systemd/", "/lib/systemd/", "/usr/lib/udev/", "/lib/udev/",
+		"/usr/lib/tmpfiles.d/", "/usr/lib/modules-load.d/"} {
+		config = config || strings.HasPrefix(p, dir)
+	}
 	if config && hostMode&0o111 == 0 {
 		return 0o644
 	}

@@ -203,6 +203,8 @@ func TestGuestFileMode(t *testing.T) {
 		{"/lib/systemd/system/x.service", 0o644, 0o644},
 		{"etc/fabraid/fabraid.conf", 0o600, 0o644},
 		{"/usr/lib/systemd/system-generators/x", 0o755, 0o755},
+		{"/usr/lib/udev/rules.d/69-fabraid.rules", 0o664, 0o644},
+		{"/usr/lib/tmpfiles.d/fabraid.conf", 0o644, 0o644},
 		{"/usr/bin/fabraid", 0o755, 0o755},
 		{"/usr/bin/data", 0o644, 0o755},
 	} {
