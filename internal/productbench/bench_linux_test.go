@@ -370,6 +370,11 @@ func mdadm(t *testing.T, args ...string) string {
 		if !busy || attempt >= 50 {
 			t.Fatalf("mdadm %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
+		if args[0] == "--create" {
+			// A failed attempt may leave an inactive md0 holding
+			// some of the disks.
+			exec.Command(toolBin+"/mdadm", "--stop", "/dev/md0").Run()
+		}
 		time.Sleep(200 * time.Millisecond)
 	}
 }
