@@ -1,0 +1,195 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fabraid/fabraid/internal/vmtest"
+	"github.com/fabraid/fabraid/internal/volmgr"
+)
+
+// TestIntegrationUdevRules boots a 6.12 guest with Debian's systemd and
+// systemd-udevd and packaging/udev/69-fabraid.rules (plus the systemd
+// units) installed unchanged, 5 disks. After fabraidd creates a 2+1 volume on
+// the first three: udevadm test on a member prints our variables; udev
+// links /dev/disk/by-fabraid/member-<uuid> for each member, and
+// /dev/disk/by-fabraid/<volume-uuid> and /dev/fabraid/vol0 on the NVMe head
+// (not on a hidden path device); a disk with an ext4 signature and a blank
+// disk get no FABRAID_* property, no link and no SYSTEMD_WANTS; two
+// udevadm trigger rounds leave links, daemon and volume as they were.
+func TestIntegrationUdevRules(t *testing.T) {
+	disks := make([]vmtest.Disk, 5)
+	for i := range disks {
+		disks[i] = vmtest.Disk{Size: 32 << 20}
+	}
+	files := map[string]string{
+		"/usr/bin/fabraid":   vmtest.BuildBinary(t, "github.com/fabraid/fabraid/cmd/fabraid"),
+		"/usr/sbin/fabraidd": vmtest.BuildBinary(t, "github.com/fabraid/fabraid/cmd/fabraidd"),
+	}
+	for guest, host := range map[string]string{
+		"/usr/lib/udev/rules.d/69-fabraid.rules":          "udev/69-fabraid.rules",
+		"/usr/lib/systemd/system/fabraidd.service":        "systemd/fabraidd.service",
+		"/usr/lib/systemd/system/fabraid-engine@.service": "systemd/fabraid-engine@.service",
+		"/usr/lib/tmpfiles.d/fabraid.conf":                "tmpfiles.d/fabraid.conf",
+	} {
+		p, err := filepath.Abs(filepath.Join("..", "..", "packaging", host))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[guest] = p
+	}
+	vmtest.Run(t, vmtest.Options{Guests: []vmtest.GuestConfig{{
+		Name: "a", Kernel: vmtest.Kernel612, Systemd: true, Udev: true,
+		Modules: []string{"ublk_drv", "nvmet_tcp", "nvme_tcp"}, Disks: disks, Files: files,
+	}}, Timeout: 300 * time.Second}, udevGuest)
+}
+
+func guestRun(t *testing.T, name string, args ...string) (string, error) {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	t.Logf("%s %s: %v\n%s", name, strings.Join(args, " "), err, bytes.TrimSpace(out))
+	return string(out), err
+}
+
+func guestMust(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := guestRun(t, name, args...)
+	if err != nil {
+		t.Fatalf("%s %s: %v", name, strings.Join(args, " "), err)
+	}
+	return out
+}
+
+// byFabraid lists /dev/disk/by-fabraid and /dev/fabraid as name -> target.
+func byFabraid(t *testing.T) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, dir := range []string{"/dev/disk/by-fabraid", "/dev/fabraid"} {
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			target, err := filepath.EvalSymlinks(filepath.Join(dir, e.Name()))
+			if err != nil {
+				t.Errorf("%s/%s: %v", dir, e.Name(), err)
+			}
+			out[filepath.Join(dir, e.Name())] = target
+		}
+	}
+	return out
+}
+
+func udevGuest(t *testing.T, g *vmtest.Env) {
+	t0 := time.Now()
+	guestMust(t, "udevadm", "settle", "--timeout=60")
+	t.Logf("udev coldplug settled %v after payload start", time.Since(t0))
+	members, ext4, blank := g.Disks[:3], g.Disks[3], g.Disks[4]
+	// An ext4 superblock magic (0xEF53 at byte 1080).
+	f, err := os.OpenFile(ext4, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{0x53, 0xef}, 1080); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	os.MkdirAll("/etc/fabraid", 0o755)
+	if err := os.WriteFile("/etc/fabraid/fabraid.conf", []byte("node_name = a\nmetrics_address = 127.0.0.1:9436\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	guestMust(t, "systemctl", "daemon-reload")
+	guestMust(t, "/usr/bin/fabraid", append([]string{"drive", "claim"}, members...)...)
+	guestMust(t, "systemctl", "start", "fabraidd")
+	var in volmgr.Info
+	out := guestMust(t, "/usr/bin/fabraid", "volume", "create", "vol0", "--data", "2", "--parity", "1",
+		"--drives", strings.Join(members, ","), "--json")
+	if err := json.Unmarshal([]byte(out), &in); err != nil {
+		t.Fatal(err)
+	}
+	pid := strings.TrimSpace(guestMust(t, "systemctl", "show", "-p", "MainPID", "--value", "fabraidd"))
+
+	// udevadm test runs our IMPORT{program} on a member.
+	testOut, err := exec.Command("udevadm", "test", "/sys/class/block/"+filepath.Base(members[0])).CombinedOutput()
+	if err != nil {
+		t.Fatalf("udevadm test: %v\n%s", err, testOut)
+	}
+	test := string(testOut)
+	for _, want := range []string{"FABRAID_MEMBER=1", "FABRAID_VOLUME_UUID=" + in.UUID, "FABRAID_VOLUME_NAME=vol0",
+		"FABRAID_SLOT=0", "FABRAID_DOMAIN=a", "SYSTEMD_WANTS=fabraidd.service"} {
+		if !strings.Contains(test, want) {
+			t.Errorf("udevadm test %s: no %s", members[0], want)
+		}
+	}
+
+	var first map[string]string
+	for round := 0; round < 2; round++ {
+		devs := append([]string{in.Device, ext4, blank}, members...)
+		guestMust(t, "udevadm", append([]string{"trigger", "--action=change"}, devs...)...)
+		if _, err := guestRun(t, "udevadm", "settle", "--timeout=90"); err != nil {
+			guestRun(t, "journalctl", "-b", "-u", "systemd-udevd", "--no-pager", "-n", "50")
+			guestRun(t, "ps", "aux")
+			t.Fatalf("round %d: udev did not settle", round)
+		}
+		links := byFabraid(t)
+		t.Logf("round %d links: %v", round, links)
+		want := map[string]string{
+			"/dev/disk/by-fabraid/" + in.UUID: in.Device,
+			"/dev/fabraid/vol0":               in.Device,
+		}
+		for _, m := range members {
+			want["/dev/disk/by-fabraid/member-"+memberUUID(t, m)] = m
+		}
+		for l, target := range want {
+			if links[l] != target {
+				t.Errorf("round %d: %s -> %q, want %q", round, l, links[l], target)
+			}
+		}
+		if len(links) != len(want) {
+			t.Errorf("round %d: %d links, want %d", round, len(links), len(want))
+		}
+		if round == 1 && !maps.Equal(first, links) {
+			t.Errorf("second trigger changed the links: %v -> %v", first, links)
+		}
+		first = links
+		for _, d := range []string{ext4, blank} {
+			props := guestMust(t, "udevadm", "info", "--query=property", d)
+			if strings.Contains(props, "FABRAID_") || strings.Contains(props, "fabraidd") {
+				t.Errorf("%s (not a member) got fabraid properties:\n%s", d, props)
+			}
+		}
+	}
+	if got := strings.TrimSpace(guestMust(t, "systemctl", "show", "-p", "MainPID", "--value", "fabraidd")); got != pid {
+		t.Errorf("fabraidd MainPID %s after the triggers, was %s", got, pid)
+	}
+	out = guestMust(t, "/usr/bin/fabraid", "volume", "show", "vol0", "--json")
+	if err := json.Unmarshal([]byte(out), &in); err != nil || in.State != "optimal" {
+		t.Errorf("volume after triggers: state %q (%v)", in.State, err)
+	}
+	if failed := guestMust(t, "systemctl", "--failed", "--no-legend"); strings.TrimSpace(failed) != "" {
+		t.Errorf("failed units:\n%s", failed)
+	}
+}
+
+// memberUUID is the member UUID udev-probe reads from dev.
+func memberUUID(t *testing.T, dev string) string {
+	t.Helper()
+	out, err := exec.Command("/usr/bin/fabraid", "udev-probe", dev).Output()
+	if err != nil {
+		t.Fatalf("udev-probe %s: %v", dev, err)
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(l, "FABRAID_MEMBER_UUID="); ok {
+			return v
+		}
+	}
+	t.Fatalf("udev-probe %s: no member uuid in %q", dev, out)
+	return ""
+}
