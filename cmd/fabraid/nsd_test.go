@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"net"
@@ -10,7 +11,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/fabraid/fabraid/internal/volmgr"
 )
@@ -138,5 +141,31 @@ func TestNsdDevicesUserExit(t *testing.T) {
 	}
 	if out, _, code := runCLI(t, "nsd", "show", "vol0", "--config", conf("")); code != 0 || !strings.Contains(out, "nsd vol0: volume vol0") {
 		t.Errorf("show vol0: exit %d %q", code, out)
+	}
+}
+
+// hangingLister answers its first call with vols and then never again, like
+// a daemon that stops answering between two polls.
+type hangingLister struct {
+	vols  []volmgr.Info
+	calls atomic.Int32
+}
+
+func (h *hangingLister) Volumes() ([]volmgr.Info, error) {
+	if h.calls.Add(1) == 1 {
+		return h.vols, nil
+	}
+	select {}
+}
+
+// TestWaitKeepsLastReason: a poll cut off by the deadline does not replace
+// the reason the daemon gave before with "did not answer".
+func TestWaitKeepsLastReason(t *testing.T) {
+	l := &hangingLister{vols: []volmgr.Info{{Name: "vol0", State: "stopped"}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	err := waitUp(ctx, l, []string{"vol0"}, time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "vol0: no consumer device (state stopped)") {
+		t.Fatalf("waitUp = %v, want the daemon's last reason", err)
 	}
 }

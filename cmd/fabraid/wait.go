@@ -42,18 +42,10 @@ each volume that is not up and why).`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			t0 := time.Now()
-			for {
-				why := notUp(ctx, c, volumes)
-				if why == "" {
-					return nil
-				}
-				select {
-				case <-ctx.Done():
-					return &exitError{code: 5, err: fmt.Errorf("wait: timed out after %v: %s", time.Since(t0).Round(time.Millisecond), why)}
-				case <-time.After(waitPoll):
-				}
+			if err := waitUp(ctx, c, volumes, waitPoll); err != nil {
+				return &exitError{code: 5, err: err}
 			}
+			return nil
 		},
 	}
 	cmd.Flags().String("config", config.DefaultPath, "configuration file (for api_socket)")
@@ -63,9 +55,32 @@ each volume that is not up and why).`,
 	return cmd
 }
 
-// notUp returns why the volumes are not all up yet ("" when they are). The
+// waitUp asks l every poll until the volumes are up or ctx ends. On
+// timeout the error names the newest reason the daemon gave: a poll cut off
+// by the deadline says only "did not answer" and does not replace it.
+func waitUp(ctx context.Context, l discover.Lister, volumes []string, poll time.Duration) error {
+	t0 := time.Now()
+	last := ""
+	for {
+		why, answered := notUp(ctx, l, volumes)
+		if why == "" {
+			return nil
+		}
+		if answered || last == "" {
+			last = why
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait: timed out after %v: %s", time.Since(t0).Round(time.Millisecond), last)
+		case <-time.After(poll):
+		}
+	}
+}
+
+// notUp returns why the volumes are not all up yet ("" when they are), and
+// whether the daemon's answer (or its error) came before ctx ended. The
 // daemon is asked in a goroutine so that a hung socket cannot outlast ctx.
-func notUp(ctx context.Context, l discover.Lister, want []string) string {
+func notUp(ctx context.Context, l discover.Lister, want []string) (string, bool) {
 	type answer struct {
 		vols []volmgr.Info
 		err  error
@@ -79,14 +94,14 @@ func notUp(ctx context.Context, l discover.Lister, want []string) string {
 	select {
 	case a = <-ch:
 	case <-ctx.Done():
-		return "fabraidd did not answer"
+		return "fabraidd did not answer", false
 	}
 	if a.err != nil {
-		return a.err.Error()
+		return a.err.Error(), true
 	}
 	devs, skipped, err := discover.Devices(staticLister(a.vols), discover.Env{})
 	if err != nil {
-		return err.Error()
+		return err.Error(), true
 	}
 	up := map[string]bool{}
 	for _, d := range devs {
@@ -108,7 +123,7 @@ func notUp(ctx context.Context, l discover.Lister, want []string) string {
 		}
 	}
 	sort.Strings(why)
-	return strings.Join(why, "; ")
+	return strings.Join(why, "; "), true
 }
 
 type staticLister []volmgr.Info
