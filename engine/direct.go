@@ -29,14 +29,9 @@ func (v *Volume) PlanRead(p []byte, off int64) (*DirectRead, bool) {
 		return nil, false
 	}
 	op := v.newOp()
-	for _, r := range op.split(off, len(p)) {
-		if r.Touched()&v.unreadableMask(r.Group, r.Row) != 0 {
-			v.putOp(op)
-			return nil, false
-		}
-		for _, s := range r.Segs {
-			op.add(v.slotAt(r, s.Pos), false, p[s.BufOff:s.BufOff+int64(s.Len)], v.geo.MemberOffset(r.Row)+int64(s.Off))
-		}
+	if !op.addDirectReads(op.split(off, len(p)), p) {
+		v.putOp(op)
+		return nil, false
 	}
 	d := &DirectRead{IOs: op.ios, v: v, op: op, p: p, off: off, t0: time.Now()}
 	if v.background.Load() {

@@ -83,6 +83,46 @@ func (v *Volume) putOp(op *stripeOp) {
 	v.ops.Put(op)
 }
 
+// beginRequest checks a request of n bytes at off and, while a rebuild or
+// scrub runs in the background, counts it in flight so that the background
+// work yields to it; endRequest(counted) must follow.
+func (v *Volume) beginRequest(what string, n int, off int64) (counted bool, err error) {
+	if err := v.check(); err != nil {
+		return false, err
+	}
+	if err := v.geo.CheckRange(off, n); err != nil {
+		return false, fmt.Errorf("%s: %w", what, err)
+	}
+	if v.background.Load() {
+		v.inflight.Add(1)
+		return true, nil
+	}
+	return false, nil
+}
+
+// endRequest ends a request begun by beginRequest.
+func (v *Volume) endRequest(counted bool) {
+	if counted {
+		v.inflight.Add(-1)
+	}
+}
+
+// addDirectReads adds one read per segment of reqs, straight into p, and
+// reports true when every chunk touched is readable; on false the IOs added
+// so far must not be run.
+func (op *stripeOp) addDirectReads(reqs []layout.StripeReq, p []byte) bool {
+	v := op.v
+	for _, r := range reqs {
+		if r.Touched()&v.unreadableMask(r.Group, r.Row) != 0 {
+			return false
+		}
+		for _, s := range r.Segs {
+			op.add(v.slotAt(r, s.Pos), false, p[s.BufOff:s.BufOff+int64(s.Len)], v.geo.MemberOffset(r.Row)+int64(s.Off))
+		}
+	}
+	return true
+}
+
 func (op *stripeOp) split(off int64, n int) []layout.StripeReq {
 	op.reqs, op.segs = op.v.geo.SplitAppend(op.reqs[:0], op.segs[:0], off, n)
 	return op.reqs
@@ -99,32 +139,17 @@ func (v *Volume) ReadAt(p []byte, off int64) (int, error) {
 }
 
 func (v *Volume) readAt(p []byte, off int64) (int, error) {
-	if err := v.check(); err != nil {
+	counted, err := v.beginRequest("read", len(p), off)
+	if err != nil {
 		return 0, err
 	}
-	if err := v.geo.CheckRange(off, len(p)); err != nil {
-		return 0, fmt.Errorf("read: %w", err)
-	}
-	if v.background.Load() {
-		v.inflight.Add(1)
-		defer v.inflight.Add(-1)
-	}
+	defer v.endRequest(counted)
 	op := v.newOp()
 	defer v.putOp(op)
 	reqs := op.split(off, len(p))
 	// Fast path: every touched chunk readable, one batch of direct reads
 	// into p, no locks, no copies.
-	healthy := true
-	for _, r := range reqs {
-		if r.Touched()&v.unreadableMask(r.Group, r.Row) != 0 {
-			healthy = false
-			break
-		}
-		for _, s := range r.Segs {
-			op.add(v.slotAt(r, s.Pos), false, p[s.BufOff:s.BufOff+int64(s.Len)], v.geo.MemberOffset(r.Row)+int64(s.Off))
-		}
-	}
-	if healthy && op.run() {
+	if op.addDirectReads(reqs, p) && op.run() {
 		return len(p), nil
 	}
 	if op.err != nil {

@@ -66,16 +66,11 @@ func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
 }
 
 func (v *Volume) writeAt(p []byte, off int64) (int, error) {
-	if err := v.check(); err != nil {
+	counted, err := v.beginRequest("write", len(p), off)
+	if err != nil {
 		return 0, err
 	}
-	if err := v.geo.CheckRange(off, len(p)); err != nil {
-		return 0, fmt.Errorf("write: %w", err)
-	}
-	if v.background.Load() {
-		v.inflight.Add(1)
-		defer v.inflight.Add(-1)
-	}
+	defer v.endRequest(counted)
 	op := v.newOp()
 	defer v.putOp(op)
 	for _, r := range op.split(off, len(p)) {
