@@ -79,6 +79,10 @@ type Manager struct {
 	names   map[[16]byte]string
 	errs    map[[16]byte]error
 	heads   map[[16]byte]string // consumer device
+
+	// plan is the cluster's desired state (ReconcileCluster); nil in
+	// the one-node mode. Guarded by op.
+	plan *ClusterPlan
 }
 
 // New returns a Manager; it loads (or creates, like nvme-cli) the host
@@ -246,9 +250,14 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 }
 
 func (m *Manager) reconcileLocked(ctx context.Context, skip map[[16]byte]bool) error {
-	vols, err := m.scan()
-	if err != nil {
-		return err
+	var vols map[[16]byte]*onDisk
+	if m.plan != nil {
+		vols = m.planVolumes()
+	} else {
+		var err error
+		if vols, err = m.scan(); err != nil {
+			return err
+		}
 	}
 	var errs []error
 	for u, v := range vols {
@@ -268,6 +277,13 @@ func (m *Manager) reconcileLocked(ctx context.Context, skip map[[16]byte]bool) e
 			}
 			m.log.Warn("engine does not answer; starting a new one", "volume", v.name)
 			m.Forget(u, e)
+		}
+		if err := m.startBlocker(v); err != nil {
+			m.mu.Lock()
+			m.errs[u] = err
+			m.mu.Unlock()
+			errs = append(errs, err)
+			continue
 		}
 		rec := m.loadRecord(u)
 		e, err := m.opts.Start(ctx, EngineSpec{UUID: u, Name: v.name, Members: v.members, UblkID: rec.UblkID})
@@ -295,15 +311,30 @@ func (m *Manager) reconcileLocked(ctx context.Context, skip map[[16]byte]bool) e
 	}
 	exports, xerrs := m.desiredExports(vols, skip)
 	errs = append(errs, xerrs...)
-	heads, err := m.x.reconcile(ctx, exports)
+	var heads map[string]string
+	var err error
+	consumed := map[[16]byte]bool{}
+	if m.plan != nil {
+		p := *m.plan
+		p.Consumers = slices.DeleteFunc(slices.Clone(p.Consumers), func(c Consumer) bool { return skip[c.UUID] })
+		for _, c := range p.Consumers {
+			consumed[c.UUID] = true
+		}
+		heads, err = m.x.reconcileCluster(ctx, exports, &p)
+	} else {
+		for _, e := range exports {
+			consumed[e.UUID] = true
+		}
+		heads, err = m.x.reconcile(ctx, exports)
+	}
 	if err != nil {
 		errs = append(errs, err)
 	}
 	m.mu.Lock()
 	clear(m.heads)
-	for _, e := range exports {
-		if h := heads[NQN(e.UUID)]; h != "" {
-			m.heads[e.UUID] = h
+	for u := range consumed {
+		if h := heads[NQN(u)]; h != "" {
+			m.heads[u] = h
 		}
 	}
 	m.mu.Unlock()
