@@ -108,7 +108,9 @@ type ClusterResult struct {
 func (m *Manager) ReconcileCluster(ctx context.Context, p ClusterPlan) (ClusterResult, error) {
 	m.op.Lock()
 	defer m.op.Unlock()
+	m.mu.Lock()
 	m.plan = &p
+	m.mu.Unlock()
 	res := ClusterResult{Created: map[[16]byte][][16]byte{}}
 	var errs []error
 	for _, v := range p.Volumes {
@@ -130,6 +132,25 @@ func (m *Manager) ReconcileCluster(ctx context.Context, p ClusterPlan) (ClusterR
 	}
 	return res, errors.Join(errs...)
 }
+
+// currentPlan is the last cluster plan; nil in the one-node mode.
+func (m *Manager) currentPlan() *ClusterPlan {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.plan
+}
+
+// volumes is what the node's volumes are now: the cluster plan's, or the
+// local superblock scan's in the one-node mode.
+func (m *Manager) volumes() (map[[16]byte]*onDisk, error) {
+	if p := m.currentPlan(); p != nil {
+		return m.planVolumes(p), nil
+	}
+	return m.scan()
+}
+
+// HostIdentity is the node's NVMe host NQN and id.
+func (m *Manager) HostIdentity() nvmf.HostIdentity { return m.x.id }
 
 // Head returns the consumer device (NVMe multipath head) of volume u on
 // this node, "" when it has none.
@@ -257,9 +278,9 @@ func dataOn(path string, u [16]byte) string {
 // the plan, grouped from the superblocks on their members' devices as the
 // scan groups claimed drives (same newest-view rules, so failed and
 // returning members are found the same way).
-func (m *Manager) planVolumes() map[[16]byte]*onDisk {
+func (m *Manager) planVolumes(p *ClusterPlan) map[[16]byte]*onDisk {
 	out := map[[16]byte]*onDisk{}
-	for _, v := range m.plan.Volumes {
+	for _, v := range p.Volumes {
 		if v.State != PlanReady {
 			continue
 		}
@@ -284,12 +305,12 @@ func (m *Manager) planVolumes() map[[16]byte]*onDisk {
 
 // startBlocker says why volume v cannot start from the members found
 // (a group with fewer than K of them), or nil.
-func (m *Manager) startBlocker(v *onDisk) error {
-	if m.plan == nil {
+func (m *Manager) startBlocker(plan *ClusterPlan, v *onDisk) error {
+	if plan == nil {
 		return nil
 	}
 	var pv PlannedVolume
-	for _, p := range m.plan.Volumes {
+	for _, p := range plan.Volumes {
 		if p.UUID == v.uuid {
 			pv = p
 		}
@@ -374,4 +395,30 @@ func ConsumerConnections(cs []Consumer, id nvmf.HostIdentity, secret string) ([]
 		}
 	}
 	return out, nil
+}
+
+// DeletePlanned destroys volume u of the cluster plan: with a running
+// engine as Delete does (refused while this node's consumer device is
+// open); without one (it never started) the metadata of the member
+// devices given that still carry u's superblock is wiped.
+func (m *Manager) DeletePlanned(ctx context.Context, u [16]byte, members []string) error {
+	if _, e, _ := m.resolve(FormatUUID(u)); e != nil {
+		return m.Delete(ctx, FormatUUID(u))
+	}
+	m.op.Lock()
+	defer m.op.Unlock()
+	var errs []error
+	for _, p := range members {
+		if sb := readSuperblock(p); p != "" && sb != nil && sb.VolumeUUID == u {
+			if err := wipeMeta(p); err != nil {
+				errs = append(errs, fmt.Errorf("delete %s: wipe %s: %w", FormatUUID(u), p, err))
+			}
+		}
+	}
+	m.mu.Lock()
+	delete(m.names, u)
+	delete(m.errs, u)
+	m.mu.Unlock()
+	os.Remove(m.recordPath(u))
+	return errors.Join(errs...)
 }

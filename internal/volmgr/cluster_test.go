@@ -103,12 +103,12 @@ func TestPlanStartBlocker(t *testing.T) {
 	check := func(members []string, want string) {
 		t.Helper()
 		v.Members = members
-		m.plan = &ClusterPlan{Volumes: []PlannedVolume{v}}
-		d := m.planVolumes()[v.UUID]
+		p := &ClusterPlan{Volumes: []PlannedVolume{v}}
+		d := m.planVolumes(p)[v.UUID]
 		if d == nil {
 			t.Fatal("ready volume not in the plan's volumes")
 		}
-		err := m.startBlocker(d)
+		err := m.startBlocker(p, d)
 		if want == "" && err != nil || want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
 			t.Fatalf("members %v: %v, want %q", members, err, want)
 		}
@@ -119,8 +119,7 @@ func TestPlanStartBlocker(t *testing.T) {
 	check([]string{"", "", ""}, "none of its 3 members is reachable")
 	// A creating volume is not started.
 	v.State = PlanCreating
-	m.plan = &ClusterPlan{Volumes: []PlannedVolume{v}}
-	if len(m.planVolumes()) != 0 {
+	if len(m.planVolumes(&ClusterPlan{Volumes: []PlannedVolume{v}})) != 0 {
 		t.Fatal("a creating volume is in the volumes to start")
 	}
 }

@@ -250,14 +250,10 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 }
 
 func (m *Manager) reconcileLocked(ctx context.Context, skip map[[16]byte]bool) error {
-	var vols map[[16]byte]*onDisk
-	if m.plan != nil {
-		vols = m.planVolumes()
-	} else {
-		var err error
-		if vols, err = m.scan(); err != nil {
-			return err
-		}
+	plan := m.currentPlan()
+	vols, err := m.volumes()
+	if err != nil {
+		return err
 	}
 	var errs []error
 	for u, v := range vols {
@@ -278,7 +274,7 @@ func (m *Manager) reconcileLocked(ctx context.Context, skip map[[16]byte]bool) e
 			m.log.Warn("engine does not answer; starting a new one", "volume", v.name)
 			m.Forget(u, e)
 		}
-		if err := m.startBlocker(v); err != nil {
+		if err := m.startBlocker(plan, v); err != nil {
 			m.mu.Lock()
 			m.errs[u] = err
 			m.mu.Unlock()
@@ -312,10 +308,9 @@ func (m *Manager) reconcileLocked(ctx context.Context, skip map[[16]byte]bool) e
 	exports, xerrs := m.desiredExports(vols, skip)
 	errs = append(errs, xerrs...)
 	var heads map[string]string
-	var err error
 	consumed := map[[16]byte]bool{}
-	if m.plan != nil {
-		p := *m.plan
+	if plan != nil {
+		p := *plan
 		p.Consumers = slices.DeleteFunc(slices.Clone(p.Consumers), func(c Consumer) bool { return skip[c.UUID] })
 		for _, c := range p.Consumers {
 			consumed[c.UUID] = true
@@ -626,7 +621,7 @@ func (m *Manager) ReAdd(ref string, slot int, rate int64) error {
 	if err != nil {
 		return err
 	}
-	vols, err := m.scan()
+	vols, err := m.volumes()
 	if err != nil {
 		return err
 	}
@@ -644,6 +639,9 @@ func (m *Manager) Replace(ref string, slot int, dev string, rate int64) error {
 	_, e, err := m.resolve(ref)
 	if err != nil {
 		return err
+	}
+	if m.currentPlan() != nil {
+		return fmt.Errorf("%w: volume %s: replace is not available in a cluster yet (the member records in etcd would not follow); re-add the member when its node is back", ErrInvalid, ref)
 	}
 	vols, err := m.scan()
 	if err != nil {
