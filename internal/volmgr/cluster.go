@@ -13,8 +13,8 @@ import (
 	"github.com/fabraid/fabraid/engine"
 	"github.com/fabraid/fabraid/engine/superblock"
 	"github.com/fabraid/fabraid/internal/drive"
-	"github.com/fabraid/fabraid/kernel/nvmet"
 	"github.com/fabraid/fabraid/kernel/nvmf"
+	"github.com/fabraid/fabraid/plugins/backend"
 )
 
 // Cluster mode
@@ -303,76 +303,36 @@ func (m *Manager) planVolumes(p *ClusterPlan) map[[16]byte]*onDisk {
 	return out
 }
 
-// startBlocker says why volume v cannot start from the members found
-// (a group with fewer than K of them), or nil.
-func (m *Manager) startBlocker(plan *ClusterPlan, v *onDisk) error {
-	if plan == nil {
+// ClusterExportSpec is the desired state of the volume exports in a
+// cluster: one export per volume (as ExportSpec), allowed to every host of
+// hosts (with its key when auth), listening on every address (nvmet port
+// ids ExportPortID, ExportPortID+1, ...). Pure.
+func ClusterExportSpec(exports []Export, hosts []ExportHost, auth bool, addrs []string, port int) []backend.Export {
+	if len(hosts) == 0 {
 		return nil
-	}
-	var pv PlannedVolume
-	for _, p := range plan.Volumes {
-		if p.UUID == v.uuid {
-			pv = p
-		}
-	}
-	if v.sb == nil {
-		return fmt.Errorf("volume %s: waiting for members: none of its %d members is reachable", v.name, len(pv.Members))
-	}
-	g := v.sb.Geometry
-	width := g.K + g.M
-	have := make([]int, g.Groups)
-	for _, p := range v.members {
-		if i := slices.Index(pv.Members, p); i >= 0 && i/width < len(have) {
-			have[i/width]++
-		}
-	}
-	for grp, n := range have {
-		if n >= g.K {
-			continue
-		}
-		var missing []string
-		for s := grp * width; s < (grp+1)*width && s < len(pv.Members); s++ {
-			if p := pv.Members[s]; p == "" || !slices.Contains(v.members, p) {
-				missing = append(missing, fmt.Sprintf("%d (%s)", s, domainOf(pv.Config, s)))
-			}
-		}
-		return fmt.Errorf("volume %s: waiting for members: group %d has %d of its %d members, needs %d (missing slots %s)",
-			v.name, grp, n, width, g.K, strings.Join(missing, ", "))
-	}
-	return nil
-}
-
-// ClusterExportSpec is the desired nvmet configuration of the volume
-// exports in a cluster: one subsystem per volume (as ExportSpec), allowed
-// to every host of hosts (with its key when auth), linked on one tcp port
-// per address (ids ExportPortID, ExportPortID+1, ...). Pure.
-func ClusterExportSpec(exports []Export, hosts []ExportHost, auth bool, addrs []string, port int) nvmet.Spec {
-	if len(exports) == 0 || len(hosts) == 0 {
-		return nvmet.Spec{}
 	}
 	if port == 0 {
 		port = DefaultClusterExportPort
 	}
-	base := ExportSpec(exports, hosts[0].NQN, "", port)
-	spec := nvmet.Spec{Subsystems: base.Subsystems}
-	var nqns []string
+	var hs []backend.Host
 	for _, h := range hosts {
-		nh := nvmet.Host{NQN: h.NQN}
+		bh := backend.Host{NQN: h.NQN}
 		if auth {
-			nh.DHCHAPKey = h.Secret
+			bh.DHCHAPKey = backend.Secret(h.Secret)
 		}
-		spec.Hosts = append(spec.Hosts, nh)
-		nqns = append(nqns, h.NQN)
+		hs = append(hs, bh)
 	}
-	slices.Sort(nqns)
-	for i := range spec.Subsystems {
-		spec.Subsystems[i].AllowedHosts = slices.Clone(nqns)
-	}
+	slices.SortFunc(hs, func(a, b backend.Host) int { return strings.Compare(a.NQN, b.NQN) })
+	var ls []backend.Listener
 	for i, a := range addrs {
-		spec.Ports = append(spec.Ports, nvmet.Port{ID: uint16(ExportPortID + i), Transport: nvmet.TCP, Address: a,
-			ServiceID: strconv.Itoa(port), Subsystems: slices.Clone(base.Ports[0].Subsystems)})
+		ls = append(ls, backend.Listener{Transport: "tcp", Address: a, ServiceID: strconv.Itoa(port), PortID: uint16(ExportPortID + i)})
 	}
-	return spec
+	out := ExportSpec(exports, "", "", port)
+	for i := range out {
+		out[i].Hosts = slices.Clone(hs)
+		out[i].Listeners = slices.Clone(ls)
+	}
+	return out
 }
 
 // ConsumerConnections are the connections of this host to the consumer

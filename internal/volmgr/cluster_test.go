@@ -8,8 +8,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fabraid/fabraid/engine"
+	"github.com/fabraid/fabraid/internal/config"
 	"github.com/fabraid/fabraid/kernel/nvmf"
 )
 
@@ -90,33 +92,37 @@ func TestCreatePlanned(t *testing.T) {
 	}
 }
 
-// A ready volume starts degraded with one member of a 2+1 group missing,
-// and waits, saying which slots are missing, with two.
-func TestPlanStartBlocker(t *testing.T) {
-	m := &Manager{log: slog.New(slog.DiscardHandler)}
+// A ready volume of the plan goes through the start gate with the members
+// found on the plan's devices: complete, it starts; with one member of
+// its 2+1 group missing it waits, then starts degraded after the
+// assembly timeout; with two it never starts and says so.
+func TestPlanVolumesGate(t *testing.T) {
+	m := &Manager{log: slog.New(slog.DiscardHandler), opts: Options{Config: config.Config{StateDir: t.TempDir(), AssemblyTimeout: time.Minute}}}
 	paths := blankFiles(t, 3, 8<<20)
 	v := planned(paths)
 	if _, err := m.createPlanned(v); err != nil {
 		t.Fatal(err)
 	}
 	v.State = PlanReady
+	now := time.Unix(1000, 0)
+	m.gate.now = func() time.Time { return now }
 	check := func(members []string, want string) {
 		t.Helper()
 		v.Members = members
-		p := &ClusterPlan{Volumes: []PlannedVolume{v}}
-		d := m.planVolumes(p)[v.UUID]
+		d := m.planVolumes(&ClusterPlan{Volumes: []PlannedVolume{v}})[v.UUID]
 		if d == nil {
 			t.Fatal("ready volume not in the plan's volumes")
 		}
-		err := m.startBlocker(p, d)
+		err := m.gateCheck(v.UUID, d)
 		if want == "" && err != nil || want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
 			t.Fatalf("members %v: %v, want %q", members, err, want)
 		}
 	}
 	check(paths, "")
+	check([]string{paths[0], "", paths[2]}, "waiting")
+	now = now.Add(2 * time.Minute)
 	check([]string{paths[0], "", paths[2]}, "")
-	check([]string{"", "", paths[2]}, "group 0 has 1 of its 3 members, needs 2 (missing slots 0 (a), 1 (b))")
-	check([]string{"", "", ""}, "none of its 3 members is reachable")
+	check([]string{"", "", paths[2]}, "1 of")
 	// A creating volume is not started.
 	v.State = PlanCreating
 	if len(m.planVolumes(&ClusterPlan{Volumes: []PlannedVolume{v}})) != 0 {
@@ -131,22 +137,22 @@ func TestClusterExportSpec(t *testing.T) {
 	exports := []Export{{UUID: [16]byte{1}, Device: "/dev/ublkb0"}, {UUID: [16]byte{2}, Device: "/dev/ublkb1"}}
 	hosts := []ExportHost{{NQN: "nqn.b", Secret: "DHHC-1:00:b:"}, {NQN: "nqn.a", Secret: "DHHC-1:00:a:"}}
 	s := ClusterExportSpec(exports, hosts, true, []string{"10.0.0.1", "10.0.1.1"}, 0)
-	if len(s.Ports) != 2 || s.Ports[0].ID != ExportPortID || s.Ports[1].ID != ExportPortID+1 || s.Ports[1].Address != "10.0.1.1" ||
-		s.Ports[0].ServiceID != "4420" || len(s.Ports[1].Subsystems) != 2 {
-		t.Fatalf("ports %+v", s.Ports)
+	if len(s) != 2 {
+		t.Fatalf("exports %+v", s)
 	}
-	for _, sub := range s.Subsystems {
-		if !slices.Equal(sub.AllowedHosts, []string{"nqn.a", "nqn.b"}) {
-			t.Fatalf("%s allows %v", sub.NQN, sub.AllowedHosts)
+	for _, e := range s {
+		ls := e.Listeners
+		if len(ls) != 2 || ls[0].PortID != ExportPortID || ls[1].PortID != ExportPortID+1 || ls[1].Address != "10.0.1.1" || ls[0].ServiceID != "4420" {
+			t.Fatalf("%s listeners %+v", e.NQN, ls)
+		}
+		if len(e.Hosts) != 2 || e.Hosts[0].NQN != "nqn.a" || string(e.Hosts[0].DHCHAPKey) != "DHHC-1:00:a:" || e.Hosts[1].NQN != "nqn.b" {
+			t.Fatalf("%s hosts %+v", e.NQN, e.Hosts)
 		}
 	}
-	if len(s.Hosts) != 2 || s.Hosts[0].DHCHAPKey != "DHHC-1:00:b:" {
-		t.Fatalf("hosts %+v", s.Hosts)
-	}
-	if s := ClusterExportSpec(exports, hosts, false, []string{"10.0.0.1"}, 4430); s.Hosts[0].DHCHAPKey != "" || s.Ports[0].ServiceID != "4430" {
+	if s := ClusterExportSpec(exports, hosts, false, []string{"10.0.0.1"}, 4430); s[0].Hosts[0].DHCHAPKey != "" || s[0].Listeners[0].ServiceID != "4430" {
 		t.Fatalf("without auth: %+v", s)
 	}
-	if s := ClusterExportSpec(nil, hosts, true, []string{"10.0.0.1"}, 0); len(s.Ports)+len(s.Subsystems)+len(s.Hosts) != 0 {
+	if s := ClusterExportSpec(nil, hosts, true, []string{"10.0.0.1"}, 0); len(s) != 0 {
 		t.Fatalf("nothing to export: %+v", s)
 	}
 	id := nvmf.HostIdentity{NQN: "nqn.self", ID: "0b0b0b0b-0000-4000-8000-00000000000b"}
