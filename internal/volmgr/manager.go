@@ -20,6 +20,8 @@ import (
 	"github.com/fabraid/fabraid/kernel/nvmet"
 	"github.com/fabraid/fabraid/kernel/nvmf"
 	"github.com/fabraid/fabraid/kernel/ublk"
+	"github.com/fabraid/fabraid/plugins/backend"
+	pnvmet "github.com/fabraid/fabraid/plugins/nvmet"
 )
 
 // EngineSpec is what an engine needs to start: the volume and its members.
@@ -38,9 +40,13 @@ type Options struct {
 	Config    config.Config
 	Drives    drive.Host
 	NvmetRoot string // default nvmet.DefaultRoot
-	HostDir   string // default nvmf.DefaultHostDir (hostnqn, hostid)
-	Sysfs     string // default nvmf.DefaultSysfs
-	Log       *slog.Logger
+	// Target is the target backend the volumes are exported through
+	// (plugins/backend: a plugin's Runner); default the in-process kernel
+	// nvmet backend on NvmetRoot.
+	Target  backend.Backend
+	HostDir string // default nvmf.DefaultHostDir (hostnqn, hostid)
+	Sysfs   string // default nvmf.DefaultSysfs
+	Log     *slog.Logger
 	// Start starts an engine; default StartInProcess.
 	Start StartFunc
 }
@@ -103,14 +109,16 @@ func New(o Options) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("host identity: %w", err)
 	}
-	// The volume manager owns only vol: subsystems and ports 18000-18099, so
-	// a drive exporter reconciling drive: subsystems on the same node (the
-	// cluster layer) and this one never undo each other.
-	target := nvmet.New(o.NvmetRoot)
-	target.Own = nvmet.VolumeOwnership()
+	// The volume manager applies only scope NQNPrefix (kernel nvmet: vol:
+	// subsystems and ports 18000-18099), so a drive exporter reconciling
+	// drive: subsystems on the same node (the cluster layer) and this one
+	// never undo each other.
+	if o.Target == nil {
+		o.Target = &pnvmet.Backend{Root: o.NvmetRoot, SysModule: "/sys/module"}
+	}
 	return &Manager{
 		opts: o, log: o.Log,
-		x: &exporter{target: target, host: nvmf.NewHost(), sysfs: nvmf.Sysfs{Root: o.Sysfs}, id: id,
+		x: &exporter{target: o.Target, host: nvmf.NewHost(), sysfs: nvmf.Sysfs{Root: o.Sysfs}, id: id,
 			addr: o.Config.ExportAddress, port: o.Config.ExportPort},
 		engines: map[[16]byte]Engine{}, names: map[[16]byte]string{}, errs: map[[16]byte]error{}, heads: map[[16]byte]string{},
 	}, nil
