@@ -194,6 +194,16 @@ func FuzzUnmarshal(f *testing.F) {
 	v1.Members[4].Failure = FailUnrecorded
 	b1, _ := v1.Marshal()
 	f.Add(b1)
+	// Owner-journal flags (version 3) on an active, a rebuilding (with
+	// resync) and a failed member, and a version 2 copy.
+	v3 := sample()
+	v3.Members[0].OwnerJournal, v3.Members[3].OwnerJournal, v3.Members[4].OwnerJournal = true, true, true
+	b3, _ := v3.Marshal()
+	f.Add(b3)
+	v2 := sample()
+	v2.Version = VersionJournal
+	b2, _ := v2.Marshal()
+	f.Add(b2)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) >= CopySize && len(data) > 300 {
 			// Keep the fuzzer's mutations from being killed by the CRC
