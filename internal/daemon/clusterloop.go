@@ -19,7 +19,6 @@ import (
 	"github.com/fabraid/fabraid/internal/exporter"
 	"github.com/fabraid/fabraid/internal/importer"
 	"github.com/fabraid/fabraid/internal/volmgr"
-	"github.com/fabraid/fabraid/kernel/nvmf"
 )
 
 // The data-plane loop in a cluster
@@ -162,29 +161,6 @@ func (c *clusterLoop) watch(cli *clientv3.Client, kick func()) {
 		}
 		c.mu.Unlock()
 	}()
-}
-
-// localHostKey returns the node's DH-HMAC-CHAP secret from
-// state_dir/cluster/dhchap.key, making it (0600) when absent.
-func localHostKey(stateDir string) (string, error) {
-	p := filepath.Join(stateDir, "cluster", "dhchap.key")
-	if b, err := os.ReadFile(p); err == nil {
-		return strings.TrimSpace(string(b)), nil
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return "", err
-	}
-	s, err := nvmf.GenerateSecret(32)
-	if err != nil {
-		return "", err
-	}
-	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-		return "", err
-	}
-	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, []byte(s.Reveal()+"\n"), 0o600); err != nil {
-		return "", err
-	}
-	return s.Reveal(), os.Rename(tmp, p)
 }
 
 // localDrives are this node's claimed drives: by claim id for the

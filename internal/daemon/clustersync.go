@@ -24,15 +24,16 @@ func (d *Daemon) reconcileCluster(ctx context.Context) error {
 	c := d.loop
 	c.watch(cli, d.Kick)
 	self := d.opts.Config.NodeName
-	secret, err := volumes.EnsureHostKey(ctx, cli, self, func() (string, error) { return localHostKey(d.opts.Config.StateDir) })
-	if err != nil {
-		return err
+	hs, ok := d.cluster.HostSecret()
+	if !ok {
+		return errNoEtcd // registration makes it
 	}
+	secret := hs.Reveal()
 	v, err := readView(ctx, cli, self)
 	if err != nil {
 		return err
 	}
-	v.HostKeys[self] = secret
+	v.HostKeys[self] = secret // what this node presents, even before etcd has it
 	c.mu.Lock()
 	c.view = v
 	c.mu.Unlock()
@@ -41,7 +42,7 @@ func (d *Daemon) reconcileCluster(ctx context.Context) error {
 	local, drives := localDrives(d.opts.Config.StateDir)
 	xin := plan.ExporterInput(v.View, drives)
 	xin.HostNQN = d.mgr.HostNQN()
-	xres, err := c.x.Reconcile(xin)
+	xres, err := c.x.Reconcile(ctx, xin)
 	if err != nil {
 		errs = append(errs, err)
 	}
