@@ -13,7 +13,7 @@ import (
 type Info struct {
 	Name      string       `json:"name"`
 	UUID      string       `json:"uuid"`
-	State     string       `json:"state"` // optimal, degraded, rebuilding, failed, stopped
+	State     string       `json:"state"` // optimal, degraded, rebuilding, failed, stopped, waiting (gate.go)
 	Size      int64        `json:"size"`
 	K         int          `json:"k"`
 	M         int          `json:"m"`
@@ -95,7 +95,7 @@ func (m *Manager) Info(ref string) (Info, error) {
 	if err != nil {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		return Info{Name: m.names[u], UUID: FormatUUID(u), NQN: NQN(u), State: "stopped", Error: err.Error()}, nil
+		return notRunningInfo(m.names[u], u, err), nil
 	}
 	m.mu.Lock()
 	head := m.heads[u]
