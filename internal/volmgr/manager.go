@@ -94,6 +94,10 @@ type Manager struct {
 	heads   map[[16]byte]string // consumer device
 
 	gate gate // boot-time start gate (gate.go)
+
+	// plan is the cluster's desired state (ReconcileCluster); nil in
+	// the one-node mode. Guarded by mu.
+	plan *ClusterPlan
 }
 
 // New returns a Manager; it loads (or creates, like nvme-cli) the host
@@ -266,7 +270,8 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 }
 
 func (m *Manager) reconcileLocked(ctx context.Context, skip map[[16]byte]bool) error {
-	vols, err := m.scan()
+	plan := m.currentPlan()
+	vols, err := m.volumes()
 	if err != nil {
 		return err
 	}
@@ -318,15 +323,29 @@ func (m *Manager) reconcileLocked(ctx context.Context, skip map[[16]byte]bool) e
 	}
 	exports, xerrs := m.desiredExports(vols, skip)
 	errs = append(errs, xerrs...)
-	heads, err := m.x.reconcile(ctx, exports)
+	var heads map[string]string
+	consumed := map[[16]byte]bool{}
+	if plan != nil {
+		p := *plan
+		p.Consumers = slices.DeleteFunc(slices.Clone(p.Consumers), func(c Consumer) bool { return skip[c.UUID] })
+		for _, c := range p.Consumers {
+			consumed[c.UUID] = true
+		}
+		heads, err = m.x.reconcileCluster(ctx, exports, &p)
+	} else {
+		for _, e := range exports {
+			consumed[e.UUID] = true
+		}
+		heads, err = m.x.reconcile(ctx, exports)
+	}
 	if err != nil {
 		errs = append(errs, err)
 	}
 	m.mu.Lock()
 	clear(m.heads)
-	for _, e := range exports {
-		if h := heads[NQN(e.UUID)]; h != "" {
-			m.heads[e.UUID] = h
+	for u := range consumed {
+		if h := heads[NQN(u)]; h != "" {
+			m.heads[u] = h
 		}
 	}
 	m.mu.Unlock()
@@ -618,7 +637,7 @@ func (m *Manager) ReAdd(ref string, slot int, rate int64) error {
 	if err != nil {
 		return err
 	}
-	vols, err := m.scan()
+	vols, err := m.volumes()
 	if err != nil {
 		return err
 	}
@@ -636,6 +655,9 @@ func (m *Manager) Replace(ref string, slot int, dev string, rate int64) error {
 	_, e, err := m.resolve(ref)
 	if err != nil {
 		return err
+	}
+	if m.currentPlan() != nil {
+		return fmt.Errorf("%w: volume %s: replace is not available in a cluster yet (the member records in etcd would not follow); re-add the member when its node is back", ErrInvalid, ref)
 	}
 	vols, err := m.scan()
 	if err != nil {
