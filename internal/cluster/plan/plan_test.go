@@ -179,7 +179,7 @@ func TestImporterInput(t *testing.T) {
 func TestConsumers(t *testing.T) {
 	v := view("c")
 	v.Volumes = append(v.Volumes,
-		model.Volume{UUID: us(4), Name: "v0", State: model.VolumeReady, Owner: "", Members: members("a-d3")},      // failover in progress
+		model.Volume{UUID: us(4), Name: "v0", State: model.VolumeReady, Owner: "", Members: members("a-d3")},     // failover in progress
 		model.Volume{UUID: us(5), Name: "v5", State: model.VolumeDeleting, Owner: "a", Members: members("b-d3")}, // going
 		model.Volume{UUID: us(6), Name: "v6", State: model.VolumeReady, Owner: "d", Members: members("c-d3")},    // owner dead: still consumed
 	)
