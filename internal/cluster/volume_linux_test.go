@@ -88,10 +88,10 @@ func volumeGuest(t *testing.T, g *vmtest.Env) {
 		g.Signal(t, "created")
 		g.Wait(t, "b", "verified")
 		g.Wait(t, "c", "verified")
-		in = showVolume(t)
-		if in.State != "optimal" || in.Failed != 0 {
-			t.Fatalf("after the verifiers: %s, %d failed members", in.State, in.Failed)
-		}
+		// A member path that missed its 2 s keep-alive while the guests
+		// were starved of CPU fails as unreachable and is re-added by the
+		// owner (bitmap resync): the volume is optimal again by itself.
+		waitState(t, start, "optimal", 3*time.Minute)
 		mustFabraid(t, "volume", "list")
 		step(t, start, "done")
 		g.Signal(t, "done")
@@ -166,6 +166,38 @@ func showVolume(t *testing.T) volmgr.Info {
 		t.Fatal(err)
 	}
 	return in
+}
+
+// waitState polls the volume on this node until its state is want,
+// logging every change (state, members not active).
+func waitState(t *testing.T, start time.Time, want string, timeout time.Duration) volmgr.Info {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for {
+		b, err := osexec.Command("/usr/bin/fabraid", "volume", "show", "v", "--json").Output()
+		var in volmgr.Info
+		if err == nil && json.Unmarshal(b, &in) == nil {
+			var off []string
+			for _, m := range in.Members {
+				if m.Role != "active" {
+					off = append(off, fmt.Sprintf("%d(%s %s %s)", m.Slot, m.Domain, m.Role, m.Failure))
+				}
+			}
+			now := fmt.Sprintf("%s %v %s", in.State, off, in.Error)
+			if now != last {
+				step(t, start, "volume v: %s", now)
+				last = now
+			}
+			if in.State == want {
+				return in
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("volume v not %s after %s: %s (%v)", want, timeout, last, err)
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 // waitHead waits until this node has the volume's consumer device.
