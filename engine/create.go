@@ -147,8 +147,12 @@ func create(cfg Config, devs []Member, names []string, opts Options, h testHooks
 	if g.M == 1 {
 		codec = superblock.CodecXOR
 	}
+	volUUID := cfg.UUID
+	if volUUID == ([16]byte{}) {
+		volUUID = newUUID()
+	}
 	sb := &superblock.Superblock{
-		Flags: flags, VolumeUUID: newUUID(), Name: cfg.Name, Geometry: g, Codec: codec,
+		Flags: flags, VolumeUUID: volUUID, Name: cfg.Name, Geometry: g, Codec: codec,
 		DataOffset: cfg.DataOffset, BitmapOffset: defaultBitmapOffset, BitmapBytes: uint32(bitmapBytes()),
 		RegionRows: regionRows, Events: 1, Epoch: 0, Clean: true, CTime: cfg.CTime,
 		Version: superblock.Version, JournalOffset: journalOff, JournalBytes: journalBytes,

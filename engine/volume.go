@@ -48,7 +48,11 @@ var (
 
 // Config describes a new volume.
 type Config struct {
-	Name      string
+	Name string
+	// UUID is the volume UUID to record; zero: a random one (the cluster
+	// chooses it before the owner creates the volume, so the record in
+	// etcd and the superblocks agree).
+	UUID      [16]byte
 	K, M      int
 	Groups    int      // default 1
 	ChunkSize int      // default DefaultChunkSize

@@ -131,6 +131,15 @@ func (n *Node) InCluster() bool {
 	return n.st != nil || len(n.o.External) > 0
 }
 
+// Client returns the node's etcd client, nil while the node is in no
+// cluster or its membership is not up (Start retries). The client stays
+// valid until Close, Leave or a failed Start; callers must not close it.
+func (n *Node) Client() *clientv3.Client {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.cli
+}
+
 // Start brings up what the node's state asks for: its etcd member, the
 // client, its registration and heartbeat, the join service. A node in no
 // cluster starts nothing.

@@ -71,7 +71,7 @@ func New(o Options) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	mgr, err := volmgr.New(volmgr.Options{Config: o.Config, Drives: drive.System(o.Config.StateDir), Log: o.Log, Start: start, HostDir: o.HostDir})
+	mgr, err := volmgr.New(volmgr.Options{Config: o.Config, Drives: drive.System(o.Config.StateDir), Log: o.Log, Start: start, HostDir: o.HostDir, Kick: d.Kick})
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +136,7 @@ func (d *Daemon) reconcile(ctx context.Context) {
 		counts[v.State]++
 	}
 	var parts []string
-	for _, s := range []string{"optimal", "degraded", "rebuilding", "failed", "stopped"} {
+	for _, s := range volumeStates {
 		if counts[s] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
 		}

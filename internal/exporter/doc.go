@@ -29,9 +29,12 @@
 //
 // # Apply and fencing
 //
-// Reconcile reads configfs every time and converges it with kernel/nvmet
-// (DriveOwnership: the volume manager's …:vol:* subsystems and ports are
-// left alone). Removing a host from allowed_hosts does not end the
+// Reconcile reads the target's actual state every time and converges it
+// through the target backend (plugins/backend, scope NQNPrefix; the kernel
+// backend maps it to kernel/nvmet's DriveOwnership: the volume manager's
+// …:vol:* subsystems and ports are left alone). Desire and Fence reason on
+// kernel/nvmet's Spec and State; plugins/nvmet FromSpec and StateOf convert
+// to and from the backend's exports. Removing a host from allowed_hosts does not end the
 // controllers it already has, so a changed owner (or a changed secret)
 // would leave the old owner writing. Fence finds those subsystems in the
 // actual state (linked on a port, and allowing a host or key the desired

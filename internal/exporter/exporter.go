@@ -1,49 +1,42 @@
 package exporter
 
 import (
+	"context"
 	"fmt"
-	"strconv"
 
 	"github.com/fabraid/fabraid/kernel/nvmet"
+	"github.com/fabraid/fabraid/plugins/backend"
+	pnvmet "github.com/fabraid/fabraid/plugins/nvmet"
 )
 
-// Exporter reconciles one node's drive exports. It caches the nvmet
-// feature probe and nothing else: every Reconcile reads configfs afresh.
+// Exporter reconciles one node's drive exports through a target backend
+// (plugins/backend, scope NQNPrefix). It caches the feature probe and
+// nothing else: every Reconcile reads the target's actual state afresh.
 // Run one Reconcile at a time.
 type Exporter struct {
-	Target    *nvmet.Target // Own must be nvmet.DriveOwnership()
-	SysModule string        // /sys/module, for the probe
-	features  *nvmet.Features
+	// Target is the target backend: the in-process kernel nvmet backend
+	// (New) or a plugin's Runner.
+	Target   backend.Backend
+	features *backend.Features
 }
 
-// New returns an Exporter on the nvmet configfs root (nvmet.DefaultRoot
-// when empty).
+// New returns an Exporter on the in-process kernel nvmet backend at the
+// configfs root (nvmet.DefaultRoot when empty).
 func New(root string) *Exporter {
-	t := nvmet.New(root)
-	t.Own = nvmet.DriveOwnership()
-	return &Exporter{Target: t, SysModule: "/sys/module"}
+	if root == "" {
+		root = nvmet.DefaultRoot
+	}
+	return &Exporter{Target: &pnvmet.Backend{Root: root, SysModule: "/sys/module"}}
 }
 
-// Features probes the kernel's nvmet features once (kernel/nvmet Probe:
-// configfs attribute presence) and returns the cached answer afterwards;
-// a failed probe is not cached. The objects of a probe interrupted by a
-// crash would make every later probe fail, and Reconcile never reach the
-// Apply that removes them: they are removed first.
-func (x *Exporter) Features() (nvmet.Features, error) {
+// Features asks the target once (the kernel backend probes configfs
+// attribute presence, removing an interrupted probe's objects first) and
+// returns the cached answer afterwards; a failed probe is not cached.
+func (x *Exporter) Features(ctx context.Context) (backend.Features, error) {
 	if x.features != nil {
 		return *x.features, nil
 	}
-	own := x.Target.Own
-	name := own.SubsystemPrefix + "probe"
-	leftovers := nvmet.Plan{
-		{Kind: nvmet.OpRmdir, Path: "hosts/" + name},
-		{Kind: nvmet.OpRmdir, Path: "subsystems/" + name},
-		{Kind: nvmet.OpRmdir, Path: "ports/" + strconv.Itoa(int(own.MaxPort))},
-	}
-	if _, err := x.Target.Execute(leftovers); err != nil {
-		return nvmet.Features{}, fmt.Errorf("drive exporter: remove the objects of an interrupted feature probe: %w", err)
-	}
-	f, err := nvmet.Probe(x.Target.Root, x.SysModule, own)
+	f, err := x.Target.Features(ctx)
 	if err != nil {
 		return f, fmt.Errorf("drive exporter: %w", err)
 	}
@@ -58,43 +51,44 @@ type Result struct {
 	// Fenced lists the drives whose old hosts' controllers were torn down
 	// this time (owner or secret changed).
 	Fenced []string
-	// Done lists the configfs operations carried out; empty when nothing
-	// changed.
-	Done nvmet.Plan
-	Auth bool // the kernel has DH-HMAC-CHAP
+	// Done lists the target operations carried out (no secrets); empty
+	// when nothing changed.
+	Done []string
+	Auth bool // the target has DH-HMAC-CHAP
 }
 
-// Reconcile converges the node's nvmet drive exports to in: Desire, then
-// (when Fence finds controllers to end) the fence step, then the desired
-// state. On error, calling Reconcile again finishes the job.
-func (x *Exporter) Reconcile(in Input) (Result, error) {
-	f, err := x.Features()
+// Reconcile converges the node's drive exports to in: Desire, then (when
+// Fence finds controllers to end) the fence step, then the desired state.
+// On error, calling Reconcile again finishes the job.
+func (x *Exporter) Reconcile(ctx context.Context, in Input) (Result, error) {
+	f, err := x.Features(ctx)
 	if err != nil {
 		return Result{}, err
 	}
-	d := Desire(in, f)
+	d := Desire(in, nvmet.Features{Auth: f.Auth})
 	res := Result{Exports: d.Exports, Problems: d.Problems, Auth: f.Auth}
-	actual, err := x.Target.Read()
+	actual, err := x.Target.List(ctx, NQNPrefix)
 	if err != nil {
 		return res, fmt.Errorf("drive exporter: %w", err)
 	}
-	step, fenced := Fence(d.Spec, actual)
+	step, fenced := Fence(d.Spec, pnvmet.StateOf(actual))
 	if len(fenced) > 0 {
-		p, err := nvmet.Diff(step, actual, x.Target.Own)
-		if err != nil {
-			return res, fmt.Errorf("drive exporter: fence %v: %w", fenced, err)
-		}
-		done, err := x.Target.Execute(p)
+		done, err := x.apply(ctx, step)
 		res.Done = append(res.Done, done...)
 		if err != nil {
 			return res, fmt.Errorf("drive exporter: fence %v: %w", fenced, err)
 		}
 		res.Fenced = fenced
 	}
-	done, err := x.Target.Apply(d.Spec)
+	done, err := x.apply(ctx, d.Spec)
 	res.Done = append(res.Done, done...)
 	if err != nil {
 		return res, fmt.Errorf("drive exporter: %w", err)
 	}
 	return res, nil
+}
+
+func (x *Exporter) apply(ctx context.Context, spec nvmet.Spec) ([]string, error) {
+	r, err := x.Target.Apply(ctx, backend.ApplyRequest{Scope: NQNPrefix, Exports: pnvmet.FromSpec(spec)})
+	return r.Ops, err
 }

@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/fabraid/fabraid/kernel/nvmet"
 	"github.com/fabraid/fabraid/kernel/nvmf"
+	pnvmet "github.com/fabraid/fabraid/plugins/nvmet"
 )
 
 // randomInput draws a node with up to 5 drives and up to 4 volumes over
@@ -159,20 +161,22 @@ func TestDesireProperties(t *testing.T) {
 }
 
 // TestFeaturesInterruptedProbe: a probe's objects left by a crash are
-// removed before probing again (paths only: a plain directory tree).
+// removed before probing again (paths only: a plain directory tree). The
+// kernel backend probes with kernel/nvmet DefaultOwnership's names, outside
+// the drive scope.
 func TestFeaturesInterruptedProbe(t *testing.T) {
 	root := t.TempDir()
-	for _, d := range []string{"hosts", "subsystems", "ports", "hosts/" + NQNPrefix + "probe"} {
+	probe := nvmet.DefaultOwnership().SubsystemPrefix + "probe"
+	for _, d := range []string{"hosts", "subsystems", "ports", "hosts/" + probe} {
 		if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	x := New(root)
-	x.SysModule = t.TempDir()
-	if _, err := x.Features(); err != nil {
+	x := &Exporter{Target: &pnvmet.Backend{Root: root, SysModule: t.TempDir()}}
+	if _, err := x.Features(context.Background()); err != nil {
 		t.Fatalf("probe after an interrupted one: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(root, "hosts", NQNPrefix+"probe")); err == nil {
+	if _, err := os.Stat(filepath.Join(root, "hosts", probe)); err == nil {
 		t.Fatal("probe host left behind")
 	}
 }

@@ -93,7 +93,7 @@ func exportSide(t *testing.T, g *vmtest.Env) {
 	reconcile := func(in exporter.Input) exporter.Result {
 		t.Helper()
 		start := time.Now()
-		res, err := x.Reconcile(in)
+		res, err := x.Reconcile(context.Background(), in)
 		if err != nil {
 			t.Fatalf("reconcile: %v\ndone:\n%s", err, res.Done)
 		}
@@ -497,7 +497,7 @@ func TestIntegrationDriveExportImport61(t *testing.T) {
 		switch g.Name {
 		case "a":
 			x := exporter.New("")
-			res, err := x.Reconcile(volumeInput(g, hostB, keyB))
+			res, err := x.Reconcile(context.Background(), volumeInput(g, hostB, keyB))
 			if err != nil || len(res.Problems) > 0 {
 				t.Fatalf("reconcile: %v %v", err, res.Problems)
 			}

@@ -12,8 +12,9 @@
 // running engines, /sys/kernel/config/nvmet and the NVMe controllers in sysfs.
 // Missing engines are assembled and started (a ublk device left by a dead
 // engine is re-attached with user recovery, so consumers see a pause, not an
-// error), nvmet is converged with nvmet.Target.Apply and connections with
-// nvmf.PlanConnections.
+// error), the exports are converged with the target backend's Apply
+// (plugins/backend, scope NQNPrefix: Options.Target, by default the kernel
+// nvmet backend in this process) and connections with nvmf.PlanConnections.
 //
 // # Export identity
 //
@@ -24,8 +25,9 @@
 // allowed; allow_any_host is never set. The node connects on the configured
 // export address (default 127.0.0.1:4420, port id 18000) with the volume-path
 // timeout profile: I/O is queued, not failed, while the path reconnects.
-// nvmet objects are reconciled with nvmet.VolumeOwnership: vol: subsystems
-// and ports 18000-18099 only; anything else in configfs is left alone.
+// The kernel backend reconciles scope NQNPrefix with nvmet.VolumeOwnership:
+// vol: subsystems and ports 18000-18099 only; anything else in configfs is
+// left alone.
 //
 // # Engines
 //

@@ -3,14 +3,15 @@ package volmgr
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/fabraid/fabraid/kernel/nvmet"
 	"github.com/fabraid/fabraid/kernel/nvmf"
+	"github.com/fabraid/fabraid/plugins/backend"
 )
 
 // NQNPrefix is the subsystem NQN prefix of exported volumes.
@@ -50,38 +51,24 @@ func ParseUUID(s string) ([16]byte, error) {
 // NQN returns the subsystem NQN of the volume with UUID u.
 func NQN(u [16]byte) string { return NQNPrefix + FormatUUID(u) }
 
-// ExportSpec is the desired nvmet configuration for exports on one node: one
-// subsystem per volume (namespace 1 = the ublk device, UUID and NGUID from
-// the volume UUID), allowed to hostNQN only, all linked on one tcp port.
-// It is pure.
-func ExportSpec(exports []Export, hostNQN, addr string, port int) nvmet.Spec {
-	if len(exports) == 0 {
-		return nvmet.Spec{}
-	}
-	spec := nvmet.Spec{Hosts: []nvmet.Host{{NQN: hostNQN}}}
-	p := nvmet.Port{ID: ExportPortID, Transport: nvmet.TCP, Address: addr, ServiceID: strconv.Itoa(port)}
+// ExportSpec is the desired state of the node's volume exports, in the
+// target backend's terms (plugins/backend, scope NQNPrefix): one export per
+// volume (namespace 1 = the ublk device, UUID and NGUID from the volume
+// UUID), allowed to hostNQN only, each listening on addr:port (nvmet port
+// ExportPortID, shared by all). Sorted by NQN. It is pure.
+func ExportSpec(exports []Export, hostNQN, addr string, port int) []backend.Export {
+	var out []backend.Export
 	for _, e := range exports {
-		nqn := NQN(e.UUID)
 		h := hex.EncodeToString(e.UUID[:])
-		spec.Subsystems = append(spec.Subsystems, nvmet.Subsystem{
-			NQN: nqn, Serial: h[:20], Model: "fabraid volume",
-			AllowedHosts: []string{hostNQN},
-			Namespaces:   []nvmet.Namespace{{NSID: 1, DevicePath: e.Device, UUID: FormatUUID(e.UUID), NGUID: h}},
+		out = append(out, backend.Export{
+			NQN: NQN(e.UUID), Serial: h[:20], Model: "fabraid volume",
+			Namespaces: []backend.Namespace{{NSID: 1, Device: e.Device, UUID: FormatUUID(e.UUID), NGUID: h}},
+			Listeners:  []backend.Listener{{Transport: "tcp", Address: addr, ServiceID: strconv.Itoa(port), PortID: ExportPortID}},
+			Hosts:      []backend.Host{{NQN: hostNQN}},
 		})
-		p.Subsystems = append(p.Subsystems, nqn)
 	}
-	slices.SortFunc(spec.Subsystems, func(a, b nvmet.Subsystem) int {
-		if a.NQN < b.NQN {
-			return -1
-		}
-		if a.NQN > b.NQN {
-			return 1
-		}
-		return 0
-	})
-	slices.Sort(p.Subsystems)
-	spec.Ports = []nvmet.Port{p}
-	return spec
+	slices.SortFunc(out, func(a, b backend.Export) int { return strings.Compare(a.NQN, b.NQN) })
+	return out
 }
 
 // Connections is the desired set of connections of this node to its own
@@ -99,9 +86,12 @@ func Connections(exports []Export, id nvmf.HostIdentity, addr string, port int) 
 	return out, nil
 }
 
-// exporter converges nvmet and the node's own connections.
+// exporter converges the target's volume exports and the node's own
+// connections.
 type exporter struct {
-	target *nvmet.Target
+	// target is the target backend (plugins/backend): the in-process
+	// kernel nvmet backend or a plugin's Runner.
+	target backend.Backend
 	host   *nvmf.Host
 	sysfs  nvmf.Sysfs
 	id     nvmf.HostIdentity
@@ -112,12 +102,30 @@ type exporter struct {
 // reconcile converges the exports and connections and returns the consumer
 // device (/dev/nvmeXnY) of every exported NQN that has one.
 func (x *exporter) reconcile(ctx context.Context, exports []Export) (map[string]string, error) {
-	if _, err := x.target.Apply(ExportSpec(exports, x.id.NQN, x.addr, x.port)); err != nil {
-		return nil, fmt.Errorf("export: %w", err)
-	}
 	desired, err := Connections(exports, x.id, x.addr, x.port)
 	if err != nil {
 		return nil, err
+	}
+	return x.converge(ctx, ExportSpec(exports, x.id.NQN, x.addr, x.port), desired, false)
+}
+
+// reconcileCluster is reconcile with the exports and connections of a
+// cluster plan; a failed connection (its owner down) is reported and the
+// others are made.
+func (x *exporter) reconcileCluster(ctx context.Context, exports []Export, p *ClusterPlan) (map[string]string, error) {
+	desired, err := ConsumerConnections(p.Consumers, x.id, p.Secret)
+	if err != nil {
+		return nil, err
+	}
+	return x.converge(ctx, ClusterExportSpec(exports, p.Hosts, p.Auth, p.Addresses, p.Port), desired, true)
+}
+
+// converge applies the exports and the desired connections; with
+// keepGoing a failed connect is joined into the error after the others
+// were tried.
+func (x *exporter) converge(ctx context.Context, exports []backend.Export, desired []nvmf.Options, keepGoing bool) (map[string]string, error) {
+	if _, err := x.target.Apply(ctx, backend.ApplyRequest{Scope: NQNPrefix, Exports: exports}); err != nil {
+		return nil, fmt.Errorf("export: %w", err)
 	}
 	ctrls, err := x.sysfs.Controllers()
 	if err != nil {
@@ -134,16 +142,13 @@ func (x *exporter) reconcile(ctx context.Context, exports []Export) (map[string]
 			return nil, fmt.Errorf("retime %s: %w", r.Name, err)
 		}
 	}
+	var failed []error
 	for _, o := range plan.Connect {
-		c, err := x.host.Connect(o)
-		if err != nil {
-			return nil, fmt.Errorf("connect %s: %w", o.NQN, err)
-		}
-		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		_, err = x.host.WaitPaths(wctx, c.Name, 1)
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("connect %s: wait for namespace: %w", o.NQN, err)
+		if err := x.connect(ctx, o); err != nil {
+			if !keepGoing {
+				return nil, err
+			}
+			failed = append(failed, err)
 		}
 	}
 	ctrls, err = x.sysfs.Controllers()
@@ -156,5 +161,18 @@ func (x *exporter) reconcile(ctx context.Context, exports []Export) (map[string]
 			heads[c.SubsystemNQN] = "/dev/" + c.Paths[0].Head
 		}
 	}
-	return heads, nil
+	return heads, errors.Join(failed...)
+}
+
+func (x *exporter) connect(ctx context.Context, o nvmf.Options) error {
+	c, err := x.host.Connect(o)
+	if err != nil {
+		return fmt.Errorf("connect %s at %s: %w", o.NQN, o.Address, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := x.host.WaitPaths(wctx, c.Name, 1); err != nil {
+		return fmt.Errorf("connect %s at %s: wait for namespace: %w", o.NQN, o.Address, err)
+	}
+	return nil
 }

@@ -19,6 +19,9 @@ import (
 // serves a memory backend (or misbehaves, by mode) instead of testing.
 const testPluginEnv = "FABRAID_BACKEND_TEST_PLUGIN"
 
+// testMarkerEnv names the file the "block-once" List creates.
+const testMarkerEnv = "FABRAID_BACKEND_TEST_MARKER"
+
 const testSecret = "DHHC-1:00:c2VjcmV0LXRoYXQtbXVzdC1uZXZlci1iZS1sb2dnZWQhIQ==:"
 
 func TestMain(m *testing.M) {
@@ -83,6 +86,17 @@ func (b *memory) List(_ context.Context, scope string) ([]Export, error) {
 	case "block":
 		b.log.Info("blocking list")
 		select {}
+	case "block-once":
+		// The first process to get here blocks (and is killed); the
+		// marker file makes the restarted one answer.
+		marker := os.Getenv(testMarkerEnv)
+		if _, err := os.Stat(marker); err != nil {
+			if err := os.WriteFile(marker, nil, 0o600); err != nil {
+				return nil, err
+			}
+			b.log.Info("blocking list")
+			select {}
+		}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -279,6 +293,31 @@ func TestKilledPluginIsTransientAndRestarted(t *testing.T) {
 		t.Fatalf("after restart: %v", err)
 	}
 	if r.Starts() != 2 || r.Pid() == pid || r.Pid() == 0 {
+		t.Fatalf("starts %d, pid %d (old %d): want a second process", r.Starts(), r.Pid(), pid)
+	}
+}
+
+// TestRunnerRetriesOnRestartedPlugin: a plugin killed -9 inside a call
+// made through the Runner's Backend methods is restarted and the call is
+// run again on the new process, so the caller sees no error.
+func TestRunnerRetriesOnRestartedPlugin(t *testing.T) {
+	t.Setenv(testMarkerEnv, t.TempDir()+"/blocked")
+	sink := &logSink{want: "blocking list", hit: make(chan struct{})}
+	r := startRunner(t, "memory", sink)
+	if _, err := r.Apply(context.Background(), ApplyRequest{Scope: scope, Exports: []Export{sample("a")}}); err != nil {
+		t.Fatal(err)
+	}
+	pid := r.Pid()
+	errc := make(chan error, 1)
+	go func() { _, err := r.List(context.Background(), "block-once"); errc <- err }()
+	<-sink.hit // the first plugin is inside List
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("List through the Runner across a plugin kill: %v", err)
+	}
+	if r.Starts() != 2 || r.Pid() == pid {
 		t.Fatalf("starts %d, pid %d (old %d): want a second process", r.Starts(), r.Pid(), pid)
 	}
 }

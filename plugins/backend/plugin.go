@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -216,4 +217,47 @@ func (h *Runner) Close() {
 		h.client.Kill()
 		h.client = nil
 	}
+}
+
+var _ Backend = (*Runner)(nil)
+
+// call runs fn on the plugin and, when the plugin died during the call,
+// once more on a restarted plugin: every Backend method is idempotent and
+// a restarted plugin derives everything from the target's actual state,
+// so the second run finishes what the first one started.
+func (h *Runner) call(fn func(Backend) error) error {
+	err := h.Do(fn)
+	if errors.Is(err, errConnection) {
+		h.cfg.Logger.Warn("backend plugin died during a call; restarting it", "plugin", h.cfg.Path, "error", err)
+		err = h.Do(fn)
+	}
+	return err
+}
+
+// Features implements Backend on the running plugin.
+func (h *Runner) Features(ctx context.Context) (f Features, err error) {
+	err = h.call(func(b Backend) error { f, err = b.Features(ctx); return err })
+	return f, err
+}
+
+// Apply implements Backend on the running plugin.
+func (h *Runner) Apply(ctx context.Context, req ApplyRequest) (res ApplyResult, err error) {
+	err = h.call(func(b Backend) error { res, err = b.Apply(ctx, req); return err })
+	return res, err
+}
+
+// List implements Backend on the running plugin.
+func (h *Runner) List(ctx context.Context, scope string) (ex []Export, err error) {
+	err = h.call(func(b Backend) error { ex, err = b.List(ctx, scope); return err })
+	return ex, err
+}
+
+// SetANAState implements Backend on the running plugin.
+func (h *Runner) SetANAState(ctx context.Context, req ANARequest) error {
+	return h.call(func(b Backend) error { return b.SetANAState(ctx, req) })
+}
+
+// Remove implements Backend on the running plugin.
+func (h *Runner) Remove(ctx context.Context, nqn string) error {
+	return h.call(func(b Backend) error { return b.Remove(ctx, nqn) })
 }

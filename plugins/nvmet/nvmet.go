@@ -16,15 +16,22 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/fabraid/fabraid/kernel/nvmet"
 	"github.com/fabraid/fabraid/plugins/backend"
 )
 
-// Backend is the kernel nvmet backend on one configfs root.
+// Backend is the kernel nvmet backend on one configfs root. fabraidd runs
+// it in-process (target_backend = nvmet) or fabraid-plugin-nvmet serves it
+// (nvmet-plugin). Its methods are safe for concurrent use by callers of
+// different scopes.
 type Backend struct {
 	Root      string // nvmet.DefaultRoot
 	SysModule string // /sys/module
+
+	probe    sync.Mutex // one feature probe at a time (they share names)
+	features *backend.Features
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -73,9 +80,15 @@ func typed(err error) error {
 	return err
 }
 
-// Features probes configfs (kernel/nvmet Probe with the default
-// ownership's probe names, removing an interrupted probe's leftovers).
+// Features probes configfs once (kernel/nvmet Probe with the default
+// ownership's probe names, removing an interrupted probe's leftovers) and
+// returns the cached answer afterwards; a failed probe is not cached.
 func (b *Backend) Features(context.Context) (backend.Features, error) {
+	b.probe.Lock()
+	defer b.probe.Unlock()
+	if b.features != nil {
+		return *b.features, nil
+	}
 	own := nvmet.DefaultOwnership()
 	t := nvmet.New(b.Root)
 	name := own.SubsystemPrefix + "probe"
@@ -94,6 +107,7 @@ func (b *Backend) Features(context.Context) (backend.Features, error) {
 	for _, tr := range f.Transports {
 		out.Transports = append(out.Transports, string(tr))
 	}
+	b.features = &out
 	return out, nil
 }
 
@@ -298,4 +312,48 @@ func (b *Backend) Remove(ctx context.Context, nqn string) error {
 	return b.modify(ctx, nqn, func(ex []backend.Export, i int) ([]backend.Export, error) {
 		return slices.Delete(ex, i, i+1), nil
 	})
+}
+
+// FromSpec converts a kernel/nvmet Spec into exports (the inverse of Spec
+// for a spec whose ports all have ids): each subsystem with its hosts'
+// keys and one listener per port linking it. Ports linking nothing have
+// no export to belong to and are dropped (Apply then removes them).
+func FromSpec(spec nvmet.Spec) []backend.Export {
+	return Exports(nvmet.Ownership{}, nvmet.State{Spec: spec})
+}
+
+// StateOf converts exports (as List returns them) into the kernel/nvmet
+// state they describe, for code that reasons on nvmet.State.
+func StateOf(exports []backend.Export) nvmet.State {
+	var st nvmet.State
+	ports := map[uint16]int{}
+	hosts := map[string]bool{}
+	for _, e := range exports {
+		sub := nvmet.Subsystem{NQN: e.NQN, Serial: e.Serial, Model: e.Model}
+		for _, ns := range e.Namespaces {
+			sub.Namespaces = append(sub.Namespaces, nvmet.Namespace{NSID: ns.NSID, DevicePath: ns.Device, UUID: ns.UUID, NGUID: ns.NGUID, ANAGroup: ns.ANAGroup})
+		}
+		for _, h := range e.Hosts {
+			sub.AllowedHosts = append(sub.AllowedHosts, h.NQN)
+			if !hosts[h.NQN] {
+				hosts[h.NQN] = true
+				st.Hosts = append(st.Hosts, nvmet.Host{NQN: h.NQN, DHCHAPKey: h.DHCHAPKey.Reveal(), DHCHAPCtrlKey: h.DHCHAPCtrlKey.Reveal()})
+			}
+		}
+		st.Subsystems = append(st.Subsystems, sub)
+		for _, l := range e.Listeners {
+			i, ok := ports[l.PortID]
+			if !ok {
+				i = len(st.Ports)
+				ports[l.PortID] = i
+				p := nvmet.Port{ID: l.PortID, Transport: nvmet.Transport(l.Transport), Address: l.Address, ServiceID: l.ServiceID, ANAStates: map[uint32]nvmet.ANAState{}}
+				for g, a := range l.ANAStates {
+					p.ANAStates[g] = nvmet.ANAState(a)
+				}
+				st.Ports = append(st.Ports, p)
+			}
+			st.Ports[i].Subsystems = append(st.Ports[i].Subsystems, e.NQN)
+		}
+	}
+	return st
 }

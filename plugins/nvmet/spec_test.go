@@ -2,6 +2,7 @@ package nvmet
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	knvmet "github.com/fabraid/fabraid/kernel/nvmet"
@@ -55,5 +56,36 @@ func TestSpecRefusals(t *testing.T) {
 	}
 	if _, err := ownership("nqn.2016-06.io.spdk:"); !errors.Is(err, backend.ErrInvalid) {
 		t.Fatalf("foreign scope: %v", err)
+	}
+}
+
+// TestFromSpecRoundTrip: a kernel/nvmet Spec with port ids survives
+// FromSpec → Spec (what the drive exporter sends through the backend) and
+// FromSpec → StateOf (what it reasons on after List), keys included.
+func TestFromSpecRoundTrip(t *testing.T) {
+	own := knvmet.DriveOwnership()
+	const d, h1, h2 = "nqn.2026-11.io.fabraid:drive:", "nqn.2014-08.org.nvmexpress:uuid:2b7a6f4e-3c1d-4e8a-9f55-0123456789ab", "nqn.2014-08.org.nvmexpress:uuid:2b7a6f4e-3c1d-4e8a-9f55-0123456789ac"
+	spec := knvmet.Spec{
+		Hosts: []knvmet.Host{{NQN: h1, DHCHAPKey: "DHHC-1:00:a2V5a2V5a2V5a2V5a2V5a2V5a2V5a2V5a2V5a2V5:"}, {NQN: h2}},
+		Subsystems: []knvmet.Subsystem{
+			{NQN: d + "a", Serial: "s1", Model: "fabraid drive", AllowedHosts: []string{h1}, Namespaces: []knvmet.Namespace{{NSID: 1, DevicePath: "/dev/vda", UUID: "3b1f0e5c-8a5d-4c1e-9a0b-1c2d3e4f5a6b", NGUID: "3b1f0e5c8a5d4c1e9a0b1c2d3e4f5a6b", ANAGroup: 1}}},
+			{NQN: d + "b", Serial: "s2", Model: "fabraid drive", AllowedHosts: []string{h2}, Namespaces: []knvmet.Namespace{{NSID: 1, DevicePath: "/dev/vdb", ANAGroup: 1}}},
+		},
+		Ports: []knvmet.Port{
+			{ID: 18100, Transport: knvmet.TCP, Address: "10.0.0.1", ServiceID: "4421", Subsystems: []string{d + "a", d + "b"}, ANAStates: map[uint32]knvmet.ANAState{}},
+			{ID: 18101, Transport: knvmet.TCP, Address: "10.0.1.1", ServiceID: "4421", Subsystems: []string{d + "a"}, ANAStates: map[uint32]knvmet.ANAState{}},
+		},
+	}
+	ex := FromSpec(spec)
+	back, err := Spec(own, ex, knvmet.State{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprintf("%#v", back) != fmt.Sprintf("%#v", spec) {
+		t.Fatalf("FromSpec → Spec:\n got %#v\nwant %#v", back, spec)
+	}
+	st := StateOf(ex)
+	if fmt.Sprintf("%#v", st.Spec) != fmt.Sprintf("%#v", spec) {
+		t.Fatalf("FromSpec → StateOf:\n got %#v\nwant %#v", st.Spec, spec)
 	}
 }

@@ -7,9 +7,15 @@
 //	/fabraid/v1/nodes/<node>         registry.Node: domain, host NQN, addresses, drives (durable)
 //	/fabraid/v1/alive/<node>         registry.Alive: attached to the node's lease; gone = dead
 //	/fabraid/v1/tokens/<id>          token.Record: SHA-256 of the secret, expiry, use (leased)
+//	/fabraid/v1/volumes/<uuid>       model.Volume: a volume's desired state (durable)
+//	/fabraid/v1/volume-names/<name>  model.VolumeName: the name's claim, written with the volume
+//	/fabraid/v1/volume-status/<uuid> model.VolumeStatus: the owner's report, on the owner's lease
+//	/fabraid/v1/hostkeys/<node>      model.HostKey: the node's DH-HMAC-CHAP secret (durable)
+//	/fabraid/v1/owners/<uuid>        owner.Record: the volume's owner, on its owner lease; create revision = epoch
 //
 // Node names are checked by the configuration (letters, digits, '.', '_',
-// '-'), so they never contain '/'.
+// '-'), so they never contain '/'; volume names are checked the same way
+// before they become keys (package volumes), and UUIDs are canonical.
 package keys
 
 // Prefix is the root of every fabraid key.
@@ -25,6 +31,15 @@ const (
 	TokensPrefix = Prefix + "tokens/"
 )
 
+// The volume prefixes and the host key prefix.
+const (
+	VolumesPrefix      = Prefix + "volumes/"
+	VolumeNamesPrefix  = Prefix + "volume-names/"
+	VolumeStatusPrefix = Prefix + "volume-status/"
+	HostKeysPrefix     = Prefix + "hostkeys/"
+	OwnersPrefix       = Prefix + "owners/"
+)
+
 // Node is a node's registry record.
 func Node(name string) string { return NodesPrefix + name }
 
@@ -33,3 +48,19 @@ func Alive(name string) string { return AlivePrefix + name }
 
 // Token is a join token's record.
 func Token(id string) string { return TokensPrefix + id }
+
+// Volume is a volume's record, by volume UUID.
+func Volume(uuid string) string { return VolumesPrefix + uuid }
+
+// VolumeName is the claim of a volume name.
+func VolumeName(name string) string { return VolumeNamesPrefix + name }
+
+// VolumeStatus is the owner's status of a volume, by volume UUID.
+func VolumeStatus(uuid string) string { return VolumeStatusPrefix + uuid }
+
+// HostKey is a node's DH-HMAC-CHAP secret.
+func HostKey(node string) string { return HostKeysPrefix + node }
+
+// Owner is the ownership key of a volume, by volume UUID (package
+// cluster/owner): its create revision is the volume's owner epoch.
+func Owner(uuid string) string { return OwnersPrefix + uuid }

@@ -74,4 +74,6 @@ type Status struct {
 	// Healthy: a leader is known and every voting member answers.
 	Healthy bool         `json:"healthy"`
 	Nodes   []NodeStatus `json:"nodes"`
+	// Volumes are every volume record with its owner's status, by name.
+	Volumes []VolumeInfo `json:"volumes"`
 }
