@@ -296,6 +296,7 @@ func (d *Daemon) Handler() http.Handler {
 		reply(w, api.Node{Name: d.opts.Config.NodeName, HostNQN: d.mgr.HostNQN(), Version: d.opts.Version, PID: os.Getpid()}, nil)
 	})
 	d.clusterRoutes(mux, reply, decode)
+	d.udevRoutes(mux, reply, decode)
 	mux.HandleFunc("GET /v1/volumes", func(w http.ResponseWriter, r *http.Request) {
 		v := d.mgr.List()
 		if v == nil {
