@@ -443,6 +443,9 @@ func (v *Volume) Replace(slot int, dev Member, name string) error {
 	if r := v.slotRole(slot); r != superblock.RoleFailed {
 		return fmt.Errorf("replace slot %d: member is %s, not failed", slot, r)
 	}
+	if err := v.refuseNewerLocked(dev, name); err != nil {
+		return fmt.Errorf("replace slot %d: %w", slot, err)
+	}
 	if err := v.installLocked(slot, dev, name, false, nil); err != nil {
 		return fmt.Errorf("replace slot %d with %s: %w", slot, name, err)
 	}
@@ -470,6 +473,9 @@ func (v *Volume) ReAdd(dev Member, name string) error {
 	}
 	v.metaMu.Lock()
 	defer v.unlockMeta()
+	if err := v.refuseNewerLocked(dev, name); err != nil {
+		return fmt.Errorf("re-add: %w", err)
+	}
 	slot := sb.Slot
 	if v.meta.Members[slot].UUID != sb.MemberUUID {
 		return fmt.Errorf("re-add %s: slot %d now holds another member", name, slot)
@@ -507,7 +513,7 @@ func (v *Volume) ReAdd(dev Member, name string) error {
 func (v *Volume) installLocked(slot int, dev Member, name string, returning bool, early bitset) error {
 	// Give it the current bitmap before it becomes writable.
 	for blk := 0; blk < int(v.base.BitmapBytes)/bitmapBlock; blk++ {
-		if _, err := dev.WriteAt(v.bm.block(blk), v.base.BitmapOffset+int64(blk)*bitmapBlock); err != nil {
+		if err := v.memberWrite(dev, v.bm.block(blk), v.base.BitmapOffset+int64(blk)*bitmapBlock); err != nil {
 			return err
 		}
 	}
