@@ -52,7 +52,7 @@ func TestIntegrationClusterVolume(t *testing.T) {
 		"/usr/bin/fabraid":  vmtest.BuildBinary(t, "github.com/fabraid/fabraid/cmd/fabraid"),
 		"/usr/bin/fabraidd": vmtest.BuildBinary(t, "github.com/fabraid/fabraid/cmd/fabraidd"),
 	}
-	mods := []string{"nvmet", "nvmet_tcp", "nvme_tcp", "ublk_drv", "ext4"}
+	mods := []string{"nvmet", "nvmet_tcp", "nvme_tcp", "ublk_drv", "crc32c_generic", "ext4"}
 	var guests []vmtest.GuestConfig
 	for _, n := range []string{"a", "b", "c"} {
 		guests = append(guests, vmtest.GuestConfig{Name: n, Kernel: vmtest.Kernel612, Modules: mods, MemoryMB: 768,
@@ -205,7 +205,16 @@ func loseNode(t *testing.T, g *vmtest.Env, start time.Time, node string) {
 	g.Kill(t, node)
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		in := showVolume(t)
+		b, err := osexec.Command("/usr/bin/fabraid", "volume", "show", "v", "--json").CombinedOutput()
+		var in volmgr.Info
+		if err != nil || json.Unmarshal(b, &in) != nil {
+			step(t, start, "volume show: %v %s", err, bytes.TrimSpace(b))
+			if time.Now().After(deadline) {
+				t.Fatalf("volume show fails 2 min after the power cut of %s", node)
+			}
+			time.Sleep(time.Second)
+			continue
+		}
 		var failed []string
 		for _, m := range in.Members {
 			if m.Domain == node && strings.Contains(m.Role, "fail") {
@@ -293,9 +302,13 @@ func mountState(t *testing.T, g *vmtest.Env) {
 			t.Fatalf("mke2fs %s: %v %s", dev, err, out)
 		}
 	}
-	os.MkdirAll("/var/lib/fabraid", 0o700)
+	if err := os.MkdirAll("/var/lib/fabraid", 0o700); err != nil {
+		t.Fatal(err)
+	}
 	if out, err := osexec.Command("mount", "-t", "ext4", dev, "/var/lib/fabraid").CombinedOutput(); err != nil {
-		t.Fatalf("mount %s: %v %s", dev, err, out)
+		fs, _ := os.ReadFile("/proc/filesystems")
+		ls, _ := osexec.Command("ls", "-l", "/dev/", "/var/lib").CombinedOutput()
+		t.Fatalf("mount %s: %v %s\n%s\n%s", dev, err, out, fs, ls)
 	}
 	os.MkdirAll("/var/lib/fabraid/nvme", 0o755)
 	os.RemoveAll("/etc/nvme")
