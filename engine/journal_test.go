@@ -357,7 +357,17 @@ func crashRun(t *testing.T, rng *rand.Rand, c crashCase) (int, string) {
 		}
 	}
 	rng.Shuffle(len(use), func(i, j int) { use[i], use[j] = use[j], use[i] })
-	v, err = assemble(use, nil, Options{Logger: quietLogger()}, hooks)
+	ropts := Options{Logger: quietLogger()}
+	if c.owner && rng.IntN(2) == 0 {
+		// The new owner is another node holding members of the volume:
+		// it journals its own domain from now on (recorded only once
+		// the resync has finished).
+		for ropts.OwnerDomain == "" || ropts.OwnerDomain == ownerDomain {
+			ropts.OwnerDomain = cfg.Domains[rng.IntN(g.Members())]
+		}
+		desc += " new owner " + ropts.OwnerDomain
+	}
+	v, err = assemble(use, nil, ropts, hooks)
 	if err != nil {
 		t.Fatalf("%s: reassemble: %v", desc, err)
 	}
@@ -371,6 +381,14 @@ func crashRun(t *testing.T, rng *rand.Rand, c crashCase) (int, string) {
 	if err := v.WaitResync(context.Background()); err != nil {
 		t.Fatalf("%s: %v", desc, err)
 	}
+	v.metaMu.Lock()
+	for slot := range v.slots {
+		if v.meta.Members[slot].OwnerJournal != v.slots[slot].owner {
+			t.Errorf("%s: slot %d: owner-journal flag %v after the resync, owner's member %v",
+				desc, slot, v.meta.Members[slot].OwnerJournal, v.slots[slot].owner)
+		}
+	}
+	v.metaMu.Unlock()
 	st := v.Status()
 	desc += fmt.Sprintf(" journal records replayed %d, write-hole stripes %d", st.JournalReplayed, st.WriteHoleStripes)
 	if !journalOff && (!c.owner || c.ownerJournal) && st.WriteHoleStripes != 0 {
@@ -502,6 +520,42 @@ func TestJournalSeqGapCoversAbsentMember(t *testing.T) {
 	}
 }
 
+// rewriteSuperblocks reopens every member of a closed volume and rewrites
+// both superblock copies with change applied (as an older build would have
+// written them).
+func rewriteSuperblocks(t *testing.T, mm []*MemMember, change func(*superblock.Superblock)) {
+	t.Helper()
+	for _, m := range mm {
+		m.Reopen()
+		sb, err := superblock.ReadCopies(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		change(sb)
+		b, err := sb.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Corrupt(superblock.CopyAOffset, b)
+		m.Corrupt(superblock.CopyBOffset, b)
+	}
+}
+
+// crashAll crashes every member keeping all unflushed writes (nothing is
+// lost but what the caller tears), reopens them and returns those whose
+// slot is not in gone.
+func crashAll(mm []*MemMember, gone []int) []Member {
+	var use []Member
+	for slot, m := range mm {
+		m.Crash(func() bool { return true })
+		m.Reopen()
+		if !slices.Contains(gone, slot) {
+			use = append(use, m)
+		}
+	}
+	return use
+}
+
 // A version 1 volume (made before the journal existed) still assembles,
 // runs without a journal, stays version 1 on disk, and reports a crash
 // while degraded as write-hole stripes as before.
@@ -515,20 +569,9 @@ func TestVersion1VolumeRunsWithoutJournal(t *testing.T) {
 	if err := v.Close(); err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range mm {
-		m.Reopen()
-		sb, err := superblock.ReadCopies(m)
-		if err != nil {
-			t.Fatal(err)
-		}
+	rewriteSuperblocks(t, mm, func(sb *superblock.Superblock) {
 		sb.Version, sb.JournalOffset, sb.JournalBytes = superblock.VersionNoJournal, 0, 0
-		b, err := sb.Marshal()
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.Corrupt(superblock.CopyAOffset, b)
-		m.Corrupt(superblock.CopyBOffset, b)
-	}
+	})
 	v, err = Assemble([]Member{mm[0], mm[1], mm[2]}, nil, Options{Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
@@ -601,15 +644,7 @@ func crashExpectNoHole(t *testing.T, v *Volume, mm []*MemMember, p []byte, gone 
 		t.Fatalf("%d journal records, want 1", v.Status().JournalRecords)
 	}
 	v.Abandon()
-	var use []Member
-	for slot, m := range mm {
-		m.Crash(func() bool { return true })
-		m.Reopen()
-		if !slices.Contains(gone, slot) {
-			use = append(use, m)
-		}
-	}
-	v, err := Assemble(use, nil, Options{Logger: quietLogger(), SyncResync: true})
+	v, err := Assemble(crashAll(mm, gone), nil, Options{Logger: quietLogger(), SyncResync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
