@@ -184,6 +184,9 @@ func (d *Daemon) volumeStatus(vol model.Volume) model.VolumeStatus {
 	if in.Progress != nil {
 		s.Progress = in.Progress.Percent
 	}
+	if r := in.Rebuild; r != nil && r.Partial {
+		s.ResyncBytes = r.Bytes
+	}
 	for _, m := range in.Members {
 		ms := model.VolumeMemberStatus{Slot: m.Slot, Role: m.Role, Failure: m.Failure}
 		if m.Slot < len(vol.Members) {
