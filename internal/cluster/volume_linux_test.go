@@ -120,7 +120,13 @@ func volumeGuest(t *testing.T, g *vmtest.Env) {
 		// b is powered off by c and booted again.
 		g.Wait(t, "c", "b-degraded")
 		g.Wait(t, "b", "back")
-		waitState(t, start, "optimal", 5*time.Minute)
+		in = waitState(t, start, "optimal", 5*time.Minute)
+		if r := in.Rebuild; r == nil || !r.Partial || r.Bytes <= 0 || r.Bytes > r.MemberBytes/8 {
+			t.Errorf("rebuild after b's return: %+v, want a partial resync of at most 1/8 of a member", r)
+		} else {
+			step(t, start, "b's members resynced partially: %d regions, %d bytes of %d per member (%.2f%%)",
+				r.Regions, r.Bytes, r.MemberBytes, 100*float64(r.Bytes)/float64(r.MemberBytes))
+		}
 		step(t, start, "b's members are back; scrubbing")
 		mustFabraid(t, "volume", "scrub", "v", "--wait")
 		in = showVolume(t)
