@@ -102,7 +102,7 @@ func newEngineCmd(log *slog.Logger) *cobra.Command {
 				return usageError{errors.New("--volume, or --members and --socket, are required")}
 			}
 			return volmgr.ServeEngine(ctx, volmgr.ServeOptions{Members: strings.Split(members, ","), UblkID: ublkID, Socket: socket,
-				Queues: queues, Log: log.With("engine", uuid, "pid", os.Getpid())})
+				Queues: queues, Version: version, Log: log.With("engine", uuid, "pid", os.Getpid())})
 		},
 	}
 	f := cmd.Flags()
@@ -135,7 +135,7 @@ func serveUnit(ctx context.Context, cmd *cobra.Command, volume, cfgPath string, 
 	sddaemon.SdNotify(false, "STATUS=assembling "+volume)
 	defer sddaemon.SdNotify(false, sddaemon.SdNotifyStopping)
 	err = volmgr.ServeEngine(ctx, volmgr.ServeOptions{
-		Members: spec.Members, UblkID: spec.UblkID, Socket: spec.Socket, SpecPath: path, Log: log,
+		Members: spec.Members, UblkID: spec.UblkID, Socket: spec.Socket, SpecPath: path, Log: log, Version: version,
 		Ready: func(ublkPath string) {
 			sddaemon.SdNotify(false, sddaemon.SdNotifyReady+"\nSTATUS=serving "+volume+" on "+ublkPath)
 		},

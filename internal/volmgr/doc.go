@@ -35,5 +35,8 @@
 // interface: in this process (Local), in a supervised child process
 // (ChildStarter), or as the systemd unit fabraid-engine@<volume> started over
 // D-Bus (SystemdStarter, reading its spec file, see SpecFile).
-// ChooseEngineMode picks between the last two.
+// ChooseEngineMode picks between the last two. The daemon talks to engine
+// processes with a versioned protocol (engineproto.go): the daemon and an
+// engine of another version talk when their protocol ranges overlap, and
+// never otherwise.
 package volmgr
