@@ -12,7 +12,8 @@
 // running engines, /sys/kernel/config/nvmet and the NVMe controllers in sysfs.
 // Missing engines are assembled and started (a ublk device left by a dead
 // engine is re-attached with user recovery, so consumers see a pause, not an
-// error), the exports are converged with the target backend's Apply
+// error; the engines of different volumes start concurrently, see
+// engines.go for the locking rule), the exports are converged with the target backend's Apply
 // (plugins/backend, scope NQNPrefix: Options.Target, by default the kernel
 // nvmet backend in this process) and connections with nvmf.PlanConnections.
 //
