@@ -232,7 +232,7 @@ func explainStart(err error) error {
 func (h *Runner) Do(fn func(Backend) error) error {
 	be, err := h.Backend()
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrTransient, err)
+		return fmt.Errorf("%w: %w", ErrTransient, &startError{err})
 	}
 	err = fn(be)
 	if errors.Is(err, errConnection) {
@@ -255,14 +255,22 @@ func (h *Runner) Close() {
 
 var _ Backend = (*Runner)(nil)
 
-// call runs fn on the plugin and, when the plugin died during the call,
-// once more on a restarted plugin: every Backend method is idempotent and
-// a restarted plugin derives everything from the target's actual state,
-// so the second run finishes what the first one started.
+// startError marks a Do that failed to start the plugin.
+type startError struct{ err error }
+
+func (e *startError) Error() string { return e.err.Error() }
+func (e *startError) Unwrap() error { return e.err }
+
+// call runs fn on the plugin and, when the plugin died during the call (or
+// while it was being started), once more on a restarted plugin: every
+// Backend method is idempotent and a restarted plugin derives everything
+// from the target's actual state, so the second run finishes what the
+// first one started. A plugin that cannot start at all fails twice.
 func (h *Runner) call(fn func(Backend) error) error {
 	err := h.Do(fn)
-	if errors.Is(err, errConnection) {
-		h.cfg.Logger.Warn("backend plugin died during a call; restarting it", "plugin", h.cfg.Path, "error", err)
+	var se *startError
+	if errors.Is(err, errConnection) || errors.As(err, &se) {
+		h.cfg.Logger.Warn("backend plugin died or failed to start; restarting it", "plugin", h.cfg.Path, "error", err)
 		err = h.Do(fn)
 	}
 	return err
