@@ -147,8 +147,12 @@ func create(cfg Config, devs []Member, names []string, opts Options, h testHooks
 	if g.M == 1 {
 		codec = superblock.CodecXOR
 	}
+	volUUID := cfg.UUID
+	if volUUID == ([16]byte{}) {
+		volUUID = newUUID()
+	}
 	sb := &superblock.Superblock{
-		Flags: flags, VolumeUUID: newUUID(), Name: cfg.Name, Geometry: g, Codec: codec,
+		Flags: flags, VolumeUUID: volUUID, Name: cfg.Name, Geometry: g, Codec: codec,
 		DataOffset: cfg.DataOffset, BitmapOffset: defaultBitmapOffset, BitmapBytes: uint32(bitmapBytes()),
 		RegionRows: regionRows, Events: 1, Epoch: 0, Clean: true, CTime: cfg.CTime,
 		Version: superblock.Version, JournalOffset: journalOff, JournalBytes: journalBytes,
@@ -182,7 +186,7 @@ func create(cfg Config, devs []Member, names []string, opts Options, h testHooks
 	if err != nil {
 		return nil, fmt.Errorf("create volume %q: %w", cfg.Name, err)
 	}
-	if err := v.start(opts); err != nil {
+	if err := v.start(opts, cfg.AssumeZeroed); err != nil {
 		return nil, err
 	}
 	if !cfg.AssumeZeroed {
@@ -192,6 +196,9 @@ func create(cfg Config, devs []Member, names []string, opts Options, h testHooks
 		}
 		if err := v.resyncParity(context.Background(), all, nil); err != nil {
 			return nil, fmt.Errorf("create volume %q: initial sync: %w", cfg.Name, err)
+		}
+		if err := v.recordOwnerJournal(); err != nil {
+			return nil, fmt.Errorf("create volume %q: %w", cfg.Name, err)
 		}
 	}
 	return v, nil
@@ -231,11 +238,15 @@ func newVolume(sb *superblock.Superblock, devs []Member, names []string, opts Op
 	if sb.JournalBytes > 0 && !h.journalOff {
 		v.jrn = newJournal(v, sb)
 	}
+	v.markOwnerSlots(sb, opts.OwnerDomain)
 	return v, nil
 }
 
-// start marks the volume open (dirty) under a new owner epoch.
-func (v *Volume) start(opts Options) error {
+// start marks the volume open (dirty) under a new owner epoch. consistent
+// says that every stripe's parity matches its data (no resync pending): only
+// then may the owner's members be recorded as journal-covered
+// (recordOwnerJournal does it later otherwise).
+func (v *Volume) start(opts Options, consistent bool) error {
 	v.metaMu.Lock()
 	defer v.unlockMeta()
 	if opts.Epoch != 0 && opts.Epoch < v.meta.Epoch {
@@ -248,5 +259,8 @@ func (v *Volume) start(opts Options) error {
 	}
 	v.meta.Clean = false
 	v.epoch.Store(v.meta.Epoch)
+	for slot := range v.meta.Members {
+		v.meta.Members[slot].OwnerJournal = consistent && v.slots[slot].owner
+	}
 	return v.writeMetaLocked()
 }

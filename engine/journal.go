@@ -662,3 +662,85 @@ func (v *Volume) replayJournal(recs []jrecord, dirty bitset, holes map[int64]boo
 	}
 	return nil
 }
+
+// Owner-domain journaling (docs/engine.md, "Owner-domain journaling"): the
+// members in the owner's failure domain die with the owner, so a write torn
+// by that death would leave parity from which their chunks reconstruct
+// wrongly. Every write to a stripe with a data chunk on one of them logs
+// that chunk's post-write contents (over the write's range) to a member of
+// another domain first, in the same record as the degraded positions.
+
+// markOwnerSlots marks the slots covered by owner-domain journaling: the
+// members of domain on a version 3 volume with a journal, in groups where
+// the domain holds at most m members (a group with more dies with the
+// owner whatever is logged).
+func (v *Volume) markOwnerSlots(sb *superblock.Superblock, domain string) {
+	if domain == "" {
+		return
+	}
+	if v.jrn == nil || sb.Version < superblock.Version {
+		v.log.Warn("owner-domain journaling needs a format version 3 volume with a stripe journal; off",
+			"owner_domain", domain, "version", sb.Version, "journal", v.jrn != nil)
+		return
+	}
+	g := v.geo
+	marked := 0
+	for grp := 0; grp < g.Groups; grp++ {
+		var in []int
+		for mem := 0; mem < g.Width(); mem++ {
+			if slot := g.Slot(grp, mem); sb.Members[slot].Domain == domain {
+				in = append(in, slot)
+			}
+		}
+		if len(in) > g.M {
+			v.log.Warn("owner-domain journaling off for a group: the owner's domain holds more than m members",
+				"group", grp, "owner_domain", domain, "members", len(in), "m", g.M)
+			continue
+		}
+		for _, slot := range in {
+			v.slots[slot].owner = true
+			marked++
+		}
+	}
+	v.ownerSlots = marked
+}
+
+// ownerJournal returns the data positions of a write's stripe that
+// owner-domain journaling logs in addition to journal (the positions not
+// durably readable), and the positions a record must avoid. owner is the
+// stripe's positions on the owner's members, lost those not durably in
+// sync or not writable. When losing the owner's members would leave the
+// stripe with more than m lost chunks, nothing is added: the group would be
+// lost with the owner anyway.
+func (v *Volume) ownerJournal(owner, lost, journal uint64) (extra, avoid uint64) {
+	if owner == 0 || bitsCount(owner|lost) > v.geo.M {
+		return 0, lost
+	}
+	return owner & v.geo.DataMask() &^ journal, lost | owner
+}
+
+// recordOwnerJournal records the owner's members as journal-covered
+// (superblock member flag OwnerJournal) once every stripe is consistent:
+// from then on every write to their data chunks is journaled, so an
+// assembly that lacks them may take their rows as covered. Until then an
+// assembly after a crash counts their dirty stripes as write holes.
+func (v *Volume) recordOwnerJournal() error {
+	if v.ownerSlots == 0 {
+		return nil
+	}
+	v.metaMu.Lock()
+	defer v.unlockMeta()
+	changed := false
+	for slot := range v.slots {
+		if m := &v.meta.Members[slot]; v.slots[slot].owner && !m.OwnerJournal {
+			m.OwnerJournal, changed = true, true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	if err := v.writeMetaLocked(); err != nil {
+		return fmt.Errorf("record owner-domain journaling: %w", err)
+	}
+	return nil
+}

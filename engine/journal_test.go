@@ -124,16 +124,56 @@ func (o *crashOracle) check(got []byte) (bad int, first int64) {
 	return bad, first
 }
 
+// crashCase selects what crashRun does.
+type crashCase struct {
+	// journalOff runs without the stripe journal.
+	journalOff bool
+	// owner: in every group 1..m members are in the owner's failure
+	// domain, and they are lost at the cut (the owner died with its
+	// drives); up to m minus those other members are lost, replaced or
+	// returned before.
+	owner bool
+	// ownerJournal turns owner-domain journaling on (Options.OwnerDomain).
+	ownerJournal bool
+}
+
+// ownerDomain is the failure domain of the owner in crashRun.
+const ownerDomain = "owner"
+
 // degradedCrash runs one power cut in the middle of writes to a degraded
 // volume and returns the number of blocks that read back wrong after
 // reassembly (see TestJournalCrash), with a description.
 func degradedCrash(t *testing.T, rng *rand.Rand, journalOff bool) (int, string) {
+	return crashRun(t, rng, crashCase{journalOff: journalOff})
+}
+
+// crashRun is degradedCrash, or with c.owner the owner-domain case (see
+// TestJournalCrashOwnerDomain).
+func crashRun(t *testing.T, rng *rand.Rand, c crashCase) (int, string) {
 	t.Helper()
+	journalOff := c.journalOff
 	k, m := 2+rng.IntN(4), 1+rng.IntN(3)
 	cfg := Config{Name: "cut", K: k, M: m, Groups: 1 + rng.IntN(2), ChunkSize: 4096 << rng.IntN(2),
 		RegionSize: 32 << 10, DataOffset: 256 << 10, AssumeZeroed: true}
 	g := layout.Geometry{K: k, M: m, Groups: cfg.Groups}
 	size := int64(256<<10) + int64(cfg.ChunkSize)*int64(8+rng.IntN(16))
+	// In the owner case, inOwner[slot]: the member is in the owner's
+	// domain; every other member has a domain of its own.
+	inOwner := map[int]bool{}
+	ownerCount := make([]int, g.Groups)
+	if c.owner {
+		cfg.Domains = make([]string, g.Members())
+		for slot := range cfg.Domains {
+			cfg.Domains[slot] = fmt.Sprintf("node%d", slot)
+		}
+		for grp := 0; grp < g.Groups; grp++ {
+			ownerCount[grp] = 1 + rng.IntN(m)
+			for _, mem := range rng.Perm(g.Width())[:ownerCount[grp]] {
+				inOwner[g.Slot(grp, mem)] = true
+				cfg.Domains[g.Slot(grp, mem)] = ownerDomain
+			}
+		}
+	}
 	pw := &power{left: -1}
 	mems := make([]*MemMember, g.Members())
 	devs := make([]Member, g.Members())
@@ -144,6 +184,9 @@ func degradedCrash(t *testing.T, rng *rand.Rand, journalOff bool) (int, string) 
 	opts, hooks := Options{Logger: quietLogger()}, testHooks{journalOff: journalOff}
 	if rng.IntN(2) == 0 {
 		opts.Executor = ParallelExecutor{}
+	}
+	if c.ownerJournal {
+		opts.OwnerDomain = ownerDomain
 	}
 	v, err := create(cfg, devs, nil, opts, hooks)
 	if err != nil {
@@ -166,12 +209,24 @@ func degradedCrash(t *testing.T, rng *rand.Rand, journalOff bool) (int, string) 
 	copy(o.durable, fill)
 
 	// Degrade: in every group lose 1..m members, some of them replaced
-	// by an empty member that is not rebuilt yet.
+	// by an empty member that is not rebuilt yet. In the owner case lose
+	// up to m minus the owner's members, none of the owner's.
 	lost := map[int]bool{}
 	replaced := false
 	desc := fmt.Sprintf("%d+%dx%d chunk %d:", k, m, cfg.Groups, cfg.ChunkSize)
 	for grp := 0; grp < g.Groups; grp++ {
-		for _, mem := range rng.Perm(g.Width())[:1+rng.IntN(m)] {
+		var cands []int
+		for _, mem := range rng.Perm(g.Width()) {
+			if !inOwner[g.Slot(grp, mem)] {
+				cands = append(cands, mem)
+			}
+		}
+		n := 1 + rng.IntN(m)
+		if c.owner {
+			desc += fmt.Sprintf(" group %d: %d owner members", grp, ownerCount[grp])
+			n = rng.IntN(m - ownerCount[grp] + 1)
+		}
+		for _, mem := range cands[:n] {
 			slot := g.Slot(grp, mem)
 			mems[slot].SetFailed(true)
 			if err := v.FailMember(slot); err != nil {
@@ -287,12 +342,16 @@ func degradedCrash(t *testing.T, rng *rand.Rand, journalOff bool) (int, string) 
 	if pw.isCut() {
 		desc += " power cut during the writes;"
 	}
-	// The crash: unflushed member writes survive at random.
+	// The crash: unflushed member writes survive at random; in the owner
+	// case the owner's members are gone with it.
 	v.Abandon()
 	var use []Member
 	for slot, mem := range mems {
 		mem.Crash(func() bool { return rng.IntN(2) == 0 })
 		mem.Reopen()
+		if inOwner[slot] {
+			lost[slot] = true
+		}
 		if !lost[slot] {
 			use = append(use, mem)
 		}
@@ -314,7 +373,7 @@ func degradedCrash(t *testing.T, rng *rand.Rand, journalOff bool) (int, string) 
 	}
 	st := v.Status()
 	desc += fmt.Sprintf(" journal records replayed %d, write-hole stripes %d", st.JournalReplayed, st.WriteHoleStripes)
-	if !journalOff && st.WriteHoleStripes != 0 {
+	if !journalOff && (!c.owner || c.ownerJournal) && st.WriteHoleStripes != 0 {
 		t.Errorf("%s: write-hole stripes reported with a journal", desc)
 	}
 	for slot, ms := range st.Members {

@@ -125,6 +125,11 @@ func assemble(devs []Member, names []string, opts Options, h testHooks) (*Volume
 	v.crashJcp = make([]int64, len(bySlot))
 	for slot, m := range plan.Recorded {
 		v.crashJcp[slot] = durableRows(m, g.Rows)
+		if m.OwnerJournal {
+			// The owner's member: every write to its data chunks was
+			// journaled (owner-domain journaling).
+			v.crashJcp[slot] = 0
+		}
 	}
 	if !sb.Clean && dirty.any() && opts.RefuseUnsafeStart {
 		for slot := range bySlot {
@@ -154,7 +159,10 @@ func assemble(devs []Member, names []string, opts Options, h testHooks) (*Volume
 			return nil, fmt.Errorf("%w: write bitmap: %w", ErrAssembly, err)
 		}
 	}
-	if err := v.start(opts); err != nil {
+	// The owner's members are recorded as journal-covered only once no
+	// stripe is torn any more: a stripe this assembly has not resynced
+	// yet may have been torn by the stop, without a record.
+	if err := v.start(opts, sb.Clean || !dirty.any()); err != nil {
 		closeAll(bySlot)
 		return nil, err
 	}
@@ -190,6 +198,7 @@ func assemble(devs []Member, names []string, opts Options, h testHooks) (*Volume
 		}
 	}
 	var rs *resyncState
+	syncResynced := false
 	if !sb.Clean && dirty.any() {
 		crashJcp := v.crashJcp
 		unprotected := func(grp int, row int64, unreadable uint64) bool {
@@ -201,6 +210,7 @@ func assemble(devs []Member, names []string, opts Options, h testHooks) (*Volume
 				closeAll(bySlot)
 				return nil, fmt.Errorf("resync after unclean stop: %w", err)
 			}
+			syncResynced = true
 		} else {
 			// From here on every write to a row the resync has not
 			// reached resyncs that row first (writeStripe).
@@ -222,6 +232,13 @@ func assemble(devs []Member, names []string, opts Options, h testHooks) (*Volume
 			return nil, fmt.Errorf("%w: journal: %w", ErrAssembly, err)
 		}
 		v.jrn.held.Store(false)
+	}
+	if syncResynced {
+		// Flushed above: every stripe is consistent now.
+		if err := v.recordOwnerJournal(); err != nil {
+			closeAll(bySlot)
+			return nil, fmt.Errorf("%w: %w", ErrAssembly, err)
+		}
 	}
 	v.crashJcp = nil
 	if v.failed.Load() {

@@ -181,6 +181,9 @@ func (v *Volume) resyncBackground(rs *resyncState, o RebuildOptions, gate <-chan
 	}
 	v.rs.Store(nil)
 	v.log.Info("resync after unclean stop finished", "regions", rs.regions)
+	if err := v.recordOwnerJournal(); err != nil {
+		v.log.Error("background resync: record owner-domain journaling", "err", err)
+	}
 }
 
 // ResyncPending reports whether the resync after an unclean stop is still

@@ -40,6 +40,10 @@ type Status struct {
 	// write to a stripe with a data chunk that is not durably readable);
 	// JournalReplayed the records replayed by assembly.
 	JournalRecords, JournalReplayed int64
+	// OwnerJournal counts the members covered by owner-domain journaling
+	// in this assembly (Options.OwnerDomain): every write to a stripe with
+	// a data chunk on one of them is journaled. Zero when it is off.
+	OwnerJournal int
 	// ResyncRegions counts the regions dirty at an unclean stop whose
 	// parity the background resync has not finished (0 when none); the
 	// resync itself shows as Progress kind "resync" while it runs.
@@ -64,6 +68,7 @@ func (v *Volume) Status() Status {
 	if v.jrn != nil {
 		st.Journal = true
 		st.JournalRecords, st.JournalReplayed = v.jrn.records.Load(), v.jrn.replayed.Load()
+		st.OwnerJournal = v.ownerSlots
 	}
 	for slot := range v.slots {
 		st.Members = append(st.Members, MemberStatus{

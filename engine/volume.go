@@ -48,7 +48,11 @@ var (
 
 // Config describes a new volume.
 type Config struct {
-	Name      string
+	Name string
+	// UUID is the volume UUID to record; zero: a random one (the cluster
+	// chooses it before the owner creates the volume, so the record in
+	// etcd and the superblocks agree).
+	UUID      [16]byte
 	K, M      int
 	Groups    int      // default 1
 	ChunkSize int      // default DefaultChunkSize
@@ -92,6 +96,16 @@ type Options struct {
 	// Resync throttles the background resync (Rate, YieldDelay,
 	// Workers); the zero value yields to foreground I/O.
 	Resync RebuildOptions
+	// OwnerDomain is the failure domain (node) of the engine's own
+	// members: the ones that die with it. When set, every write to a
+	// stripe with a data chunk on one of them journals that chunk's
+	// post-write contents to a member of another domain first
+	// (owner-domain journaling, docs/engine.md), so that a new owner can
+	// repair the stripes this one was writing when it died with its
+	// members. It applies to format version 3 volumes, in groups where the
+	// domain holds at most m members; empty (the default) turns it off,
+	// as for a one-node volume, which dies with its node as a whole.
+	OwnerDomain string
 }
 
 // Volume is an assembled fabraid volume: k+m parity over member devices.
@@ -134,6 +148,9 @@ type Volume struct {
 	retireFailed atomic.Bool
 	epoch        atomic.Uint64 // owner epoch of this assembly (journal records carry it)
 	jrn          *journal      // nil: no journal (version 1 volume, or too little room)
+	// ownerSlots counts the slots covered by owner-domain journaling
+	// (slotState.owner); fixed at assembly.
+	ownerSlots int
 	// crashJcp[slot] is, after an unclean stop, the first row at which
 	// the slot's chunks were not durably in sync when the volume stopped
 	// (0 failed, checkpoint rebuilding, rows active): below it, a write
@@ -173,6 +190,9 @@ type slotState struct {
 	// rebuilding, 0 if failed). It only grows after a metadata write.
 	// Writes to rows at or above it are journaled.
 	jcp atomic.Int64
+	// owner: the member is in Options.OwnerDomain (it dies with this
+	// engine) and owner-domain journaling covers it. Fixed at assembly.
+	owner bool
 }
 
 // durableRows is the jcp of a member table entry.

@@ -501,3 +501,23 @@ func TestCreateRefusesBadConfig(t *testing.T) {
 		}
 	}
 }
+
+// A UUID given in the configuration is the volume's (the cluster picks it
+// before the owner creates the volume); without one a random one is made.
+func TestCreateGivenUUID(t *testing.T) {
+	want := [16]byte{0x12, 0x34, 6: 0x40, 8: 0x80, 15: 1}
+	_, devs := memMembers(3, 1<<20)
+	cfg := Config{Name: "uuid", K: 2, M: 1, ChunkSize: 4096, DataOffset: 256 << 10, RegionSize: 256 << 10, UUID: want, AssumeZeroed: true}
+	v, err := Create(cfg, devs, nil, Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.UUID() != want {
+		t.Fatalf("volume UUID %x, want %x", v.UUID(), want)
+	}
+	_, devs = memMembers(3, 1<<20)
+	cfg.UUID = [16]byte{}
+	if v, err = Create(cfg, devs, nil, Options{Logger: quietLogger()}); err != nil || v.UUID() == ([16]byte{}) || v.UUID() == want {
+		t.Fatalf("volume UUID without one given: %x %v", v.UUID(), err)
+	}
+}

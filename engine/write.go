@@ -14,9 +14,11 @@ package engine
 //     reconstruct-write.
 //  4. read: chunks the plan needs; a failure re-plans (nothing written).
 //  5. compute: parity (and reconstructed data) over [Lo, Hi).
-//  6. journal: if a data position is not durably readable, its post-write
-//     contents are logged and flushed before anything of the stripe is
-//     written; the record is in flight until the write phase ends.
+//  6. journal: if a data position is not durably readable, or is on the
+//     owner's members (owner-domain journaling), its post-write contents
+//     are logged to a member outside the owner's domain and flushed before
+//     anything of the stripe is written; the record is in flight until the
+//     write phase ends.
 //  7. write: data and parity to every writable member; a member failing
 //     here is failed, the write still succeeds with at most m chunks lost.
 //  8. acknowledge only when every member failure marked so far is recorded
@@ -35,8 +37,9 @@ import (
 
 // writeMasks is masks plus the positions whose chunk is not durably
 // readable (jcp): a crash now would leave them unreadable at assembly, so
-// a write must journal them.
-func (v *Volume) writeMasks(group int, row int64) (unreadable, unwritable, journal uint64) {
+// a write must journal them; and the positions on the owner's members
+// (owner-domain journaling), which a crash of the owner takes along.
+func (v *Volume) writeMasks(group int, row int64) (unreadable, unwritable, journal, owner uint64) {
 	for pos := 0; pos < v.geo.Width(); pos++ {
 		slot := v.geo.Slot(group, v.geo.MemberOf(row, pos))
 		bit := uint64(1) << uint(pos)
@@ -50,8 +53,11 @@ func (v *Volume) writeMasks(group int, row int64) (unreadable, unwritable, journ
 		if row >= v.slots[slot].jcp.Load() {
 			journal |= bit
 		}
+		if v.slots[slot].owner {
+			owner |= bit
+		}
 	}
-	return unreadable, unwritable, journal
+	return unreadable, unwritable, journal, owner
 }
 
 // WriteAt writes p at off. Both must be multiples of BlockSize. The write
@@ -167,8 +173,9 @@ func (v *Volume) writeStripe(op *stripeOp, p []byte, r layout.StripeReq) error {
 			return err
 		}
 		gen := v.failGen.Load()
-		unreadable, unwritable, journal := v.writeMasks(r.Group, r.Row)
-		lost := journal | unwritable
+		unreadable, unwritable, journal, owner := v.writeMasks(r.Group, r.Row)
+		avoid := journal | unwritable // positions not durably in sync
+		var ownerExtra uint64
 		if v.jrn == nil {
 			journal = 0
 		} else {
@@ -178,12 +185,19 @@ func (v *Volume) writeStripe(op *stripeOp, p []byte, r layout.StripeReq) error {
 			// contents are at hand for the journal.
 			journal &= v.geo.DataMask()
 			unreadable |= journal
+			// The owner's data chunks stay readable: a read-modify-write
+			// reads the untouched ones in addition (below), every other
+			// mode has them at hand.
+			ownerExtra, avoid = v.ownerJournal(owner, avoid, journal)
 		}
 		plan, err := layout.PlanWrite(v.geo, r, unreadable, unwritable)
 		if err != nil {
 			return err
 		}
-		err = v.execWrite(op, p, r, plan, journal, lost, gen)
+		if plan.Mode == layout.ModeRMW {
+			plan.Read |= ownerExtra &^ r.Touched()
+		}
+		err = v.execWrite(op, p, r, plan, journal|ownerExtra, avoid, gen)
 		op.release()
 		if op.err != nil {
 			return op.err
@@ -198,11 +212,13 @@ func (v *Volume) writeStripe(op *stripeOp, p []byte, r layout.StripeReq) error {
 
 // execWrite performs plan. journal is the set of data positions whose
 // post-write contents must be journaled before anything is written (zero
-// without a journal or when every data chunk is durably readable); lost
-// is every position not durably in sync or not writable; failGen is the
-// member failure counter when the plan was made.
+// without a journal, or when every data chunk is durably readable and none
+// is on the owner's members); avoid is every position that must not hold
+// the record (not durably in sync, not writable, or on the owner's
+// members); failGen is the member failure counter when the plan was made.
+// In RMW mode plan.Read includes the untouched journaled positions.
 func (v *Volume) execWrite(op *stripeOp, p []byte, r layout.StripeReq, plan layout.WritePlan,
-	journal, lost uint64, failGen int64) error {
+	journal, avoid uint64, failGen int64) error {
 	g := v.geo
 	mo := g.MemberOffset(r.Row)
 	n := r.Hi - r.Lo
@@ -238,6 +254,14 @@ func (v *Volume) execWrite(op *stripeOp, p []byte, r layout.StripeReq, plan layo
 		}
 		if err := v.enc.Update(op.shards, nd); err != nil {
 			return fmt.Errorf("stripe %d: parity update: %w", r.Stripe, err)
+		}
+		// The old contents are not needed any more: from here on
+		// op.shards holds every touched data position's post-write
+		// contents, and the untouched ones read for the journal.
+		for pos, d := range nd {
+			if d != nil {
+				op.shards[pos] = d
+			}
 		}
 	default:
 		if plan.Mode == layout.ModeDegraded {
@@ -275,16 +299,17 @@ func (v *Volume) execWrite(op *stripeOp, p []byte, r layout.StripeReq, plan layo
 		}
 	}
 
-	// Journal phase: the stripe is degraded, and a crash during the
-	// write phase would leave parity from which the chunks that cannot be
-	// read reconstruct to neither their old nor their new contents. Log
-	// their contents after this write first (op.shards holds every data
-	// position over [Lo, Hi) in every mode but RMW, which is only planned
-	// when nothing is unreadable).
+	// Journal phase: the stripe is degraded, or has data chunks on the
+	// owner's members, and a crash during the write phase would leave
+	// parity from which the chunks that cannot be read after it
+	// reconstruct to neither their old nor their new contents. Log their
+	// contents after this write first (op.shards holds every data
+	// position over [Lo, Hi) in every mode but RMW, and in RMW the
+	// touched ones and the journaled ones, read above).
 	var seq uint64
 	if journal != 0 {
 		var err error
-		seq, err = v.jrn.append(r, journal, op.shards, v.journalSlot(r, lost), v.epoch.Load())
+		seq, err = v.jrn.append(r, journal, op.shards, v.journalSlot(r, avoid), v.epoch.Load())
 		if err != nil {
 			return err
 		}
@@ -394,17 +419,17 @@ func (v *Volume) flushGroup(group int) error {
 
 // journalSlot picks the member of r's group that receives a journal
 // record: one holding a data chunk of the stripe that is durably in sync
-// (rotating with the stripe to spread the load). A second copy would not
-// help: if that member is lost as well, its chunk is missing from the
-// record and the stripe cannot be repaired either way. Only when no data
-// chunk is in sync (m >= k) does a parity member, or any writable one,
-// take the record.
-func (v *Volume) journalSlot(r layout.StripeReq, lost uint64) []int {
+// and not on the owner's members (avoid), rotating with the stripe to
+// spread the load. A second copy would not help: if that member is lost as
+// well, its chunk is missing from the record and the stripe cannot be
+// repaired either way. Only when no such data chunk exists (m >= k) does a
+// parity member, or any writable one, take the record.
+func (v *Volume) journalSlot(r layout.StripeReq, avoid uint64) []int {
 	g := v.geo
 	for _, span := range []int{g.K, g.Width()} {
 		for i := 0; i < span; i++ {
 			pos := int((r.Stripe + int64(i)) % int64(span))
-			if slot := v.slotAt(r, pos); lost&(1<<uint(pos)) == 0 && v.writable(slot) {
+			if slot := v.slotAt(r, pos); avoid&(1<<uint(pos)) == 0 && v.writable(slot) {
 				return []int{slot}
 			}
 		}

@@ -45,6 +45,7 @@ func newRootCmd() *cobra.Command {
 		newNsdCmd(),
 		newWaitCmd(),
 		newUdevProbeCmd(),
+		newUdevRemoveCmd(),
 		manpage.Command("1", "fabraid "+version),
 	)
 	return root

@@ -179,7 +179,7 @@ func newVolumeShowCmd() *cobra.Command {
 			if v.Error != "" {
 				fmt.Fprintf(w, "error:    %s\n", v.Error)
 			}
-			if v.State != "stopped" {
+			if v.State != "stopped" && v.State != "waiting" {
 				fmt.Fprintf(w, "journal:  %s\n", journalText(v.Journal))
 			}
 			if v.WriteHoleStripes > 0 {

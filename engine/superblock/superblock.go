@@ -15,11 +15,16 @@ import (
 // On-disk constants. Changing any of them changes the format.
 const (
 	Magic = "FABRAIDv" // 8 bytes at offset 0 of each copy
-	// Version is the format this build writes for new volumes. Version 2
-	// adds the stripe journal (JournalOffset, JournalBytes); version 1
-	// volumes are still assembled and written back as version 1, without
-	// a journal.
-	Version = 2
+	// Version is the format this build writes for new volumes. Version 3
+	// adds owner-domain journaling (the member flag OwnerJournal); version
+	// 2 adds the stripe journal (JournalOffset, JournalBytes). Older
+	// volumes are still assembled and written back in their own version:
+	// version 2 without owner-domain journaling, version 1 without a
+	// journal.
+	Version = 3
+	// VersionJournal is the format with the stripe journal but without
+	// owner-domain journaling.
+	VersionJournal = 2
 	// VersionNoJournal is the first format: no journal area.
 	VersionNoJournal = 1
 
@@ -105,6 +110,12 @@ func (f FailReason) String() string {
 	return fmt.Sprintf("FailReason(%d)", uint8(f))
 }
 
+// Flag bits of a member table entry (byte 49).
+const (
+	memberResync       byte = 1 << 0
+	memberOwnerJournal byte = 1 << 1 // version 3
+)
+
 // Flag bits of Superblock.Flags.
 const (
 	// FlagDomainOverride records that the volume was created although its
@@ -124,6 +135,12 @@ type Member struct {
 	Checkpoint int64
 	// Failure is why a failed member failed (FailUnrecorded otherwise).
 	Failure FailReason
+	// OwnerJournal (version 3) marks a member of the owner's failure
+	// domain whose data chunks are covered by the stripe journal: every
+	// write to a stripe with a data chunk on it since the volume was last
+	// consistent logged that chunk's post-write contents to a member in
+	// another domain, so losing it at a crash tears nothing.
+	OwnerJournal bool
 }
 
 // Superblock is the decoded metadata of one member.
@@ -223,6 +240,9 @@ func (sb *Superblock) Validate() error {
 		if m.Failure != FailUnrecorded && m.Role != RoleFailed {
 			return invalid("member %d: fail reason %s on %s member", i, m.Failure, m.Role)
 		}
+		if m.OwnerJournal && (sb.version() < Version || sb.JournalBytes == 0) {
+			return invalid("member %d: owner-journal flag without a version %d journal", i, Version)
+		}
 	}
 	if sb.RegionRows < 1 {
 		return invalid("region rows %d", sb.RegionRows)
@@ -244,7 +264,7 @@ func (sb *Superblock) Validate() error {
 		if sb.JournalOffset != 0 || sb.JournalBytes != 0 {
 			return invalid("journal area in a version 1 superblock")
 		}
-	case Version:
+	case VersionJournal, Version:
 		if sb.JournalBytes == 0 && sb.JournalOffset == 0 {
 			break
 		}
@@ -314,7 +334,10 @@ func (sb *Superblock) Marshal() ([]byte, error) {
 		copy(e[16:48], m.Domain)
 		e[48] = byte(m.Role)
 		if m.Resync {
-			e[49] = 1
+			e[49] |= memberResync
+		}
+		if m.OwnerJournal {
+			e[49] |= memberOwnerJournal
 		}
 		e[50] = byte(m.Failure)
 		le.PutUint64(e[56:], uint64(m.Checkpoint))
@@ -346,8 +369,8 @@ func Unmarshal(b []byte) (*Superblock, error) {
 		return nil, invalid("crc32c %08x, computed %08x", got, want)
 	}
 	version := le.Uint32(b[8:])
-	if version != Version && version != VersionNoJournal {
-		return nil, invalid("format version %d, this build reads %d and %d", version, VersionNoJournal, Version)
+	if version < VersionNoJournal || version > Version {
+		return nil, invalid("format version %d, this build reads %d to %d", version, VersionNoJournal, Version)
 	}
 	if bs := le.Uint32(b[120:]); bs != layout.BlockSize {
 		return nil, invalid("block size %d", bs)
@@ -417,13 +440,11 @@ func Unmarshal(b []byte) (*Superblock, error) {
 		copy(m.UUID[:], e[0:16])
 		m.Domain = cstring(e[16:48])
 		m.Role = Role(e[48])
-		switch e[49] {
-		case 0:
-		case 1:
-			m.Resync = true
-		default:
+		if e[49]&^(memberResync|memberOwnerJournal) != 0 {
 			return nil, invalid("member %d: bad flags %d", i, e[49])
 		}
+		m.Resync = e[49]&memberResync != 0
+		m.OwnerJournal = e[49]&memberOwnerJournal != 0
 		m.Failure = FailReason(e[50])
 		cp := le.Uint64(e[56:])
 		if cp > 1<<62 {

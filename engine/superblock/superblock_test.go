@@ -42,12 +42,17 @@ func sample() *Superblock {
 	return sb
 }
 
-// Both formats round-trip: version 2 with a journal area, and version 1
-// (no journal), which decodes and re-encodes as version 1.
+// Every format round-trips: version 3 with owner-journal flags, version 2
+// (journal, no owner-domain journaling) and version 1 (no journal), each
+// decoding and re-encoding as itself.
 func TestRoundTrip(t *testing.T) {
+	v3 := sample()
+	v3.Members[0].OwnerJournal, v3.Members[3].OwnerJournal = true, true
+	v2 := sample()
+	v2.Version = VersionJournal
 	v1 := sample()
 	v1.Version, v1.JournalOffset, v1.JournalBytes = VersionNoJournal, 0, 0
-	for _, sb := range []*Superblock{sample(), v1} {
+	for _, sb := range []*Superblock{sample(), v3, v2, v1} {
 		b, err := sb.Marshal()
 		if err != nil {
 			t.Fatal(err)
@@ -60,9 +65,27 @@ func TestRoundTrip(t *testing.T) {
 			t.Fatalf("round trip:\nwant %+v\n got %+v", sb, got)
 		}
 	}
+	b, err := v3.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := b[headerSize+3*entrySize:]; e[49] != memberResync|memberOwnerJournal {
+		t.Fatalf("member 3 flags byte %#x, want resync|owner-journal", e[49])
+	}
+	// An older build's copy is refused by version, and a version 2 copy
+	// with the owner-journal bit set is garbage.
+	b2, err := v2.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2[headerSize+49] |= memberOwnerJournal
+	sealCRC(b2)
+	if _, err := Unmarshal(b2); err == nil || !strings.Contains(err.Error(), "owner-journal") {
+		t.Fatalf("version 2 copy with the owner-journal flag: %v", err)
+	}
 	v1.Version = Version
 	if _, err := v1.Marshal(); err != nil {
-		t.Fatalf("version 2 without journal: %v", err)
+		t.Fatalf("version 3 without journal: %v", err)
 	}
 }
 
@@ -101,7 +124,9 @@ func TestValidateRefuses(t *testing.T) {
 		"journal unaligned":       func(sb *Superblock) { sb.JournalBytes = 512<<10 + 1 },
 		"journal too small":       func(sb *Superblock) { sb.JournalBytes = 4096 },
 		"journal in version 1":    func(sb *Superblock) { sb.Version = VersionNoJournal },
-		"version 3":               func(sb *Superblock) { sb.Version = 3 },
+		"version 4":               func(sb *Superblock) { sb.Version = Version + 1 },
+		"owner journal in v2":     func(sb *Superblock) { sb.Version = VersionJournal; sb.Members[0].OwnerJournal = true },
+		"owner journal, no area":  func(sb *Superblock) { sb.JournalOffset, sb.JournalBytes = 0, 0; sb.Members[0].OwnerJournal = true },
 	} {
 		sb := sample()
 		mut(sb)
@@ -169,6 +194,16 @@ func FuzzUnmarshal(f *testing.F) {
 	v1.Members[4].Failure = FailUnrecorded
 	b1, _ := v1.Marshal()
 	f.Add(b1)
+	// Owner-journal flags (version 3) on an active, a rebuilding (with
+	// resync) and a failed member, and a version 2 copy.
+	v3 := sample()
+	v3.Members[0].OwnerJournal, v3.Members[3].OwnerJournal, v3.Members[4].OwnerJournal = true, true, true
+	b3, _ := v3.Marshal()
+	f.Add(b3)
+	v2 := sample()
+	v2.Version = VersionJournal
+	b2, _ := v2.Marshal()
+	f.Add(b2)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) >= CopySize && len(data) > 300 {
 			// Keep the fuzzer's mutations from being killed by the CRC

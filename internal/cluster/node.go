@@ -22,6 +22,8 @@ import (
 	"github.com/fabraid/fabraid/internal/cluster/registry"
 	"github.com/fabraid/fabraid/internal/cluster/store"
 	"github.com/fabraid/fabraid/internal/cluster/token"
+	"github.com/fabraid/fabraid/internal/cluster/volumes"
+	"github.com/fabraid/fabraid/kernel/nvmf"
 )
 
 // Errors callers map to answers.
@@ -84,6 +86,9 @@ type Node struct {
 	// crash makes the heartbeat loop stop renewing without revoking
 	// the lease (tests: what a killed node looks like).
 	crash bool
+	// secret is the node's DH-HMAC-CHAP host secret, published at
+	// registration (see hostKey); zero before.
+	secret nvmf.Secret
 }
 
 // New prepares a Node; nothing runs until Start, Init or Join.
@@ -129,6 +134,15 @@ func (n *Node) InCluster() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.st != nil || len(n.o.External) > 0
+}
+
+// Client returns the node's etcd client, nil while the node is in no
+// cluster or its membership is not up (Start retries). The client stays
+// valid until Close, Leave or a failed Start; callers must not close it.
+func (n *Node) Client() *clientv3.Client {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.cli
 }
 
 // Start brings up what the node's state asks for: its etcd member, the
@@ -233,9 +247,13 @@ func dedup(s []string) []string {
 	return out
 }
 
-// register writes the node's record and starts the heartbeat loop.
+// register writes the node's record and host key and starts the
+// heartbeat loop.
 func (n *Node) register(ctx context.Context) error {
 	if err := n.putRecord(ctx); err != nil {
+		return err
+	}
+	if err := n.publishHostKey(ctx); err != nil {
 		return err
 	}
 	hctx, cancel := context.WithCancel(context.Background())
@@ -308,7 +326,51 @@ func (n *Node) Refresh(ctx context.Context) error {
 	if n.cli == nil {
 		return nil
 	}
-	return n.putRecord(ctx)
+	if err := n.putRecord(ctx); err != nil {
+		return err
+	}
+	return n.publishHostKey(ctx)
+}
+
+// HostKeyFile is the node's DH-HMAC-CHAP host secret (DHHC-1 form, 0600)
+// in Options.Dir.
+const HostKeyFile = "dhchap.key"
+
+// publishHostKey makes the node's host secret once (a file in Dir, 0600)
+// and keeps it in etcd at keys.HostKey (volumes.EnsureHostKey): every
+// exporter that allows this node's host NQN, drive exports and volume
+// exports alike, takes the key from there, and the node presents it when
+// it connects. The secret is never logged.
+func (n *Node) publishHostKey(ctx context.Context) error {
+	path := filepath.Join(n.o.Dir, HostKeyFile)
+	var sec nvmf.Secret
+	local := func() (string, error) {
+		s, err := nvmf.LoadSecret(path)
+		if errors.Is(err, os.ErrNotExist) {
+			if s, err = nvmf.GenerateSecret(32); err == nil {
+				err = nvmf.SaveSecret(path, s)
+			}
+		}
+		if err != nil {
+			return "", err
+		}
+		sec = s
+		return s.Reveal(), nil
+	}
+	if _, err := volumes.EnsureHostKey(ctx, n.cli, n.o.Name, local); err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	n.secret = sec
+	return nil
+}
+
+// HostSecret is the node's DH-HMAC-CHAP host secret (ok false before the
+// node has registered). It prints redacted; Reveal gives the key for
+// configfs and connect options.
+func (n *Node) HostSecret() (nvmf.Secret, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.secret, len(n.secret.Key) > 0
 }
 
 // Init makes a new cluster named name with this node as its first etcd
@@ -411,6 +473,7 @@ func (n *Node) shutdown() {
 		n.srv.Close()
 		n.srv = nil
 	}
+	n.secret = nvmf.Secret{}
 }
 
 // Close stops everything the node runs; the node stays in its cluster

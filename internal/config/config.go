@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // DefaultPath is where fabraidd and fabraid look for the configuration.
@@ -59,6 +60,11 @@ type Config struct {
 	// SPDKSocket is nvmf_tgt's JSON-RPC socket for BackendSPDK. Default
 	// /var/tmp/spdk.sock.
 	SPDKSocket string
+	// AssemblyTimeout is the last-resort wait (assembly_timeout, seconds):
+	// a volume with expected members missing starts degraded this long
+	// after its first member was seen (docs/admin-guide.md, "Boot").
+	// Default 30 s.
+	AssemblyTimeout time.Duration
 }
 
 // Target backends (the target_backend key).
@@ -88,17 +94,18 @@ func Default() Config {
 		host = "localhost"
 	}
 	return Config{
-		NodeName:       host,
-		StateDir:       "/var/lib/fabraid",
-		APISocket:      "/run/fabraid/api.sock",
-		MetricsAddress: "127.0.0.1:9436",
-		ExportAddress:  "127.0.0.1",
-		ExportPort:     4420,
-		EngineMode:     EngineAuto,
-		Cluster:        defaultCluster(),
-		NSDDiscovery:   NSDMerge,
-		TargetBackend:  BackendNvmet,
-		SPDKSocket:     "/var/tmp/spdk.sock",
+		NodeName:        host,
+		StateDir:        "/var/lib/fabraid",
+		APISocket:       "/run/fabraid/api.sock",
+		MetricsAddress:  "127.0.0.1:9436",
+		ExportAddress:   "127.0.0.1",
+		ExportPort:      4420,
+		EngineMode:      EngineAuto,
+		Cluster:         defaultCluster(),
+		NSDDiscovery:    NSDMerge,
+		TargetBackend:   BackendNvmet,
+		SPDKSocket:      "/var/tmp/spdk.sock",
+		AssemblyTimeout: 30 * time.Second,
 	}
 }
 
@@ -249,11 +256,17 @@ func (c *Config) set(key, val string) error {
 			return fmt.Errorf("%q: want an absolute path", val)
 		}
 		c.SPDKSocket = filepath.Clean(val)
+	case "assembly_timeout":
+		n, err := strconv.Atoi(val)
+		if err != nil || n < 1 || n > 3600 {
+			return fmt.Errorf("%q: want seconds, 1..3600", val)
+		}
+		c.AssemblyTimeout = time.Duration(n) * time.Second
 	default:
 		if ok, err := c.Cluster.set(key, val); ok {
 			return err
 		}
-		return errors.New("unknown key (known: node_name, storage_interfaces, storage_cidrs, state_dir, api_socket, metrics_address, export_address, export_port, engine_mode, nsd_discovery, target_backend, spdk_rpc_socket, " + clusterKeys + ")")
+		return errors.New("unknown key (known: node_name, storage_interfaces, storage_cidrs, state_dir, api_socket, metrics_address, export_address, export_port, engine_mode, nsd_discovery, target_backend, spdk_rpc_socket, assembly_timeout, " + clusterKeys + ")")
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseFull(t *testing.T) {
@@ -22,6 +23,7 @@ export_address = 10.10.0.1
 export_port = 4421
 engine_mode = systemd
 nsd_discovery = exclusive
+assembly_timeout = 5
 `
 	c, err := Parse(strings.NewReader(in), "t.conf")
 	if err != nil {
@@ -31,7 +33,7 @@ nsd_discovery = exclusive
 		len(c.StorageCIDRs) != 2 || c.StorageCIDRs[0].String() != "10.10.0.0/16" ||
 		c.StateDir != "/var/lib/fab" || c.APISocket != "/run/fab/api.sock" || c.MetricsAddress != ":9500" ||
 		c.ExportAddress != "10.10.0.1" || c.ExportPort != 4421 || c.EngineMode != EngineSystemd ||
-		c.NSDDiscovery != NSDExclusive {
+		c.NSDDiscovery != NSDExclusive || c.AssemblyTimeout != 5*time.Second {
 		t.Fatalf("got %+v", c)
 	}
 }
@@ -43,7 +45,7 @@ func TestParseDefaults(t *testing.T) {
 	}
 	d := Default()
 	if c.StateDir != d.StateDir || c.APISocket != d.APISocket || c.ExportPort != 4420 || c.NodeName == "" || c.EngineMode != EngineAuto ||
-		c.NSDDiscovery != NSDMerge {
+		c.NSDDiscovery != NSDMerge || c.AssemblyTimeout != 30*time.Second {
 		t.Fatalf("got %+v", c)
 	}
 }
@@ -64,6 +66,8 @@ func TestParseErrors(t *testing.T) {
 		{"\n\nengine_mode = docker", "t.conf:3: engine_mode: \"docker\": want auto, systemd or process"},
 		{"nsd_discovery = only", "t.conf:1: nsd_discovery: \"only\": want merge"},
 		{"engine_mode =", "t.conf:1: engine_mode: \"\": want auto"},
+		{"assembly_timeout = 0", "t.conf:1: assembly_timeout: \"0\": want seconds, 1..3600"},
+		{"assembly_timeout = 30s", "t.conf:1: assembly_timeout: \"30s\": want seconds"},
 	} {
 		_, err := Parse(strings.NewReader(tc.in), "t.conf")
 		var ce *Error

@@ -81,7 +81,7 @@ func New(o Options) (*Daemon, error) {
 	if d.plugin, err = d.targetBackend(); err != nil {
 		return nil, err
 	}
-	mo := volmgr.Options{Config: o.Config, Drives: drive.System(o.Config.StateDir), Log: o.Log, Start: start, HostDir: o.HostDir}
+	mo := volmgr.Options{Config: o.Config, Drives: drive.System(o.Config.StateDir), Log: o.Log, Start: start, HostDir: o.HostDir, Kick: d.Kick}
 	if d.plugin != nil {
 		mo.Target = d.plugin
 	}
@@ -159,7 +159,7 @@ func (d *Daemon) reconcile(ctx context.Context) {
 		counts[v.State]++
 	}
 	var parts []string
-	for _, s := range []string{"optimal", "degraded", "rebuilding", "failed", "stopped"} {
+	for _, s := range volumeStates {
 		if counts[s] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
 		}
@@ -320,6 +320,7 @@ func (d *Daemon) Handler() http.Handler {
 		reply(w, api.Node{Name: d.opts.Config.NodeName, HostNQN: d.mgr.HostNQN(), Version: d.opts.Version, PID: os.Getpid()}, nil)
 	})
 	d.clusterRoutes(mux, reply, decode)
+	d.udevRoutes(mux, reply, decode)
 	mux.HandleFunc("GET /v1/volumes", func(w http.ResponseWriter, r *http.Request) {
 		v := d.mgr.List()
 		if v == nil {

@@ -27,7 +27,7 @@ var (
 	descDuration     = prometheus.NewDesc("fabraid_volume_request_duration_seconds", "Request latency in the engine.", []string{"volume", "op"}, nil)
 )
 
-var volumeStates = []string{"optimal", "degraded", "rebuilding", "failed", "stopped"}
+var volumeStates = []string{"optimal", "degraded", "rebuilding", "failed", "stopped", "waiting"}
 
 // collector reads the volume manager at every scrape.
 type collector struct {
@@ -68,7 +68,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		if t := v.LastTask; t != nil && t.Scrub != nil {
 			ch <- prometheus.MustNewConstMetric(descScrub, prometheus.GaugeValue, float64(t.Scrub.Mismatches), v.Name)
 		}
-		if v.State != "stopped" {
+		if v.State != "stopped" && v.State != "waiting" {
 			ch <- prometheus.MustNewConstMetric(descHole, prometheus.GaugeValue, float64(v.WriteHoleStripes), v.Name)
 		}
 		if v.IO != nil {

@@ -135,6 +135,11 @@ func ServeEngine(ctx context.Context, o ServeOptions) error {
 		})
 	}
 	post("/fail", func(q engineReq) error { return l.Fail(q.Slot, q.Force) })
+	post("/removed", func(q engineReq) error {
+		err := l.Removed(q.Slot)
+		saveSpec(func(s *SpecFile) { s.Members = specMembers(vol.Status()) })
+		return err
+	})
 	post("/readd", func(q engineReq) error {
 		err := l.ReAdd(q.Slot, q.Path, q.Rate)
 		if err == nil {

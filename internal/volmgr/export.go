@@ -3,6 +3,7 @@ package volmgr
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -101,13 +102,30 @@ type exporter struct {
 // reconcile converges the exports and connections and returns the consumer
 // device (/dev/nvmeXnY) of every exported NQN that has one.
 func (x *exporter) reconcile(ctx context.Context, exports []Export) (map[string]string, error) {
-	req := backend.ApplyRequest{Scope: NQNPrefix, Exports: ExportSpec(exports, x.id.NQN, x.addr, x.port)}
-	if _, err := x.target.Apply(ctx, req); err != nil {
-		return nil, fmt.Errorf("export: %w", err)
-	}
 	desired, err := Connections(exports, x.id, x.addr, x.port)
 	if err != nil {
 		return nil, err
+	}
+	return x.converge(ctx, ExportSpec(exports, x.id.NQN, x.addr, x.port), desired, false)
+}
+
+// reconcileCluster is reconcile with the exports and connections of a
+// cluster plan; a failed connection (its owner down) is reported and the
+// others are made.
+func (x *exporter) reconcileCluster(ctx context.Context, exports []Export, p *ClusterPlan) (map[string]string, error) {
+	desired, err := ConsumerConnections(p.Consumers, x.id, p.Secret)
+	if err != nil {
+		return nil, err
+	}
+	return x.converge(ctx, ClusterExportSpec(exports, p.Hosts, p.Auth, p.Addresses, p.Port), desired, true)
+}
+
+// converge applies the exports and the desired connections; with
+// keepGoing a failed connect is joined into the error after the others
+// were tried.
+func (x *exporter) converge(ctx context.Context, exports []backend.Export, desired []nvmf.Options, keepGoing bool) (map[string]string, error) {
+	if _, err := x.target.Apply(ctx, backend.ApplyRequest{Scope: NQNPrefix, Exports: exports}); err != nil {
+		return nil, fmt.Errorf("export: %w", err)
 	}
 	ctrls, err := x.sysfs.Controllers()
 	if err != nil {
@@ -124,16 +142,13 @@ func (x *exporter) reconcile(ctx context.Context, exports []Export) (map[string]
 			return nil, fmt.Errorf("retime %s: %w", r.Name, err)
 		}
 	}
+	var failed []error
 	for _, o := range plan.Connect {
-		c, err := x.host.Connect(o)
-		if err != nil {
-			return nil, fmt.Errorf("connect %s: %w", o.NQN, err)
-		}
-		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		_, err = x.host.WaitPaths(wctx, c.Name, 1)
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("connect %s: wait for namespace: %w", o.NQN, err)
+		if err := x.connect(ctx, o); err != nil {
+			if !keepGoing {
+				return nil, err
+			}
+			failed = append(failed, err)
 		}
 	}
 	ctrls, err = x.sysfs.Controllers()
@@ -146,5 +161,18 @@ func (x *exporter) reconcile(ctx context.Context, exports []Export) (map[string]
 			heads[c.SubsystemNQN] = "/dev/" + c.Paths[0].Head
 		}
 	}
-	return heads, nil
+	return heads, errors.Join(failed...)
+}
+
+func (x *exporter) connect(ctx context.Context, o nvmf.Options) error {
+	c, err := x.host.Connect(o)
+	if err != nil {
+		return fmt.Errorf("connect %s at %s: %w", o.NQN, o.Address, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := x.host.WaitPaths(wctx, c.Name, 1); err != nil {
+		return fmt.Errorf("connect %s at %s: wait for namespace: %w", o.NQN, o.Address, err)
+	}
+	return nil
 }

@@ -11,15 +11,17 @@ import (
 
 // Info describes a volume for the API and the CLI.
 type Info struct {
-	Name      string       `json:"name"`
-	UUID      string       `json:"uuid"`
-	State     string       `json:"state"` // optimal, degraded, rebuilding, failed, stopped
-	Size      int64        `json:"size"`
-	K         int          `json:"k"`
-	M         int          `json:"m"`
-	Groups    int          `json:"groups"`
-	ChunkSize int          `json:"chunk_size"`
-	Device    string       `json:"device,omitempty"` // consumer device: NVMe multipath head
+	Name      string `json:"name"`
+	UUID      string `json:"uuid"`
+	State     string `json:"state"` // optimal, degraded, rebuilding, failed, stopped, waiting (gate.go)
+	Size      int64  `json:"size"`
+	K         int    `json:"k"`
+	M         int    `json:"m"`
+	Groups    int    `json:"groups"`
+	ChunkSize int    `json:"chunk_size"`
+	Device    string `json:"device,omitempty"` // consumer device: NVMe multipath head
+	// Owner is the node running the engine (in a cluster).
+	Owner     string       `json:"owner,omitempty"`
 	NQN       string       `json:"nqn"`
 	Ublk      string       `json:"ublk,omitempty"`
 	EnginePID int          `json:"engine_pid,omitempty"`
@@ -95,7 +97,7 @@ func (m *Manager) Info(ref string) (Info, error) {
 	if err != nil {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		return Info{Name: m.names[u], UUID: FormatUUID(u), NQN: NQN(u), State: "stopped", Error: err.Error()}, nil
+		return notRunningInfo(m.names[u], u, err), nil
 	}
 	m.mu.Lock()
 	head := m.heads[u]

@@ -49,6 +49,13 @@ type Options struct {
 	Log     *slog.Logger
 	// Start starts an engine; default StartInProcess.
 	Start StartFunc
+	// Owner, when set (cluster mode), says whether this node owns volume
+	// u; reconcile starts engines only of volumes it owns, and waits when
+	// Owner errs (gate.go). Nil: this node owns every volume it finds.
+	Owner func(u [16]byte) (bool, error)
+	// Kick, when set, asks for a reconcile soon: the start gate calls it
+	// (from a timer) when a waiting volume's decision may change.
+	Kick func()
 }
 
 // StartInProcess assembles the volume from its members and serves it in this
@@ -85,6 +92,12 @@ type Manager struct {
 	names   map[[16]byte]string
 	errs    map[[16]byte]error
 	heads   map[[16]byte]string // consumer device
+
+	gate gate // boot-time start gate (gate.go)
+
+	// plan is the cluster's desired state (ReconcileCluster); nil in
+	// the one-node mode. Guarded by mu.
+	plan *ClusterPlan
 }
 
 // New returns a Manager; it loads (or creates, like nvme-cli) the host
@@ -140,7 +153,9 @@ type onDisk struct {
 	// returning are the slots of failed holds failed as missing: a
 	// running engine re-adds them (Reconcile).
 	returning map[int]bool
-	sb        *superblock.Superblock
+	// present are the slots of the newest view whose drive was found.
+	present map[int]bool
+	sb      *superblock.Superblock
 }
 
 // scanned is a claimed drive and the superblock read from it.
@@ -193,11 +208,12 @@ func groupVolumes(found []scanned) map[[16]byte]*onDisk {
 				newest = c.sb
 			}
 		}
-		v := &onDisk{uuid: u, name: newest.Name, sb: newest, failed: map[int]string{}, returning: map[int]bool{}}
+		v := &onDisk{uuid: u, name: newest.Name, sb: newest, failed: map[int]string{}, returning: map[int]bool{}, present: map[int]bool{}}
 		for _, c := range cs {
 			if c.sb.Slot >= len(newest.Members) || newest.Members[c.sb.Slot].UUID != c.sb.MemberUUID {
 				continue
 			}
+			v.present[c.sb.Slot] = true
 			if m := newest.Members[c.sb.Slot]; m.Role == superblock.RoleFailed {
 				v.failed[c.sb.Slot] = c.path
 				if m.Failure != superblock.FailMissing {
@@ -254,7 +270,8 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 }
 
 func (m *Manager) reconcileLocked(ctx context.Context, skip map[[16]byte]bool) error {
-	vols, err := m.scan()
+	plan := m.currentPlan()
+	vols, err := m.volumes()
 	if err != nil {
 		return err
 	}
@@ -276,6 +293,9 @@ func (m *Manager) reconcileLocked(ctx context.Context, skip map[[16]byte]bool) e
 			}
 			m.log.Warn("engine does not answer; starting a new one", "volume", v.name)
 			m.Forget(u, e)
+		}
+		if !m.mayStart(u, v) {
+			continue
 		}
 		rec := m.loadRecord(u)
 		e, err := m.opts.Start(ctx, EngineSpec{UUID: u, Name: v.name, Members: v.members, UblkID: rec.UblkID})
@@ -303,15 +323,29 @@ func (m *Manager) reconcileLocked(ctx context.Context, skip map[[16]byte]bool) e
 	}
 	exports, xerrs := m.desiredExports(vols, skip)
 	errs = append(errs, xerrs...)
-	heads, err := m.x.reconcile(ctx, exports)
+	var heads map[string]string
+	consumed := map[[16]byte]bool{}
+	if plan != nil {
+		p := *plan
+		p.Consumers = slices.DeleteFunc(slices.Clone(p.Consumers), func(c Consumer) bool { return skip[c.UUID] })
+		for _, c := range p.Consumers {
+			consumed[c.UUID] = true
+		}
+		heads, err = m.x.reconcileCluster(ctx, exports, &p)
+	} else {
+		for _, e := range exports {
+			consumed[e.UUID] = true
+		}
+		heads, err = m.x.reconcile(ctx, exports)
+	}
 	if err != nil {
 		errs = append(errs, err)
 	}
 	m.mu.Lock()
 	clear(m.heads)
-	for _, e := range exports {
-		if h := heads[NQN(e.UUID)]; h != "" {
-			m.heads[e.UUID] = h
+	for u := range consumed {
+		if h := heads[NQN(u)]; h != "" {
+			m.heads[u] = h
 		}
 	}
 	m.mu.Unlock()
@@ -603,7 +637,7 @@ func (m *Manager) ReAdd(ref string, slot int, rate int64) error {
 	if err != nil {
 		return err
 	}
-	vols, err := m.scan()
+	vols, err := m.volumes()
 	if err != nil {
 		return err
 	}
@@ -621,6 +655,9 @@ func (m *Manager) Replace(ref string, slot int, dev string, rate int64) error {
 	_, e, err := m.resolve(ref)
 	if err != nil {
 		return err
+	}
+	if m.currentPlan() != nil {
+		return fmt.Errorf("%w: volume %s: replace is not available in a cluster yet (the member records in etcd would not follow); re-add the member when its node is back", ErrInvalid, ref)
 	}
 	vols, err := m.scan()
 	if err != nil {

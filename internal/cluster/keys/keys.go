@@ -11,6 +11,7 @@
 //	/fabraid/v1/volume-names/<name>  model.VolumeName: the name's claim, written with the volume
 //	/fabraid/v1/volume-status/<uuid> model.VolumeStatus: the owner's report, on the owner's lease
 //	/fabraid/v1/hostkeys/<node>      model.HostKey: the node's DH-HMAC-CHAP secret (durable)
+//	/fabraid/v1/owners/<uuid>        owner.Record: the volume's owner, on its owner lease; create revision = epoch
 //
 // Node names are checked by the configuration (letters, digits, '.', '_',
 // '-'), so they never contain '/'; volume names are checked the same way
@@ -36,6 +37,7 @@ const (
 	VolumeNamesPrefix  = Prefix + "volume-names/"
 	VolumeStatusPrefix = Prefix + "volume-status/"
 	HostKeysPrefix     = Prefix + "hostkeys/"
+	OwnersPrefix       = Prefix + "owners/"
 )
 
 // Node is a node's registry record.
@@ -58,3 +60,7 @@ func VolumeStatus(uuid string) string { return VolumeStatusPrefix + uuid }
 
 // HostKey is a node's DH-HMAC-CHAP secret.
 func HostKey(node string) string { return HostKeysPrefix + node }
+
+// Owner is the ownership key of a volume, by volume UUID (package
+// cluster/owner): its create revision is the volume's owner epoch.
+func Owner(uuid string) string { return OwnersPrefix + uuid }

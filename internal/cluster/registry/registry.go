@@ -113,9 +113,9 @@ func decode(b []byte, version *int, v any, max int) error {
 	return nil
 }
 
-// Delete removes a node's record and liveness key.
+// Delete removes a node's record, liveness key and host key.
 func Delete(ctx context.Context, kv clientv3.KV, name string) error {
-	_, err := kv.Txn(ctx).Then(clientv3.OpDelete(keys.Node(name)), clientv3.OpDelete(keys.Alive(name))).Commit()
+	_, err := kv.Txn(ctx).Then(clientv3.OpDelete(keys.Node(name)), clientv3.OpDelete(keys.Alive(name)), clientv3.OpDelete(keys.HostKey(name))).Commit()
 	if err != nil {
 		return fmt.Errorf("registry: delete node %s: %w", name, err)
 	}

@@ -1,0 +1,384 @@
+package volmgr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fabraid/fabraid/engine"
+	"github.com/fabraid/fabraid/engine/superblock"
+	"github.com/fabraid/fabraid/internal/drive"
+	"github.com/fabraid/fabraid/kernel/nvmf"
+	"github.com/fabraid/fabraid/plugins/backend"
+)
+
+// Cluster mode
+//
+// In a cluster the desired state is not the local superblock scan but a
+// plan the daemon derives from etcd each reconcile (ReconcileCluster): the
+// volumes this node owns with their members' current device paths (the
+// importer resolves them by member UUID), the hosts allowed on the volume
+// exports, the export addresses and every ready volume to consume. The
+// claimed drives are never scanned for volumes then, so a node holding a
+// few members of a volume owned elsewhere never assembles it.
+
+// Volume states of a cluster plan (the volume record in etcd).
+const (
+	PlanCreating = "creating" // the owner formats the members
+	PlanReady    = "ready"    // the owner runs the engine
+)
+
+// DefaultClusterExportPort is the TCP port of the volume exports on the
+// storage addresses.
+const DefaultClusterExportPort = 4420
+
+// ClusterPlan is what the daemon hands the Manager each reconcile in a
+// cluster.
+type ClusterPlan struct {
+	// Volumes are the volumes this node owns.
+	Volumes []PlannedVolume
+	// Hosts are allowed on every volume export: every node's host NQN
+	// with its DH-HMAC-CHAP secret.
+	Hosts []ExportHost
+	// Auth: the kernel's nvmet has DH-HMAC-CHAP; the hosts get their keys.
+	Auth bool
+	// Addresses are this node's storage addresses (one export port each).
+	Addresses []string
+	Port      int // default DefaultClusterExportPort
+	// Consumers are the volumes this node connects to (every ready
+	// volume, at its owner's addresses).
+	Consumers []Consumer
+	// Secret is this host's DH-HMAC-CHAP secret for the consumer
+	// connections; empty: none.
+	Secret string
+}
+
+// PlannedVolume is one volume this node owns.
+type PlannedVolume struct {
+	UUID  [16]byte
+	Name  string
+	State string // PlanCreating or PlanReady
+	// Members is the device of every member slot in slot order; "" is a
+	// member not found now.
+	Members []string
+	// Config is the geometry to create (state creating): K, M, Groups,
+	// ChunkSize, Domains (placement's), MemberSize. Name and UUID are
+	// taken from the fields above.
+	Config engine.Config
+	// Force creates over members that carry a filesystem or another
+	// volume's superblock.
+	Force bool
+}
+
+// ExportHost is a host allowed on the volume exports.
+type ExportHost struct {
+	NQN    string
+	Secret string // DHHC-1 form; empty: none
+}
+
+// Consumer is a volume to connect to.
+type Consumer struct {
+	UUID      [16]byte
+	Addresses []string // the owner's storage addresses
+	Port      int      // default DefaultClusterExportPort
+}
+
+// ClusterResult is what a cluster reconcile reports back for etcd.
+type ClusterResult struct {
+	// Created maps every volume of state creating whose members all hold
+	// its superblock now (created by this or an earlier reconcile) to
+	// its member UUIDs in slot order.
+	Created map[[16]byte][][16]byte
+}
+
+// ReconcileCluster converges the node to plan p: volumes in state creating
+// are formatted (refused over a drive that carries data, unless Force) and
+// reported in the result; ready volumes get a running engine from the
+// members found (degraded when some are missing, not at all while a group
+// has fewer than K: the volume's error says which are missing); exports
+// allow every host of the plan on every storage address; the node
+// connects to every consumer volume. Errors of one volume do not stop the
+// others. The plan replaces the local superblock scan until the Manager
+// is done.
+func (m *Manager) ReconcileCluster(ctx context.Context, p ClusterPlan) (ClusterResult, error) {
+	m.op.Lock()
+	defer m.op.Unlock()
+	m.mu.Lock()
+	m.plan = &p
+	m.mu.Unlock()
+	res := ClusterResult{Created: map[[16]byte][][16]byte{}}
+	var errs []error
+	for _, v := range p.Volumes {
+		if v.State != PlanCreating {
+			continue
+		}
+		members, err := m.createPlanned(v)
+		if err != nil {
+			errs = append(errs, err)
+			m.mu.Lock()
+			m.names[v.UUID], m.errs[v.UUID] = v.Name, err
+			m.mu.Unlock()
+			continue
+		}
+		res.Created[v.UUID] = members
+	}
+	if err := m.reconcileLocked(ctx, nil); err != nil {
+		errs = append(errs, err)
+	}
+	return res, errors.Join(errs...)
+}
+
+// currentPlan is the last cluster plan; nil in the one-node mode.
+func (m *Manager) currentPlan() *ClusterPlan {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.plan
+}
+
+// volumes is what the node's volumes are now: the cluster plan's, or the
+// local superblock scan's in the one-node mode.
+func (m *Manager) volumes() (map[[16]byte]*onDisk, error) {
+	if p := m.currentPlan(); p != nil {
+		return m.planVolumes(p), nil
+	}
+	return m.scan()
+}
+
+// HostIdentity is the node's NVMe host NQN and id.
+func (m *Manager) HostIdentity() nvmf.HostIdentity { return m.x.id }
+
+// Head returns the consumer device (NVMe multipath head) of volume u on
+// this node, "" when it has none.
+func (m *Manager) Head(u [16]byte) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.heads[u]
+}
+
+// createPlanned formats v's members unless they hold v already, and
+// returns its member UUIDs in slot order.
+func (m *Manager) createPlanned(v PlannedVolume) ([][16]byte, error) {
+	if i := slices.Index(v.Members, ""); i >= 0 {
+		return nil, fmt.Errorf("volume %s: create: member slot %d (domain %s) not reachable yet", v.Name, i, domainOf(v.Config, i))
+	}
+	if ms, ok := createdMembers(v); ok {
+		return ms, nil
+	}
+	for i, p := range v.Members {
+		if why := dataOn(p, v.UUID); why != "" && !v.Force {
+			return nil, fmt.Errorf("%w: volume %s: create: member slot %d (%s): %s; not formatted (force to overwrite)", ErrInvalid, v.Name, i, p, why)
+		}
+	}
+	var devs []engine.Member
+	defer func() {
+		for _, d := range devs {
+			d.Close()
+		}
+	}()
+	for _, p := range v.Members {
+		fm, err := openMember(p, m.log)
+		if err != nil {
+			return nil, fmt.Errorf("volume %s: create: %w", v.Name, err)
+		}
+		devs = append(devs, fm)
+	}
+	cfg := v.Config
+	cfg.Name, cfg.UUID = v.Name, v.UUID
+	if cfg.CTime == 0 {
+		cfg.CTime = time.Now().Unix()
+	}
+	exec := newExecutor(m.log)
+	defer closeExecutor(exec)
+	vol, err := engine.Create(cfg, devs, v.Members, engine.Options{Logger: m.log, Executor: exec})
+	if err != nil {
+		return nil, fmt.Errorf("create volume %s: %w", v.Name, err)
+	}
+	if err := vol.Close(); err != nil {
+		return nil, fmt.Errorf("create volume %s: %w", v.Name, err)
+	}
+	out, ok := createdMembers(v)
+	if !ok {
+		return nil, fmt.Errorf("create volume %s: a member does not read back its superblock", v.Name)
+	}
+	m.log.Info("volume created", "volume", v.Name, "uuid", FormatUUID(v.UUID), "k", cfg.K, "m", cfg.M, "members", v.Members)
+	return out, nil
+}
+
+func domainOf(c engine.Config, slot int) string {
+	if slot < len(c.Domains) {
+		return c.Domains[slot]
+	}
+	return "?"
+}
+
+// createdMembers returns v's member UUIDs when every member device holds
+// v's superblock in its own slot (a create that finished before).
+func createdMembers(v PlannedVolume) ([][16]byte, bool) {
+	out := make([][16]byte, len(v.Members))
+	for i, p := range v.Members {
+		sb := readSuperblock(p)
+		if sb == nil || sb.VolumeUUID != v.UUID || sb.Slot != i {
+			return nil, false
+		}
+		out[i] = sb.MemberUUID
+	}
+	return out, true
+}
+
+func readSuperblock(path string) *superblock.Superblock {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	sb, err := superblock.ReadCopies(f)
+	if err != nil {
+		return nil
+	}
+	return sb
+}
+
+// dataOn says what on the device at path a create would destroy: a
+// filesystem, partition table or RAID signature (internal/drive's check
+// at claim time), or another volume's superblock. "" when nothing, or
+// only volume u's own superblock (a create interrupted before).
+func dataOn(path string, u [16]byte) string {
+	if sb := readSuperblock(path); sb != nil {
+		if sb.VolumeUUID == u {
+			return ""
+		}
+		return fmt.Sprintf("holds member %d of fabraid volume %s (%s)", sb.Slot, sb.Name, FormatUUID(sb.VolumeUUID))
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Sprintf("cannot be read: %v", err)
+	}
+	defer f.Close()
+	size, err := f.Seek(0, 2)
+	if err != nil {
+		return fmt.Sprintf("cannot be read: %v", err)
+	}
+	var what []string
+	for _, s := range drive.Detect(f, size) {
+		d := s.Type
+		if s.Detail != "" {
+			d = s.Detail
+		}
+		what = append(what, fmt.Sprintf("%s signature at byte %d", d, s.Offset))
+	}
+	return strings.Join(what, ", ")
+}
+
+// planVolumes is the cluster counterpart of scan: the ready volumes of
+// the plan, grouped from the superblocks on their members' devices as the
+// scan groups claimed drives (same newest-view rules, so failed and
+// returning members are found the same way).
+func (m *Manager) planVolumes(p *ClusterPlan) map[[16]byte]*onDisk {
+	out := map[[16]byte]*onDisk{}
+	for _, v := range p.Volumes {
+		if v.State != PlanReady {
+			continue
+		}
+		var found []scanned
+		for _, p := range v.Members {
+			if p == "" {
+				continue
+			}
+			if sb := readSuperblock(p); sb != nil && sb.VolumeUUID == v.UUID {
+				found = append(found, scanned{p, sb})
+			}
+		}
+		d := groupVolumes(found)[v.UUID]
+		if d == nil {
+			d = &onDisk{uuid: v.UUID, failed: map[int]string{}, returning: map[int]bool{}}
+		}
+		d.name = v.Name
+		out[v.UUID] = d
+	}
+	return out
+}
+
+// ClusterExportSpec is the desired state of the volume exports in a
+// cluster: one export per volume (as ExportSpec), allowed to every host of
+// hosts (with its key when auth), listening on every address (nvmet port
+// ids ExportPortID, ExportPortID+1, ...). Pure.
+func ClusterExportSpec(exports []Export, hosts []ExportHost, auth bool, addrs []string, port int) []backend.Export {
+	if len(hosts) == 0 {
+		return nil
+	}
+	if port == 0 {
+		port = DefaultClusterExportPort
+	}
+	var hs []backend.Host
+	for _, h := range hosts {
+		bh := backend.Host{NQN: h.NQN}
+		if auth {
+			bh.DHCHAPKey = backend.Secret(h.Secret)
+		}
+		hs = append(hs, bh)
+	}
+	slices.SortFunc(hs, func(a, b backend.Host) int { return strings.Compare(a.NQN, b.NQN) })
+	var ls []backend.Listener
+	for i, a := range addrs {
+		ls = append(ls, backend.Listener{Transport: "tcp", Address: a, ServiceID: strconv.Itoa(port), PortID: uint16(ExportPortID + i)})
+	}
+	out := ExportSpec(exports, "", "", port)
+	for i := range out {
+		out[i].Hosts = slices.Clone(hs)
+		out[i].Listeners = slices.Clone(ls)
+	}
+	return out
+}
+
+// ConsumerConnections are the connections of this host to the consumer
+// volumes: one per owner address (paths of one multipath head),
+// volume-path timeout profile, with the host's secret. Pure.
+func ConsumerConnections(cs []Consumer, id nvmf.HostIdentity, secret string) ([]nvmf.Options, error) {
+	t, err := nvmf.Profile(nvmf.ProfileVolumePath)
+	if err != nil {
+		return nil, err
+	}
+	var out []nvmf.Options
+	for _, c := range cs {
+		port := c.Port
+		if port == 0 {
+			port = DefaultClusterExportPort
+		}
+		for _, a := range c.Addresses {
+			out = append(out, nvmf.Options{Transport: nvmf.TCP, Address: a, ServiceID: strconv.Itoa(port),
+				NQN: NQN(c.UUID), HostNQN: id.NQN, HostID: id.ID, Timeouts: &t, DHCHAPSecret: secret})
+		}
+	}
+	return out, nil
+}
+
+// DeletePlanned destroys volume u of the cluster plan: with a running
+// engine as Delete does (refused while this node's consumer device is
+// open); without one (it never started) the metadata of the member
+// devices given that still carry u's superblock is wiped.
+func (m *Manager) DeletePlanned(ctx context.Context, u [16]byte, members []string) error {
+	if _, e, _ := m.resolve(FormatUUID(u)); e != nil {
+		return m.Delete(ctx, FormatUUID(u))
+	}
+	m.op.Lock()
+	defer m.op.Unlock()
+	var errs []error
+	for _, p := range members {
+		if sb := readSuperblock(p); p != "" && sb != nil && sb.VolumeUUID == u {
+			if err := wipeMeta(p); err != nil {
+				errs = append(errs, fmt.Errorf("delete %s: wipe %s: %w", FormatUUID(u), p, err))
+			}
+		}
+	}
+	m.mu.Lock()
+	delete(m.names, u)
+	delete(m.errs, u)
+	m.mu.Unlock()
+	os.Remove(m.recordPath(u))
+	return errors.Join(errs...)
+}
