@@ -25,7 +25,7 @@ type AssemblyPlan struct {
 	// SB is the authoritative superblock with roles updated for this
 	// assembly: missing members are Failed (reason FailMissing unless
 	// already failed; FailIO for a full-rebuild target), stale ones and
-	// returning missing ones Rebuilding+Resync (without Resync when the
+	// returning missing or unreachable ones Rebuilding+Resync (without Resync when the
 	// bitmap does not cover what they lack); a present device of a slot
 	// failed for another reason is left out and the slot stays Failed.
 	// Its event counter is not yet bumped.
@@ -63,7 +63,8 @@ func immutableEqual(a, b *superblock.Superblock) bool {
 // event counter) and members with an older view are stale. A device whose
 // slot the newest view records as failed is left out (warning) and
 // returns only by ReAdd or Replace, unless it failed by being missing at an
-// assembly: such a member comes back by itself as a stale resync target
+// assembly or unreachable (FailReason.Returns): such a member comes back
+// by itself as a stale resync target
 // (only the regions dirty in the write-intent bitmap are rebuilt; all of it
 // when bitmapCovers says the bitmap does not describe what it lacks).
 // It refuses, naming the device and the reason, when a device has no valid
@@ -141,7 +142,7 @@ func PlanAssembly(cands []Candidate) (*AssemblyPlan, error) {
 			plan.Warnings = append(plan.Warnings, fmt.Sprintf("device %s: spare in slot %d; ignored", c.Name, slot))
 			continue
 		}
-		if m := auth.Members[slot]; m.Role == superblock.RoleFailed && m.Failure != superblock.FailMissing {
+		if m := auth.Members[slot]; m.Role == superblock.RoleFailed && !m.Failure.Returns() {
 			// Failed by request, on an I/O error, or for a reason an
 			// older build did not record (it may have been either): the
 			// member stays failed whatever brought it back; only an
@@ -173,17 +174,19 @@ func PlanAssembly(cands []Candidate) (*AssemblyPlan, error) {
 				m.Role, m.Resync, m.Checkpoint, m.Failure = superblock.RoleFailed, false, 0, reason
 			}
 		case m.Role == superblock.RoleFailed:
-			// Missing at an earlier assembly and back (the only failed
-			// slot the loop above keeps).
+			// Missing at an earlier assembly or unreachable while the
+			// volume ran, and back (the only failed slots the loop above
+			// keeps).
 			plan.Stale[slot] = true
+			was := m.Failure
 			resync := bitmapCovers(cands[i].SB)
 			m.Role, m.Resync, m.Checkpoint, m.Failure = superblock.RoleRebuilding, resync, 0, superblock.FailUnrecorded
 			what := "resync of the regions written while it was away"
 			if !resync {
 				what = "full rebuild: it was being rebuilt in full when it left"
 			}
-			plan.Warnings = append(plan.Warnings, fmt.Sprintf("device %s: member of slot %d was missing and is back; %s",
-				cands[i].Name, slot, what))
+			plan.Warnings = append(plan.Warnings, fmt.Sprintf("device %s: member of slot %d was %s and is back; %s",
+				cands[i].Name, slot, was, what))
 		case !(sameVersion(cands[i].SB, auth) || tornBehind(cands[i].SB, auth, slot)):
 			plan.Stale[slot] = true
 			if m.Role != superblock.RoleRebuilding {

@@ -124,6 +124,21 @@ func TestPlanAssembly(t *testing.T) {
 				t.Fatalf("missing member back: device %d stale %v %+v, want a resync target", p.Device[0], p.Stale[0], m)
 			}
 		}},
+		{name: "unreachable member back", mutate: func(c []Candidate) []Candidate {
+			for _, x := range c[1:] {
+				x.SB.Events = 9
+				x.SB.Members[0].Role, x.SB.Members[0].Failure = superblock.RoleFailed, superblock.FailUnreachable
+			}
+			return c
+		}, check: func(t *testing.T, p *AssemblyPlan) {
+			m := p.SB.Members[0]
+			if p.Device[0] != 0 || !p.Stale[0] || m.Role != superblock.RoleRebuilding || !m.Resync || m.Failure != superblock.FailUnrecorded {
+				t.Fatalf("unreachable member back: device %d stale %v %+v, want a resync target", p.Device[0], p.Stale[0], m)
+			}
+			if len(p.Warnings) != 1 || !strings.Contains(p.Warnings[0], "was unreachable and is back; resync") {
+				t.Fatalf("warnings %q", p.Warnings)
+			}
+		}},
 		{name: "missing member back, it was a full-rebuild target", mutate: func(c []Candidate) []Candidate {
 			c[0].SB.Members[0].Role, c[0].SB.Members[0].Checkpoint = superblock.RoleRebuilding, 7
 			for _, x := range c[1:] {
@@ -266,7 +281,7 @@ func FuzzPlanAssembly(f *testing.F) {
 				sb.VolumeUUID[1] = b
 			case 2:
 				sb.Members[(int(b)+1)%5].Role = superblock.RoleFailed
-				sb.Members[(int(b)+1)%5].Failure = superblock.FailReason(b >> 6) // every reason
+				sb.Members[(int(b)+1)%5].Failure = superblock.FailReason(b>>5) % (superblock.FailMax + 1) // every reason
 			case 3:
 				sb.Members[int(b)%5].Role = superblock.RoleRebuilding
 				sb.Members[int(b)%5].Checkpoint = int64(b % 64)
@@ -322,10 +337,10 @@ func FuzzPlanAssembly(f *testing.F) {
 			if p.SB.Members[slot].Role == superblock.RoleFailed {
 				t.Fatalf("slot %d: device of a failed member assembled", slot)
 			}
-			// Of the failed slots, only those failed as missing take
-			// their device back, and never as current.
+			// Of the failed slots, only those failed as missing or
+			// unreachable take their device back, and never as current.
 			if r := p.Recorded[slot]; r.Role == superblock.RoleFailed &&
-				(r.Failure != superblock.FailMissing || !p.Stale[slot] || p.SB.Members[slot].Role != superblock.RoleRebuilding) {
+				(!r.Failure.Returns() || !p.Stale[slot] || p.SB.Members[slot].Role != superblock.RoleRebuilding) {
 				t.Fatalf("slot %d: device of a member failed (%s) assembled as %s, stale %v", slot, r.Failure, p.SB.Members[slot].Role, p.Stale[slot])
 			}
 		}

@@ -224,6 +224,7 @@ func newVolume(sb *superblock.Superblock, devs []Member, names []string, opts Op
 		base: sb.Clone(), meta: sb.Clone(), dataOff: sb.DataOffset,
 		done: make(chan struct{}), resyncDone: make(chan struct{}), hooks: h,
 	}
+	v.exec = &gatedExecutor{inner: exec, gate: &v.gate}
 	chunk := g.ChunkSize
 	v.bufs.New = func() any { b := AlignedBuffer(chunk); return &b }
 	for i, m := range sb.Members {

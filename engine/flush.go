@@ -68,6 +68,9 @@ func (v *Volume) Close() error {
 	if v.closed.Swap(true) {
 		return ErrClosed
 	}
+	if v.gate.frozen() {
+		return v.closeFrozen()
+	}
 	// Stop a running rebuild, scrub or resync (a rebuild checkpoints)
 	// and wait for it.
 	v.stopBackground()
@@ -118,6 +121,7 @@ func (v *Volume) Close() error {
 // so that nothing writes to the members after Abandon returns.
 func (v *Volume) Abandon() {
 	v.closed.Store(true)
+	v.gate.close() // a frozen volume's held I/O fails instead of waiting
 	v.stopBackground()
 }
 

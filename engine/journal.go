@@ -493,10 +493,10 @@ func (j *journal) writeHeader(retired, gen uint64, dev Member) error {
 	encodeJournalHeader(h, j.v.base.VolumeUUID, retired, gen)
 	off := j.hdrOff + int64(gen%journalHdrBlocks)*journalBlock
 	if dev != nil {
-		if _, err := dev.WriteAt(h, off); err != nil {
+		if err := j.v.memberWrite(dev, h, off); err != nil {
 			return err
 		}
-		return dev.Flush()
+		return j.v.memberFlush(dev)
 	}
 	return j.v.syncWritable("journal header write", nil, h, off)
 }

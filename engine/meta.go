@@ -28,7 +28,7 @@ func (v *Volume) writeMetaLocked() error {
 			for i := range ios {
 				if ios[i].Err != nil {
 					v.stats.memberErrors.Add(1)
-					v.markFailedLocked(slots[i], fmt.Errorf("flush before metadata write: %w", ios[i].Err))
+					v.markIOFailedLocked(slots[i], fmt.Errorf("flush before metadata write: %w", ios[i].Err))
 				}
 			}
 		}
@@ -73,7 +73,7 @@ func (v *Volume) writeMetaLocked() error {
 			return nil
 		}
 		v.stats.memberErrors.Add(1)
-		v.markFailedLocked(failedSlot, fmt.Errorf("superblock write: %w", failErr))
+		v.markIOFailedLocked(failedSlot, fmt.Errorf("superblock write: %w", failErr))
 	}
 	return fmt.Errorf("superblock write: %w", ErrVolumeFailed)
 }
@@ -105,13 +105,50 @@ func (v *Volume) checkFencedLocked() error {
 	return nil
 }
 
-// markFailedLocked records slot as failed (reason FailIO) in memory;
-// callers hold metaMu and write the metadata afterwards.
-func (v *Volume) markFailedLocked(slot int, cause error) {
+// FailureClassifier is an optional interface of a Member that can tell a
+// device it can no longer reach from one that failed: Unreachable reports
+// whether err, returned by an I/O on the member, means that its path or
+// the device itself is gone (an NVMe controller that is not live, a block
+// device that vanished) while the data on it is intact. The engine asks
+// when it records the failure, right after the error. A member without it
+// (FileMember, MemMember) fails on an I/O error (FailIO).
+type FailureClassifier interface {
+	Unreachable(err error) bool
+}
+
+// ioFailReasonLocked is the reason an I/O error cause on slot's device is
+// recorded with: FailUnreachable when the member says its device could not
+// be reached and the write-intent bitmap describes what it will lack (it
+// is active or a resync target, bitmapCovers), so that it returns by
+// itself with a resync of the bitmap's regions; otherwise FailIO: a media
+// error may have hit rows no bit covers, and a full-rebuild target holds
+// valid rows only below its checkpoint. Callers hold metaMu.
+func (v *Volume) ioFailReasonLocked(slot int, cause error) superblock.FailReason {
+	c, ok := v.dev(slot).(FailureClassifier)
+	if !ok || !c.Unreachable(cause) {
+		return superblock.FailIO
+	}
+	if m := v.meta.Members[slot]; m.Role == superblock.RoleRebuilding && !m.Resync {
+		return superblock.FailIO
+	}
+	return superblock.FailUnreachable
+}
+
+// markIOFailedLocked records slot as failed after an I/O error (cause) on
+// its device, with the reason ioFailReasonLocked gives.
+func (v *Volume) markIOFailedLocked(slot int, cause error) {
+	if v.slotRole(slot) != superblock.RoleFailed {
+		v.markFailedLocked(slot, v.ioFailReasonLocked(slot, cause), cause)
+	}
+}
+
+// markFailedLocked records slot as failed for reason in memory; callers
+// hold metaMu and write the metadata afterwards.
+func (v *Volume) markFailedLocked(slot int, reason superblock.FailReason, cause error) {
 	if v.slotRole(slot) == superblock.RoleFailed {
 		return
 	}
-	v.log.Error("member failed", "slot", slot, "device", v.names[slot], "err", cause)
+	v.log.Error("member failed", "slot", slot, "device", v.names[slot], "reason", reason, "err", cause)
 	v.failGen.Add(1)
 	v.retireFailed.Store(true)
 	v.slots[slot].jcp.Store(0)
@@ -119,7 +156,7 @@ func (v *Volume) markFailedLocked(slot int, cause error) {
 	v.slots[slot].resync.Store(nil)
 	v.slots[slot].checkpoint.Store(0)
 	m := &v.meta.Members[slot]
-	m.Role, m.Resync, m.Checkpoint, m.Failure = superblock.RoleFailed, false, 0, superblock.FailIO
+	m.Role, m.Resync, m.Checkpoint, m.Failure = superblock.RoleFailed, false, 0, reason
 	g := v.geo
 	grp := slot / g.Width()
 	lost := 0
@@ -157,7 +194,7 @@ func (v *Volume) failMemberDev(slot int, dev Member, cause error) error {
 		// A failed metadata write leaves the volume fenced or failed.
 		return v.stopErr()
 	}
-	v.markFailedLocked(slot, cause)
+	v.markIOFailedLocked(slot, cause)
 	if err := v.writeMetaLocked(); err != nil {
 		v.log.Error("cannot record member failure", "slot", slot, "err", err)
 		return fmt.Errorf("record failure of slot %d: %w", slot, err)

@@ -336,7 +336,7 @@ func (v *Volume) persistCheckpointsLocked(slots []int, current func(int) bool, d
 		// written, and a crash could keep that copy but lose the data.
 		if err := v.dev(slot).Flush(); err != nil {
 			v.stats.memberErrors.Add(1)
-			v.markFailedLocked(slot, fmt.Errorf("rebuild flush: %w", err))
+			v.markIOFailedLocked(slot, fmt.Errorf("rebuild flush: %w", err))
 			changed = true
 			continue
 		}
@@ -443,6 +443,9 @@ func (v *Volume) Replace(slot int, dev Member, name string) error {
 	if r := v.slotRole(slot); r != superblock.RoleFailed {
 		return fmt.Errorf("replace slot %d: member is %s, not failed", slot, r)
 	}
+	if err := v.refuseNewerLocked(dev, name); err != nil {
+		return fmt.Errorf("replace slot %d: %w", slot, err)
+	}
 	if err := v.installLocked(slot, dev, name, false, nil); err != nil {
 		return fmt.Errorf("replace slot %d with %s: %w", slot, name, err)
 	}
@@ -455,8 +458,8 @@ func (v *Volume) Replace(slot int, dev Member, name string) error {
 // it was away — those dirty in the write-intent bitmap — are resynced by
 // the next Rebuild; a member that failed on an I/O error, or left while it
 // was rebuilt in full, is rebuilt in full. Assembly takes back by itself
-// only a member failed as missing; for the others ReAdd (or Replace) is
-// the only way back.
+// only a member failed as missing or unreachable (FailReason.Returns); for
+// the others ReAdd (or Replace) is the only way back.
 func (v *Volume) ReAdd(dev Member, name string) error {
 	if err := v.check(); err != nil {
 		return err
@@ -470,6 +473,9 @@ func (v *Volume) ReAdd(dev Member, name string) error {
 	}
 	v.metaMu.Lock()
 	defer v.unlockMeta()
+	if err := v.refuseNewerLocked(dev, name); err != nil {
+		return fmt.Errorf("re-add: %w", err)
+	}
 	slot := sb.Slot
 	if v.meta.Members[slot].UUID != sb.MemberUUID {
 		return fmt.Errorf("re-add %s: slot %d now holds another member", name, slot)
@@ -483,7 +489,8 @@ func (v *Volume) ReAdd(dev Member, name string) error {
 	}
 	// A read error may have hit rows no bitmap bit covers: a member that
 	// failed on an I/O error is rebuilt in full, and so is one that left
-	// while it was being rebuilt in full (bitmapCovers).
+	// while it was being rebuilt in full (bitmapCovers). One that was
+	// unreachable lost its path, not its data.
 	returning := v.meta.Members[slot].Failure != superblock.FailIO && bitmapCovers(sb)
 	if err := v.installLocked(slot, dev, name, returning, early); err != nil {
 		return fmt.Errorf("re-add %s: %w", name, err)
@@ -506,7 +513,7 @@ func (v *Volume) ReAdd(dev Member, name string) error {
 func (v *Volume) installLocked(slot int, dev Member, name string, returning bool, early bitset) error {
 	// Give it the current bitmap before it becomes writable.
 	for blk := 0; blk < int(v.base.BitmapBytes)/bitmapBlock; blk++ {
-		if _, err := dev.WriteAt(v.bm.block(blk), v.base.BitmapOffset+int64(blk)*bitmapBlock); err != nil {
+		if err := v.memberWrite(dev, v.bm.block(blk), v.base.BitmapOffset+int64(blk)*bitmapBlock); err != nil {
 			return err
 		}
 	}
@@ -584,8 +591,7 @@ func (v *Volume) failByRequest(slot int, force bool) error {
 			v.metaMu.Unlock()
 			return fmt.Errorf("fail slot %d: %w", slot, err)
 		}
-		v.markFailedLocked(slot, errors.New("failed by request"))
-		v.meta.Members[slot].Failure = superblock.FailAdmin
+		v.markFailedLocked(slot, superblock.FailAdmin, errors.New("failed by request"))
 		if err := v.writeMetaLocked(); err != nil {
 			v.unlockMeta()
 			v.log.Error("cannot record member failure", "slot", slot, "err", err)

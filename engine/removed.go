@@ -27,8 +27,7 @@ func (v *Volume) MemberRemoved(slot int) error {
 		if m.Role == superblock.RoleRebuilding && !m.Resync {
 			reason = superblock.FailIO
 		}
-		v.markFailedLocked(slot, errors.New("device removed"))
-		v.meta.Members[slot].Failure = reason
+		v.markFailedLocked(slot, reason, errors.New("device removed"))
 		if err := v.writeMetaLocked(); err != nil {
 			v.unlockMeta()
 			v.log.Error("cannot record member removal", "slot", slot, "err", err)

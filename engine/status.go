@@ -13,9 +13,9 @@ type MemberStatus struct {
 	Role       superblock.Role
 	Resync     bool
 	Checkpoint int64 // rows rebuilt so far (Rebuilding)
-	// Failure is why a failed member failed; unless FailMissing (back by
-	// itself at an assembly that finds it) it stays failed until ReAdd or
-	// Replace.
+	// Failure is why a failed member failed; unless it Returns (missing
+	// or unreachable: back by itself when its device is found again) it
+	// stays failed until ReAdd or Replace.
 	Failure superblock.FailReason
 }
 

@@ -175,6 +175,7 @@ type Volume struct {
 	progress   atomic.Pointer[Progress]
 
 	stats ioCounters
+	gate  freezeGate // Freeze and Thaw (freeze.go): every member I/O passes it
 
 	faults faults // re-introduced bugs (tests only); see faults.go
 }

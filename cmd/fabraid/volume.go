@@ -275,7 +275,9 @@ func newVolumeReAddCmd() *cobra.Command {
 		Long: `Put the failed member SLOT of VOLUME back from the claimed drive that still
 holds it (like mdadm --re-add) and start rebuilding in the background what it
 missed: the regions written since it failed, or everything if it failed on an I/O
-error. A failed member never returns by itself, not even after a restart.` + volumeExitCodes,
+error. A member failed by request or on an I/O error never returns by itself, not
+even after a restart; one that was missing or unreachable (its path or its node
+was lost) comes back by itself when its drive is found again.` + volumeExitCodes,
 		Example: "  fabraid volume re-add vol0 3 --wait",
 		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -308,15 +310,16 @@ error. A failed member never returns by itself, not even after a restart.` + vol
 // failureText says why a member failed and how it comes back.
 func failureText(volume string, ms volmgr.MemberInfo) string {
 	why := map[string]string{
-		"admin":      "failed by request",
-		"io-error":   "I/O error",
-		"missing":    "missing at assembly",
-		"unrecorded": "reason not recorded",
+		"admin":       "failed by request",
+		"io-error":    "I/O error",
+		"missing":     "missing at assembly",
+		"unreachable": "unreachable: its path or device was lost",
+		"unrecorded":  "reason not recorded",
 	}[ms.Failure]
 	if why == "" {
 		why = ms.Failure
 	}
-	if ms.Failure == "missing" {
+	if ms.Failure == "missing" || ms.Failure == "unreachable" {
 		return fmt.Sprintf("slot %d failed (%s): it comes back by itself, with a resync of what was written meanwhile, when its drive is found again; or \"fabraid volume replace %s %d DRIVE\"",
 			ms.Slot, why, volume, ms.Slot)
 	}

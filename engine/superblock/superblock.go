@@ -81,9 +81,9 @@ func (r Role) String() string {
 }
 
 // FailReason records why a member slot is failed. A member failed as
-// missing returns by itself at an assembly that finds it (a bitmap
-// resync); for the other reasons it stays failed across assemblies and
-// returns only by an explicit re-add or replace.
+// missing or unreachable returns by itself when it is found again (a
+// bitmap resync: Returns); for the other reasons it stays failed across
+// assemblies and returns only by an explicit re-add or replace.
 type FailReason uint8
 
 // Fail reasons.
@@ -94,7 +94,22 @@ const (
 	FailAdmin      FailReason = 1 // failed by administrator request
 	FailIO         FailReason = 2 // an I/O error on the member
 	FailMissing    FailReason = 3 // absent when the volume was assembled
+	// FailUnreachable: an I/O error while the device could not be reached
+	// (its NVMe controller was not live, the block device had vanished,
+	// or the error itself said so: ENOLINK, ENODEV, ENXIO, ESHUTDOWN):
+	// its path was lost, not its data.
+	FailUnreachable FailReason = 4
+	// FailMax is the highest reason this build knows.
+	FailMax = FailUnreachable
 )
+
+// Returns reports whether a member failed for this reason comes back by
+// itself when its device is found again, with a resync of the regions
+// dirty in the write-intent bitmap (a full rebuild when its own superblock
+// says it was a full-rebuild target): the device was absent or
+// unreachable, and what it holds was current when it left. After an
+// admin request, an I/O error or an unrecorded reason it does not.
+func (f FailReason) Returns() bool { return f == FailMissing || f == FailUnreachable }
 
 func (f FailReason) String() string {
 	switch f {
@@ -106,6 +121,8 @@ func (f FailReason) String() string {
 		return "io-error"
 	case FailMissing:
 		return "missing"
+	case FailUnreachable:
+		return "unreachable"
 	}
 	return fmt.Sprintf("FailReason(%d)", uint8(f))
 }
@@ -234,7 +251,7 @@ func (sb *Superblock) Validate() error {
 		if m.Resync && m.Role != RoleRebuilding {
 			return invalid("member %d: resync flag on %s member", i, m.Role)
 		}
-		if m.Failure > FailMissing {
+		if m.Failure > FailMax {
 			return invalid("member %d: bad fail reason %d", i, m.Failure)
 		}
 		if m.Failure != FailUnrecorded && m.Role != RoleFailed {

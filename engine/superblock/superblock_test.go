@@ -176,11 +176,11 @@ func FuzzUnmarshal(f *testing.F) {
 	f.Add([]byte(Magic))
 	// Every fail reason, and a version 1 copy written before reasons were
 	// recorded (byte 50 of the entry zero).
-	for _, r := range []FailReason{FailUnrecorded, FailIO, FailMissing, FailMissing + 1} {
+	for _, r := range []FailReason{FailUnrecorded, FailIO, FailMissing, FailUnreachable, FailMax + 1} {
 		sb := sample()
 		sb.Members[4].Failure = r
 		b, err := sb.Marshal()
-		if r > FailMissing {
+		if r > FailMax {
 			b, _ = sample().Marshal()
 			b[headerSize+4*entrySize+50] = byte(r)
 			sealCRC(b)
@@ -223,7 +223,7 @@ func FuzzUnmarshal(f *testing.F) {
 			return
 		}
 		for i, m := range sb.Members {
-			if m.Failure > FailMissing || m.Failure != FailUnrecorded && m.Role != RoleFailed {
+			if m.Failure > FailMax || m.Failure != FailUnrecorded && m.Role != RoleFailed {
 				t.Fatalf("member %d: %s member with fail reason %d decoded", i, m.Role, m.Failure)
 			}
 		}
@@ -296,7 +296,12 @@ func TestFailReason(t *testing.T) {
 		if err != nil || got.Members[4].Role != RoleFailed || got.Members[4].Failure != FailUnrecorded {
 			t.Fatalf("version %d copy without a reason: %+v, %v", ver, got, err)
 		}
-		e[50] = byte(FailMissing + 1)
+		e[50] = byte(FailUnreachable)
+		sealCRC(b)
+		if got, err := Unmarshal(b); err != nil || got.Members[4].Failure != FailUnreachable || !got.Members[4].Failure.Returns() {
+			t.Fatalf("version %d copy with reason unreachable: %+v, %v", ver, got, err)
+		}
+		e[50] = byte(FailMax + 1)
 		sealCRC(b)
 		if _, err := Unmarshal(b); err == nil || !strings.Contains(err.Error(), "fail reason") {
 			t.Fatalf("version %d: unknown reason accepted: %v", ver, err)

@@ -53,9 +53,9 @@ type MemberInfo struct {
 	Resync     bool   `json:"resync,omitempty"`
 	Checkpoint int64  `json:"checkpoint,omitempty"`
 	// Failure says why a failed member failed: "admin", "io-error",
-	// "missing" or "unrecorded". A "missing" member comes back by itself
-	// when its drive is found again; the others stay failed until
-	// re-added or replaced.
+	// "missing", "unreachable" or "unrecorded". A "missing" or
+	// "unreachable" member comes back by itself when its drive is found
+	// again; the others stay failed until re-added or replaced.
 	Failure string `json:"failure,omitempty"`
 }
 

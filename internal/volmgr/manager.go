@@ -193,7 +193,8 @@ func (m *Manager) scan() (map[[16]byte]*onDisk, error) {
 // superblock and is ignored), and a drive of a slot it records as failed
 // by request, on an I/O error or for an unrecorded reason is no member
 // either: such a member returns only by an explicit re-add. A drive of a
-// slot failed as missing (absent at an assembly) is a member again, as
+// slot failed as missing (absent at an assembly) or unreachable (its path
+// was lost while the engine ran) is a member again, as
 // engine.PlanAssembly takes it back (a resync of the bitmap's regions).
 func groupVolumes(found []scanned) map[[16]byte]*onDisk {
 	by := map[[16]byte][]scanned{}
@@ -216,7 +217,7 @@ func groupVolumes(found []scanned) map[[16]byte]*onDisk {
 			v.present[c.sb.Slot] = true
 			if m := newest.Members[c.sb.Slot]; m.Role == superblock.RoleFailed {
 				v.failed[c.sb.Slot] = c.path
-				if m.Failure != superblock.FailMissing {
+				if !m.Failure.Returns() {
 					continue
 				}
 				v.returning[c.sb.Slot] = true
@@ -353,15 +354,16 @@ func (m *Manager) reconcileLocked(ctx context.Context, skip map[[16]byte]bool) e
 }
 
 // resyncReturning starts the resync of an engine just started from v when
-// its assembly took members back that were missing (they are rebuilding),
-// as a re-add would: only the regions written while they were away.
+// its assembly took members back that were missing or unreachable (they
+// are rebuilding), as a re-add would: only the regions written while they
+// were away.
 func (m *Manager) resyncReturning(e Engine, st EngineStatus, v *onDisk) error {
 	if len(v.returning) == 0 || st.Task != "" {
 		return nil
 	}
 	for _, ms := range st.Engine.Members {
 		if ms.Role == superblock.RoleRebuilding && v.returning[ms.Slot] {
-			m.log.Info("members missing at the last assembly are back; resyncing them", "volume", v.name)
+			m.log.Info("members that were away are back; resyncing them", "volume", v.name)
 			if err := e.Rebuild(0); err != nil && !errors.Is(err, ErrBusy) {
 				return fmt.Errorf("volume %s: resync returning members: %w", v.name, err)
 			}
@@ -372,19 +374,21 @@ func (m *Manager) resyncReturning(e Engine, st EngineStatus, v *onDisk) error {
 }
 
 // reAddReturning re-adds, through the same path as "volume re-add", every
-// member the running engine reports failed as missing whose drive the scan
-// found again (a drive that appeared after the engine started without it):
-// only the regions written while it was away are resynced. Members failed
-// by request or on an I/O error are left alone. A re-add refused because a
-// rebuild or scrub runs is retried by a later reconcile.
+// member the running engine reports failed as missing or unreachable
+// (superblock.FailReason.Returns) whose drive the scan found again (a drive
+// that appeared after the engine started without it, or a remote drive
+// whose path is back): only the regions written while it was away are
+// resynced. Members failed by request or on an I/O error are left alone.
+// A re-add refused because a rebuild or scrub runs is retried by a later
+// reconcile.
 func (m *Manager) reAddReturning(e Engine, st EngineStatus, v *onDisk) error {
 	var errs []error
 	for _, ms := range st.Engine.Members {
-		if ms.Role != superblock.RoleFailed || ms.Failure != superblock.FailMissing || !v.returning[ms.Slot] {
+		if ms.Role != superblock.RoleFailed || !ms.Failure.Returns() || !v.returning[ms.Slot] {
 			continue
 		}
 		path := v.failed[ms.Slot]
-		m.log.Info("member missing at assembly is back; re-adding it", "volume", v.name, "slot", ms.Slot, "drive", path)
+		m.log.Info("member is back; re-adding it", "volume", v.name, "slot", ms.Slot, "failed", ms.Failure, "drive", path)
 		if err := e.ReAdd(ms.Slot, path, 0); err != nil {
 			if errors.Is(err, ErrBusy) {
 				return nil

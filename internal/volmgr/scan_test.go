@@ -214,3 +214,45 @@ func TestReconcileReAddsReturningMember(t *testing.T) {
 		t.Fatalf("resync of slot 3 back at assembly: %v, %d rebuilds, want 1", err, e.rebuilds)
 	}
 }
+
+// A member the running engine failed as unreachable (its path was lost:
+// a remote drive's node powered off) is re-added once the scan finds its
+// drive again, under whatever device name it has now (a remote namespace
+// renumbers on reconnect); the scan keeps it as a member. The same member
+// failed on an I/O error stays out.
+func TestReconcileReAddsUnreachableMember(t *testing.T) {
+	for _, reason := range []superblock.FailReason{superblock.FailUnreachable, superblock.FailIO} {
+		members := make([]superblock.Member, 3)
+		for i := range members {
+			members[i] = superblock.Member{UUID: [16]byte{byte(i + 1)}, Role: superblock.RoleActive}
+		}
+		members[1].Role, members[1].Failure = superblock.RoleFailed, reason
+		var found []scanned
+		for i := range members {
+			sb := &superblock.Superblock{VolumeUUID: [16]byte{9}, Events: 5, Slot: i, MemberUUID: members[i].UUID,
+				Members: append([]superblock.Member(nil), members...)}
+			if i == 1 {
+				sb.Events = 3
+				sb.Members[1].Role, sb.Members[1].Failure = superblock.RoleActive, superblock.FailUnrecorded
+			}
+			found = append(found, scanned{fmt.Sprintf("/dev/nvme%dn1", i+4), sb}) // renumbered
+		}
+		v := groupVolumes(found)[[16]byte{9}]
+		e := &fakeEngine{}
+		for i, m := range members {
+			e.st.Engine.Members = append(e.st.Engine.Members, engine.MemberStatus{Slot: i,
+				Device: fmt.Sprintf("/dev/nvme%dn1", i), Role: m.Role, Failure: m.Failure})
+		}
+		m := &Manager{log: slog.New(slog.DiscardHandler)}
+		if err := m.reAddReturning(e, e.st, v); err != nil {
+			t.Fatal(err)
+		}
+		want, members3 := []string{"1:/dev/nvme5n1"}, 3
+		if reason == superblock.FailIO {
+			want, members3 = nil, 2
+		}
+		if !slices.Equal(e.readds, want) || len(v.members) != members3 {
+			t.Fatalf("slot 1 failed (%s): re-adds %v, want %v; scan members %v", reason, e.readds, want, v.members)
+		}
+	}
+}

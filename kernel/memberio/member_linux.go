@@ -3,6 +3,7 @@
 package memberio
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -25,6 +26,9 @@ type Options struct {
 	// Log receives the reason when a member falls back to buffered I/O;
 	// default slog.Default().
 	Log *slog.Logger
+	// Sysfs is where sysfs is mounted (Unreachable reads the block
+	// device and its NVMe controllers there); default "/sys".
+	Sysfs string
 }
 
 // Member is an engine.Member on a block device or file, opened with
@@ -46,6 +50,9 @@ type Member struct {
 	// completed before that flush, so it is durable).
 	written, flushed atomic.Uint64
 	stats            *Stats
+
+	sysfs string
+	sys   sysBlock // the block device in sysfs (zero for a file)
 }
 
 // Open opens path read-write as a member.
@@ -84,8 +91,10 @@ func Open(path string, o Options) (*Member, error) {
 		log.Warn("member opened without O_DIRECT: writes go through the page cache and their errors show only at the next flush",
 			"member", path, "reason", reason)
 	}
-	m := &Member{f: f, fd: int(f.Fd()), path: path, direct: direct, align: 4096, memAlign: 4096, stats: &Stats{}}
+	m := &Member{f: f, fd: int(f.Fd()), path: path, direct: direct, align: 4096, memAlign: 4096, stats: &Stats{},
+		sysfs: cmp.Or(o.Sysfs, "/sys")}
 	if block {
+		m.sys = lookupSysBlock(m.sysfs, m.fd)
 		lbs, err := unix.IoctlGetInt(m.fd, unix.BLKSSZGET)
 		if err != nil {
 			f.Close()

@@ -1,0 +1,286 @@
+package engine
+
+// Freeze and Thaw: the self-fence of an owner that may have lost its lease.
+//
+// Every member I/O the volume issues goes through one gate (gatedExecutor
+// wraps the Executor; the few direct member writes use memberWrite and
+// memberFlush). Freeze shuts the gate and waits until every batch that
+// passed it has completed; from then on no member I/O is issued: batches
+// wait at the gate, so requests stay pending (none is acknowledged, none
+// fails) while they hold whatever stripe locks they took. Thaw opens the
+// gate again under a newer owner epoch, after re-reading the superblocks.
+// The only member I/O outside the gate are superblock reads (the fence
+// checks of Thaw and of every metadata write) and the flush of a rebuild
+// checkpoint (a flush writes nothing new).
+//
+// Reads are held too: while frozen, a newer owner may be writing, and an
+// old owner's read could return data it has overwritten.
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/fabraid/fabraid/engine/superblock"
+)
+
+// Errors of Freeze and Thaw.
+var (
+	// ErrStaleEpoch: Thaw was given an owner epoch that is not newer than
+	// the volume's; a frozen volume resumes only under a new lease.
+	ErrStaleEpoch = errors.New("owner epoch not newer than the volume's")
+	// ErrNotFrozen: Thaw of a volume that is not frozen.
+	ErrNotFrozen = errors.New("volume not frozen")
+)
+
+// gateFrozen is the frozen bit of freezeGate.state; the bits below count
+// the batches that passed the gate and have not completed.
+const gateFrozen = int64(1) << 62
+
+// freezeGate holds member I/O while the volume is frozen. The open path is
+// two atomic adds per batch; only a frozen gate takes the mutex.
+type freezeGate struct {
+	state atomic.Int64 // gateFrozen | batches in flight
+
+	mu      sync.Mutex
+	cond    *sync.Cond // on mu: thawed, stopped, or the last batch in flight completed
+	held    int        // batches waiting at the frozen gate
+	stopErr error      // set while frozen: held and later batches fail with it
+	closed  bool       // the volume stopped: a later Freeze only stops the gate
+
+	// drainWait, when set (tests), is called when Freeze starts waiting
+	// for batches in flight.
+	drainWait func()
+}
+
+func (g *freezeGate) lock() {
+	g.mu.Lock()
+	if g.cond == nil {
+		g.cond = sync.NewCond(&g.mu)
+	}
+}
+
+// enter lets a batch pass, waiting while the gate is frozen; it returns
+// the error the batch must fail with when the gate was stopped.
+func (g *freezeGate) enter() error {
+	for {
+		if g.state.Add(1)&gateFrozen == 0 {
+			return nil
+		}
+		g.exit() // back out: the freezer may be waiting for this one
+		g.lock()
+		for g.state.Load()&gateFrozen != 0 && g.stopErr == nil {
+			g.held++
+			g.cond.Broadcast() // the held count changed (tests wait on it)
+			g.cond.Wait()
+			g.held--
+		}
+		err := g.stopErr
+		g.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// exit ends a batch that passed enter.
+func (g *freezeGate) exit() {
+	if g.state.Add(-1) == gateFrozen {
+		g.lock()
+		g.cond.Broadcast()
+		g.mu.Unlock()
+	}
+}
+
+// freeze shuts the gate and waits until no batch is in flight. It reports
+// false when the volume was closed (the gate is stopped instead).
+func (g *freezeGate) freeze() bool {
+	g.lock()
+	defer g.mu.Unlock()
+	g.state.Or(gateFrozen)
+	if g.closed {
+		g.stopLocked(ErrClosed)
+		return false
+	}
+	if g.state.Load() != gateFrozen && g.drainWait != nil {
+		g.drainWait()
+	}
+	for g.state.Load() != gateFrozen {
+		g.cond.Wait()
+	}
+	return true
+}
+
+func (g *freezeGate) frozen() bool { return g.state.Load()&gateFrozen != 0 }
+
+// open thaws the gate: held batches proceed.
+func (g *freezeGate) open() {
+	g.lock()
+	g.state.And(^gateFrozen)
+	g.cond.Broadcast()
+	g.mu.Unlock()
+}
+
+// stopLocked makes held and later batches of a frozen gate fail with err.
+func (g *freezeGate) stopLocked(err error) {
+	if g.stopErr == nil {
+		g.stopErr = err
+	}
+	g.cond.Broadcast()
+}
+
+// close marks the volume stopped: a frozen gate fails its held batches
+// with ErrClosed (an open gate stays open, as before Freeze existed).
+func (g *freezeGate) close() {
+	g.lock()
+	defer g.mu.Unlock()
+	g.closed = true
+	if g.frozen() {
+		g.stopLocked(ErrClosed)
+	}
+}
+
+// gatedExecutor runs every batch through the volume's gate.
+type gatedExecutor struct {
+	inner Executor
+	gate  *freezeGate
+}
+
+// Execute implements Executor.
+func (e *gatedExecutor) Execute(ios []IO) {
+	if err := e.gate.enter(); err != nil {
+		for i := range ios {
+			ios[i].Err = err
+		}
+		return
+	}
+	e.inner.Execute(ios)
+	e.gate.exit()
+}
+
+// memberWrite writes buf at off to dev through the gate (for the few
+// writes that are not part of an Executor batch).
+func (v *Volume) memberWrite(dev Member, buf []byte, off int64) error {
+	ios := []IO{{Dev: dev, Write: true, Buf: buf, Off: off}}
+	v.exec.Execute(ios)
+	return ios[0].Err
+}
+
+// memberFlush flushes dev through the gate.
+func (v *Volume) memberFlush(dev Member) error {
+	ios := []IO{{Dev: dev, Flush: true}}
+	v.exec.Execute(ios)
+	return ios[0].Err
+}
+
+// Freeze stops the volume from issuing member I/O: it returns once every
+// member I/O already issued has completed, and from then on requests (and
+// rebuild, scrub, resync, metadata writes) wait before their next member
+// I/O; nothing is acknowledged while the volume is frozen. Call it when
+// the owner's lease may be lost (the self-fence deadline); only Thaw with
+// a newer epoch, Abandon or Close end it. Freezing a frozen volume does
+// nothing.
+//
+// Member I/O that was already in flight is waited for, however long the
+// device takes; the storage fence, not Freeze, ends an old owner's access
+// to remote drives.
+func (v *Volume) Freeze() {
+	if v.gate.freeze() {
+		v.log.Warn("frozen: no member I/O until thawed under a newer owner epoch", "epoch", v.epoch.Load())
+	}
+}
+
+// Frozen reports whether the volume is frozen.
+func (v *Volume) Frozen() bool { return v.gate.frozen() }
+
+// Thaw resumes a frozen volume under owner epoch, which must be newer than
+// the volume's (ErrStaleEpoch otherwise: the lease that froze it is gone,
+// only a new one may resume it). It first re-reads the superblock of every
+// member the volume holds: if one carries a newer epoch than the volume's,
+// another owner has run the volume meanwhile, and the volume is fenced for
+// good (ErrFenced; the held requests fail with it); if a writable member's
+// superblock cannot be read, Thaw refuses and the volume stays frozen
+// (nothing proves that no newer owner wrote it). Then the gate opens and
+// the new epoch is written to every member's superblock. The caller must
+// hold the lease of epoch while it calls Thaw.
+func (v *Volume) Thaw(epoch uint64) error {
+	if v.closed.Load() {
+		return ErrClosed
+	}
+	if !v.gate.frozen() {
+		return ErrNotFrozen
+	}
+	if err := v.stopErr(); err != nil {
+		return err
+	}
+	ours := v.epoch.Load()
+	if epoch <= ours {
+		return fmt.Errorf("thaw at epoch %d (volume at %d): %w", epoch, ours, ErrStaleEpoch)
+	}
+	// metaMu cannot be taken here: a metadata write may be held at the
+	// gate with it. The member table read is racy but harmless: the
+	// devices and roles do not change while the gate is shut.
+	for slot := range v.slots {
+		d := v.dev(slot)
+		if d == nil {
+			continue
+		}
+		sb, err := superblock.ReadCopies(d)
+		if err != nil {
+			if v.writable(slot) {
+				return fmt.Errorf("thaw: slot %d: %w; staying frozen", slot, err)
+			}
+			continue
+		}
+		if sb.VolumeUUID == v.base.VolumeUUID && sb.Epoch > ours {
+			v.fenced.Store(true)
+			v.log.Error("fenced: a newer owner has run the volume while it was frozen", "our_epoch", ours,
+				"disk_epoch", sb.Epoch, "slot", slot)
+			v.gate.lock()
+			v.gate.stopLocked(ErrFenced)
+			v.gate.mu.Unlock()
+			return fmt.Errorf("thaw: %w", ErrFenced)
+		}
+	}
+	v.gate.open()
+	v.metaMu.Lock()
+	defer v.unlockMeta()
+	v.meta.Epoch = epoch
+	v.epoch.Store(epoch)
+	if err := v.writeMetaLocked(); err != nil {
+		return fmt.Errorf("thaw: write epoch %d: %w", epoch, err)
+	}
+	v.log.Info("thawed", "epoch", epoch)
+	return nil
+}
+
+// closeFrozen is Close of a frozen volume: nothing is written (the owner
+// may have lost the volume), held requests fail with ErrClosed, the
+// members are closed.
+func (v *Volume) closeFrozen() error {
+	v.gate.close()
+	v.stopBackground()
+	for slot := range v.slots {
+		if d := v.dev(slot); d != nil {
+			_ = d.Close()
+		}
+	}
+	return fmt.Errorf("close volume %s: frozen, nothing written: %w", v.base.Name, ErrClosed)
+}
+
+// refuseNewerLocked fails with ErrFenced (and fences the volume) when dev
+// holds this volume's superblock in a newer version than the volume's own
+// (superblock.Newer): a newer owner has written it, and this volume must
+// not write to it. Callers hold metaMu.
+func (v *Volume) refuseNewerLocked(dev Member, name string) error {
+	sb, err := superblock.ReadCopies(dev)
+	if err != nil || sb.VolumeUUID != v.base.VolumeUUID || !superblock.Newer(sb, v.meta) {
+		return nil
+	}
+	v.fenced.Store(true)
+	v.log.Error("fenced: a device holds a newer owner's metadata", "our_epoch", v.meta.Epoch,
+		"disk_epoch", sb.Epoch, "device", name)
+	return fmt.Errorf("%s holds epoch %d events %d, newer than this volume's %d/%d: %w",
+		name, sb.Epoch, sb.Events, v.meta.Epoch, v.meta.Events, ErrFenced)
+}

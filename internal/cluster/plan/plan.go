@@ -1,0 +1,284 @@
+// Package plan adapts the cluster's records (a View read from etcd: the
+// nodes with their liveness, the volume records, the host keys) to the
+// plain inputs of the data-plane packages: placement nodes with their free
+// drives, a new volume record from a placement, this node's drive exports
+// (package exporter), the member imports of the volumes this node owns
+// (package importer), and the volumes every node consumes. It is pure: no
+// etcd, no kernel; the daemon reads the View and applies the results.
+//
+// # Invariants
+//
+//   - A drive is free exactly when its node is alive, it is claimed (in
+//     the node's registry record) and no volume record, in any state,
+//     lists it as a member. A dead node offers no drives, but its members
+//     stay in their volumes (they are wanted back).
+//   - Members are keyed by (node, drive id); drive ids are unique in the
+//     cluster (internal/drive), so the exporter's member lists use ids.
+//   - A member is found by its member UUID once the record has one; before
+//     that (state creating) a remote member is the head of its drive
+//     export's controller and a local one its claimed device.
+package plan
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/fabraid/fabraid/internal/cluster/model"
+	"github.com/fabraid/fabraid/internal/exporter"
+	"github.com/fabraid/fabraid/internal/importer"
+	"github.com/fabraid/fabraid/internal/placement"
+	"github.com/fabraid/fabraid/internal/volmgr"
+	"github.com/fabraid/fabraid/kernel/nvmf"
+)
+
+// View is the cluster as one node sees it at one moment.
+type View struct {
+	Self     string             // this node's name
+	Nodes    []model.NodeStatus // the registry with liveness (registry.List)
+	Volumes  []model.Volume     // every volume record (volumes.List)
+	HostKeys map[string]string  // node -> DH-HMAC-CHAP secret (volumes.HostKeys); never logged
+}
+
+func (v View) node(name string) (model.NodeStatus, bool) {
+	for _, n := range v.Nodes {
+		if n.Name == name {
+			return n, true
+		}
+	}
+	return model.NodeStatus{}, false
+}
+
+// used is the set of (node, drive) pairs that are members of any volume.
+func (v View) used() map[[2]string]bool {
+	u := map[[2]string]bool{}
+	for _, vol := range v.Volumes {
+		for _, m := range vol.Members {
+			u[[2]string{m.Node, m.Drive}] = true
+		}
+	}
+	return u
+}
+
+// PlacementNodes returns the alive nodes with their free drives and the
+// number of volumes each owns, by name.
+func PlacementNodes(v View) []placement.Node {
+	used := v.used()
+	owned := map[string]int{}
+	for _, vol := range v.Volumes {
+		if vol.Owner != "" {
+			owned[vol.Owner]++
+		}
+	}
+	var out []placement.Node
+	for _, n := range v.Nodes {
+		if !n.Alive {
+			continue
+		}
+		pn := placement.Node{Name: n.Name, Domain: n.Domain, Owned: owned[n.Name]}
+		for _, d := range n.Drives {
+			if !used[[2]string{n.Name, d.ID}] {
+				pn.Free = append(pn.Free, placement.Drive{ID: d.ID, Serial: d.Serial, Size: d.Size})
+			}
+		}
+		out = append(out, pn)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// NewVolume places a new volume over v's free drives and returns its
+// record in state creating (ChunkSize 0: the engine's default; the
+// caller may set it). A name that a record of v holds already is refused
+// here; volumes.Create is the authority (two nodes may place at once).
+func NewVolume(v View, req placement.Request, uuid [16]byte, now time.Time) (model.Volume, error) {
+	for _, vol := range v.Volumes {
+		if vol.Name == req.Name {
+			return model.Volume{}, fmt.Errorf("volume %q exists (%s, owner %s)", req.Name, vol.UUID, vol.Owner)
+		}
+	}
+	for _, name := range req.Nodes {
+		if n, ok := v.node(name); ok && !n.Alive {
+			return model.Volume{}, fmt.Errorf("%w: volume %q: node %s is dead (--nodes)", placement.ErrNoPlacement, req.Name, name)
+		}
+	}
+	p, err := placement.Place(PlacementNodes(v), req)
+	if err != nil {
+		return model.Volume{}, err
+	}
+	rec := model.Volume{
+		Version: model.VolumeVersion, UUID: volmgr.FormatUUID(uuid), Name: p.Name, K: p.K, M: p.M, Groups: p.Groups,
+		Owner: p.Owner, State: model.VolumeCreating, MemberSize: p.MemberSize, Created: now.UTC(),
+	}
+	for i, m := range p.Members {
+		rec.Members = append(rec.Members, model.VolumeMember{Slot: i, Node: m.Node, Domain: m.Domain, Drive: m.DriveID})
+	}
+	return rec, nil
+}
+
+// host is node name's host NQN and secret; zero when the node is not in
+// the registry (then nobody is allowed).
+func (v View) host(name string) exporter.Host {
+	n, ok := v.node(name)
+	if !ok || name == "" {
+		return exporter.Host{}
+	}
+	return exporter.Host{NQN: n.HostNQN, Secret: v.HostKeys[name]}
+}
+
+// ExporterInput is this node's drive exports: every volume with a member
+// on this node, each to its owner (any state: a volume being created or
+// deleted needs its members too). drives are this node's claimed drives
+// with their current device paths; the host NQN and the addresses are
+// this node's registry record's.
+func ExporterInput(v View, drives []exporter.Drive) exporter.Input {
+	self, _ := v.node(v.Self)
+	in := exporter.Input{HostNQN: self.HostNQN, Drives: drives, Addresses: self.StorageAddresses}
+	for _, vol := range v.Volumes {
+		if !slices.ContainsFunc(vol.Members, func(m model.VolumeMember) bool { return m.Node == v.Self }) {
+			continue
+		}
+		ev := exporter.Volume{UUID: vol.UUID, Owner: v.host(vol.Owner)}
+		for _, m := range vol.Members {
+			ev.Members = append(ev.Members, m.Drive)
+		}
+		in.Volumes = append(in.Volumes, ev)
+	}
+	return in
+}
+
+// Slot is where the owner finds one member.
+type Slot struct {
+	model.VolumeMember
+	// Member is the member UUID; Known is false before the owner has
+	// formatted the member (state creating, or a bad UUID in the record).
+	Member [16]byte
+	Known  bool
+	// Remote is the member's drive export NQN when the drive is on
+	// another node; Local its device on this node (from local); both
+	// empty when this node has no path for it (its drive is not claimed
+	// here any more).
+	Remote string
+	Local  string
+}
+
+// Owned is one volume this node owns.
+type Owned struct {
+	Volume model.Volume
+	UUID   [16]byte
+	Slots  []Slot // slot order
+}
+
+// Import is the owner's import plan: the importer's input for all the
+// volumes this node owns together, and the volumes slot by slot.
+type Import struct {
+	Input   importer.Input
+	Volumes []Owned
+}
+
+// ImporterInput plans the imports of the volumes this node owns. Remote
+// members are imported from their node's first storage address (one path
+// per member drive) at exporter.NQN(drive id); local members are opened at
+// local[claim id]. id is this host's identity; the secret is this node's
+// host key from the View. Nodes that are dead are still wanted: a member
+// that comes back is found again by its UUID.
+func ImporterInput(v View, id nvmf.HostIdentity, local map[string]string) Import {
+	imp := Import{Input: importer.Input{Identity: id, Secret: v.HostKeys[v.Self]}}
+	seen := map[string]bool{}
+	for _, vol := range v.Volumes {
+		if vol.Owner != v.Self {
+			continue
+		}
+		u, err := volmgr.ParseUUID(vol.UUID)
+		if err != nil {
+			continue // volumes.DecodeVolume refuses such records
+		}
+		o := Owned{Volume: vol, UUID: u}
+		for _, m := range vol.Members {
+			s := Slot{VolumeMember: m}
+			if m.UUID != "" {
+				if mu, err := volmgr.ParseUUID(m.UUID); err == nil {
+					s.Member, s.Known = mu, true
+					imp.Input.Members = append(imp.Input.Members, mu)
+				}
+			}
+			if m.Node == v.Self {
+				s.Local = local[m.Drive]
+				if s.Local != "" && !seen[s.Local] {
+					seen[s.Local] = true
+					imp.Input.Local = append(imp.Input.Local, s.Local)
+				}
+			} else if n, ok := v.node(m.Node); ok && len(n.StorageAddresses) > 0 {
+				s.Remote = exporter.NQN(m.Drive)
+				if !seen[s.Remote] {
+					seen[s.Remote] = true
+					imp.Input.Remotes = append(imp.Input.Remotes, importer.Remote{NQN: s.Remote, Address: n.StorageAddresses[0]})
+				}
+			}
+			o.Slots = append(o.Slots, s)
+		}
+		imp.Volumes = append(imp.Volumes, o)
+	}
+	return imp
+}
+
+// Paths maps each owned volume's slots to the devices of an importer
+// result, in slot order; "" is a member not found now. A member with a
+// known UUID is wherever the importer found that UUID (local or remote,
+// whatever its device is called now); one without (state creating) is
+// the head of its export's controller, or its local device.
+func (imp Import) Paths(r importer.Result) map[[16]byte][]string {
+	heads := map[string]string{}
+	for _, d := range r.Devices {
+		if d.Remote != "" {
+			heads[d.Remote] = d.Path
+		}
+	}
+	out := map[[16]byte][]string{}
+	for _, o := range imp.Volumes {
+		paths := make([]string, len(o.Slots))
+		for i, s := range o.Slots {
+			switch {
+			case s.Known:
+				paths[i] = r.Paths[s.Member]
+			case s.Remote != "":
+				paths[i] = heads[s.Remote]
+			default:
+				paths[i] = s.Local
+			}
+		}
+		out[o.UUID] = paths
+	}
+	return out
+}
+
+// Consumer is one volume every node connects to.
+type Consumer struct {
+	UUID      [16]byte
+	Name      string
+	NQN       string   // volmgr.NQN(UUID)
+	Owner     string   // node name
+	Addresses []string // the owner's storage addresses
+}
+
+// Consumers lists every ready volume with an owner in the registry, by
+// name: the volume export's NQN at the owner's storage addresses (the
+// port is the volume manager's). A volume without an owner (a failover
+// in progress) or whose owner has no storage address is left out.
+func Consumers(v View) []Consumer {
+	var out []Consumer
+	for _, vol := range v.Volumes {
+		if vol.State != model.VolumeReady || vol.Owner == "" {
+			continue
+		}
+		n, ok := v.node(vol.Owner)
+		u, err := volmgr.ParseUUID(vol.UUID)
+		if !ok || len(n.StorageAddresses) == 0 || err != nil {
+			continue
+		}
+		out = append(out, Consumer{UUID: u, Name: vol.Name, NQN: volmgr.NQN(u), Owner: vol.Owner, Addresses: slices.Clone(n.StorageAddresses)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}

@@ -1,0 +1,194 @@
+package plan
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fabraid/fabraid/internal/cluster/model"
+	"github.com/fabraid/fabraid/internal/exporter"
+	"github.com/fabraid/fabraid/internal/importer"
+	"github.com/fabraid/fabraid/internal/placement"
+	"github.com/fabraid/fabraid/kernel/nvmf"
+)
+
+func u(n byte) [16]byte { return [16]byte{15: n, 6: 0x40, 8: 0x80} }
+
+func us(n byte) string {
+	x := u(n)
+	return fmt.Sprintf("%x-%x-%x-%x-%x", x[0:4], x[4:6], x[6:8], x[8:10], x[10:])
+}
+
+func node(name string, alive bool) model.NodeStatus {
+	n := model.NodeStatus{Alive: alive, Node: model.Node{Name: name, Domain: name, HostNQN: "nqn.host:" + name,
+		StorageAddresses: []string{"10.0.0." + name, "10.1.0." + name}}}
+	for i := 1; i <= 3; i++ {
+		n.Drives = append(n.Drives, model.Drive{ID: fmt.Sprintf("%s-d%d", name, i), Size: 1 << 30})
+	}
+	return n
+}
+
+func members(drives ...string) []model.VolumeMember {
+	var out []model.VolumeMember
+	for i, d := range drives {
+		n := strings.Split(d, "-")[0]
+		out = append(out, model.VolumeMember{Slot: i, Node: n, Domain: n, Drive: d})
+	}
+	return out
+}
+
+// view: a, b, c alive, d dead. v1 (2+2, ready, owner a) has a member on
+// every node including the dead d; v2 (1+2, creating, owner b) on b, c, a.
+func view(self string) View {
+	v1 := model.Volume{Version: 1, UUID: us(1), Name: "v1", K: 2, M: 2, Groups: 1, Owner: "a", State: model.VolumeReady,
+		Members: members("a-d1", "b-d1", "c-d1", "d-d1")}
+	for i := range v1.Members {
+		v1.Members[i].UUID = us(byte(0x10 + i))
+	}
+	v2 := model.Volume{Version: 1, UUID: us(2), Name: "v2", K: 1, M: 2, Groups: 1, Owner: "b", State: model.VolumeCreating,
+		Members: members("b-d2", "c-d2", "a-d2")}
+	return View{Self: self, Nodes: []model.NodeStatus{node("a", true), node("b", true), node("c", true), node("d", false)},
+		Volumes: []model.Volume{v1, v2}, HostKeys: map[string]string{"a": "KEY-a", "b": "KEY-b", "c": "KEY-c", "d": "KEY-d"}}
+}
+
+func TestPlacementNodes(t *testing.T) {
+	got := PlacementNodes(view("a"))
+	want := []placement.Node{
+		{Name: "a", Domain: "a", Owned: 1, Free: []placement.Drive{{ID: "a-d3", Size: 1 << 30}}},
+		{Name: "b", Domain: "b", Owned: 1, Free: []placement.Drive{{ID: "b-d3", Size: 1 << 30}}},
+		{Name: "c", Domain: "c", Owned: 0, Free: []placement.Drive{{ID: "c-d3", Size: 1 << 30}}},
+	} // d is dead: none of its drives is free, not even d-d2 and d-d3
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("PlacementNodes:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+func TestNewVolume(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.FixedZone("x", 3600))
+	for _, tc := range []struct {
+		name string
+		req  placement.Request
+		want string // error substring; "" = placed
+	}{
+		{"2+1 over the three free drives", placement.Request{Name: "v3", K: 2, M: 1}, ""},
+		{"name held by a record", placement.Request{Name: "v2", K: 1, M: 1}, `volume "v2" exists (` + us(2) + ", owner b)"},
+		{"more drives than free", placement.Request{Name: "v3", K: 2, M: 2}, "have 3 nodes (a: 1 free, b: 1 free, c: 1 free)"},
+		{"the dead node's drives are not free", placement.Request{Name: "v3", K: 2, M: 1, Nodes: []string{"a", "d"}}, `no placement: volume "v3": node d is dead (--nodes)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := NewVolume(view("a"), tc.req, u(3), now)
+			if tc.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("err %v, want %q", err, tc.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := model.Volume{Version: model.VolumeVersion, UUID: us(3), Name: "v3", K: 2, M: 1, Groups: 1, Owner: "c",
+				State: model.VolumeCreating, MemberSize: 1 << 30, Created: now.UTC(), Members: members("a-d3", "b-d3", "c-d3")}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("NewVolume:\n got %+v\nwant %+v", got, want)
+			}
+		})
+	}
+	if _, err := NewVolume(view("a"), placement.Request{Name: "x", K: 4, M: 2}, u(3), now); !errors.Is(err, placement.ErrNoPlacement) {
+		t.Errorf("refusal %v does not wrap ErrNoPlacement", err)
+	}
+}
+
+func TestExporterInput(t *testing.T) {
+	drives := []exporter.Drive{{ID: "c-d1", Path: "/dev/vdb"}, {ID: "c-d2", Path: "/dev/vdc"}, {ID: "c-d3", Path: "/dev/vdd"}}
+	vols := []exporter.Volume{
+		{UUID: us(1), Owner: exporter.Host{NQN: "nqn.host:a", Secret: "KEY-a"}, Members: []string{"a-d1", "b-d1", "c-d1", "d-d1"}},
+		{UUID: us(2), Owner: exporter.Host{NQN: "nqn.host:b", Secret: "KEY-b"}, Members: []string{"b-d2", "c-d2", "a-d2"}},
+	}
+	for _, tc := range []struct {
+		name string
+		v    View
+		want exporter.Input
+	}{
+		{"c: members of both volumes", view("c"), exporter.Input{HostNQN: "nqn.host:c", Drives: drives, Addresses: []string{"10.0.0.c", "10.1.0.c"}, Volumes: vols}},
+		{"a owns v1: passed on, the exporter skips it", view("a"), exporter.Input{HostNQN: "nqn.host:a", Drives: drives, Addresses: []string{"10.0.0.a", "10.1.0.a"}, Volumes: vols}},
+		{"no owner: exported to nobody", func() View {
+			v := view("c")
+			v.Volumes = v.Volumes[1:]
+			v.Volumes[0].Owner = ""
+			return v
+		}(), exporter.Input{HostNQN: "nqn.host:c", Drives: drives, Addresses: []string{"10.0.0.c", "10.1.0.c"},
+			Volumes: []exporter.Volume{{UUID: us(2), Members: []string{"b-d2", "c-d2", "a-d2"}}}}},
+		{"d (dead, its members listed): only v1", view("d"), exporter.Input{HostNQN: "nqn.host:d", Drives: drives, Addresses: []string{"10.0.0.d", "10.1.0.d"}, Volumes: vols[:1]}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ExporterInput(tc.v, drives); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("\n got %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestImporterInput(t *testing.T) {
+	id := nvmf.HostIdentity{NQN: "nqn.host:a", ID: us(9)}
+	local := map[string]string{"a-d1": "/dev/vdb", "a-d2": "/dev/vdc", "b-d2": "/dev/vdc"}
+
+	// a owns v1 (ready): every member by UUID, the dead d's too.
+	imp := ImporterInput(view("a"), id, local)
+	want := importer.Input{Identity: id, Secret: "KEY-a",
+		Members: [][16]byte{u(0x10), u(0x11), u(0x12), u(0x13)},
+		Remotes: []importer.Remote{{NQN: exporter.NQNPrefix + "b-d1", Address: "10.0.0.b"}, {NQN: exporter.NQNPrefix + "c-d1", Address: "10.0.0.c"}, {NQN: exporter.NQNPrefix + "d-d1", Address: "10.0.0.d"}},
+		Local:   []string{"/dev/vdb"}}
+	if !reflect.DeepEqual(imp.Input, want) {
+		t.Errorf("a:\n got %+v\nwant %+v", imp.Input, want)
+	}
+	if len(imp.Volumes) != 1 || imp.Volumes[0].UUID != u(1) || len(imp.Volumes[0].Slots) != 4 {
+		t.Fatalf("a owns %+v, want v1 with 4 slots", imp.Volumes)
+	}
+	// The importer found a's member locally under another name and b's
+	// remotely; c's under a renumbered head; d's not (dead).
+	r := importer.Result{Paths: map[[16]byte]string{u(0x10): "/dev/vdz", u(0x11): "/dev/nvme1n1", u(0x12): "/dev/nvme0n1"},
+		Devices: []importer.Device{{Path: "/dev/nvme0n1", Remote: exporter.NQNPrefix + "c-d1"}}}
+	if got := imp.Paths(r)[u(1)]; !reflect.DeepEqual(got, []string{"/dev/vdz", "/dev/nvme1n1", "/dev/nvme0n1", ""}) {
+		t.Errorf("v1 paths %q", got)
+	}
+
+	// b owns v2 (creating): no UUIDs yet; remote drives by their export
+	// heads, the local one by its claim.
+	imp = ImporterInput(view("b"), id, local)
+	want = importer.Input{Identity: id, Secret: "KEY-b",
+		Remotes: []importer.Remote{{NQN: exporter.NQNPrefix + "c-d2", Address: "10.0.0.c"}, {NQN: exporter.NQNPrefix + "a-d2", Address: "10.0.0.a"}},
+		Local:   []string{"/dev/vdc"}}
+	if !reflect.DeepEqual(imp.Input, want) {
+		t.Errorf("b:\n got %+v\nwant %+v", imp.Input, want)
+	}
+	r = importer.Result{Devices: []importer.Device{
+		{Path: "/dev/nvme4n1", Remote: exporter.NQNPrefix + "a-d2"}, {Path: "/dev/vdc"}, {Path: "/dev/nvme2n1", Remote: exporter.NQNPrefix + "c-d2"}}}
+	if got := imp.Paths(r)[u(2)]; !reflect.DeepEqual(got, []string{"/dev/vdc", "/dev/nvme2n1", "/dev/nvme4n1"}) {
+		t.Errorf("v2 paths %q", got)
+	}
+
+	// c owns nothing.
+	if imp := ImporterInput(view("c"), id, nil); len(imp.Volumes) != 0 || len(imp.Input.Remotes)+len(imp.Input.Members)+len(imp.Input.Local) != 0 {
+		t.Errorf("c: %+v, want nothing", imp)
+	}
+}
+
+func TestConsumers(t *testing.T) {
+	v := view("c")
+	v.Volumes = append(v.Volumes,
+		model.Volume{UUID: us(4), Name: "v0", State: model.VolumeReady, Owner: "", Members: members("a-d3")},     // failover in progress
+		model.Volume{UUID: us(5), Name: "v5", State: model.VolumeDeleting, Owner: "a", Members: members("b-d3")}, // going
+		model.Volume{UUID: us(6), Name: "v6", State: model.VolumeReady, Owner: "d", Members: members("c-d3")},    // owner dead: still consumed
+	)
+	got := Consumers(v)
+	want := []Consumer{
+		{UUID: u(1), Name: "v1", NQN: "nqn.2026-11.io.fabraid:vol:" + us(1), Owner: "a", Addresses: []string{"10.0.0.a", "10.1.0.a"}},
+		{UUID: u(6), Name: "v6", NQN: "nqn.2026-11.io.fabraid:vol:" + us(6), Owner: "d", Addresses: []string{"10.0.0.d", "10.1.0.d"}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Consumers:\n got %+v\nwant %+v", got, want)
+	}
+}
