@@ -52,12 +52,17 @@ type Options struct {
 // Env is what a guest-side test function gets: its identity and its
 // environment inside the guest.
 type Env struct {
-	Name   string            // this guest's name
-	Index  int               // its index in Options.Guests
-	Kernel string            // series it booted (Kernel612, ...)
-	Disks  []string          // device paths of its disks in order: /dev/vda, ...
-	Shared string            // the host-shared directory (/mnt/host)
-	addrs  map[string]string // guest name -> IPv4 address
-	guests []string
-	reqSeq int // last host request number (RemoveDisk)
+	Name   string   // this guest's name
+	Index  int      // its index in Options.Guests
+	Kernel string   // series it booted (Kernel612, ...)
+	Disks  []string // device paths of its disks in order: /dev/vda, ... (AddDisk updates them)
+	Shared string   // the host-shared directory (/mnt/host)
+	// BootNum is which boot of this guest runs the test function: 1, then
+	// 2 after another guest's Kill and Boot, and so on. A test that
+	// survives a power cut does its setup on boot 1 and checks on boot 2.
+	BootNum int
+	addrs   map[string]string // guest name -> IPv4 address
+	guests  []string
+	serials []string // virtio serials of Disks, in order
+	reqSeq  int      // last host request number of this boot
 }

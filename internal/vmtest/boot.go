@@ -12,7 +12,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -43,8 +42,13 @@ type GuestOutcome struct {
 	Name    string
 	Passed  bool
 	Skipped bool
-	Reason  string // why it failed or skipped
-	Console []string
+	Reason  string   // why it failed or skipped, or that it stayed powered off
+	Console []string // every boot's console, in order
+	// Boots counts the guest's boots (1 unless Env.Boot booted it again);
+	// the outcome is the last boot's. PoweredOff: the last boot was
+	// killed (Env.Kill) and never booted again, which passes.
+	Boots      int
+	PoweredOff bool
 }
 
 var guestNameRE = regexp.MustCompile(`^[a-z][a-z0-9]{0,15}$`)
@@ -75,6 +79,9 @@ func (c *BootConfig) validate() error {
 		for j, d := range g.Disks {
 			if d.Size <= 0 {
 				return fmt.Errorf("vmtest: guest %s disk %d: size must be > 0", g.Name, j)
+			}
+			if strings.ContainsAny(d.Serial, " \t\n,") {
+				return fmt.Errorf("vmtest: guest %s disk %d: serial %q has a space or comma", g.Name, j, d.Serial)
 			}
 		}
 	}
@@ -151,27 +158,14 @@ func Boot(ctx context.Context, cfg BootConfig) ([]GuestOutcome, error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, cfg.Timeout,
 		fmt.Errorf("timed out after %v", cfg.Timeout))
 	defer cancel()
-	stopHost := serveHostRequests(ctx, shared, guests, cfg.Log)
+	f := newFleet(ctx, shared, guests, h, cfg.Log)
+	stopHost := f.serveHostRequests()
 	defer stopHost()
-	results := make([]*guestResult, len(guests))
-	var wg sync.WaitGroup
-	for i, g := range guests {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[i] = g.run(ctx)
-		}()
-	}
-	wg.Wait()
+	f.startAll()
+	boots := f.wait()
 	out := make([]GuestOutcome, len(guests))
-	for i, r := range results {
-		out[i] = GuestOutcome{Name: guests[i].name, Passed: r.ok(), Skipped: r.verdict == "skip" && r.exit == codeSkip<<1|1, Console: r.console}
-		switch {
-		case out[i].Skipped:
-			out[i].Reason = skipReason(r.console)
-		case !out[i].Passed:
-			out[i].Reason = r.describe(guests[i].name)
-		}
+	for i, b := range boots {
+		out[i] = outcome(guests[i].name, b)
 	}
 	return out, nil
 }
@@ -236,13 +230,14 @@ func prepareGuests(cfg BootConfig, work, shared string) ([]*qemuGuest, error) {
 			devs = append(devs, "/dev/vd"+string(rune('a'+j)))
 		}
 		conf := map[string]string{
-			"VMTEST_NONCE":          g.nonce,
-			"FABRAID_VMTEST_GUEST":  gc.Name,
-			"FABRAID_VMTEST_INDEX":  strconv.Itoa(i),
-			"FABRAID_VMTEST_KERNEL": gc.Kernel,
-			"FABRAID_VMTEST_DISKS":  strings.Join(devs, " "),
-			"FABRAID_VMTEST_ADDRS":  strings.Join(addrs, ","),
-			"FABRAID_VMTEST_SHARED": "/mnt/host",
+			"VMTEST_NONCE":           g.nonce,
+			"FABRAID_VMTEST_GUEST":   gc.Name,
+			"FABRAID_VMTEST_INDEX":   strconv.Itoa(i),
+			"FABRAID_VMTEST_KERNEL":  gc.Kernel,
+			"FABRAID_VMTEST_DISKS":   strings.Join(devs, " "),
+			"FABRAID_VMTEST_SERIALS": strings.Join(g.serials, " "),
+			"FABRAID_VMTEST_ADDRS":   strings.Join(addrs, ","),
+			"FABRAID_VMTEST_SHARED":  "/mnt/host",
 		}
 		if len(cfg.Guests) > 1 {
 			conf["VMTEST_IP"] = guestAddr(i)

@@ -56,8 +56,34 @@
 // dependencies (configfs mounted at /sys/kernel/config when loaded), and,
 // when there are two or more guests, one virtio NIC (eth0) on a private
 // network that the host process relays over loopback UDP; addresses are
-// static link-local (Env.Addr). Guests have busybox at /bin. Env.RemoveDisk
-// hot-unplugs a disk from the running guest through qemu's QMP socket.
+// static link-local (Env.Addr). Guests have busybox at /bin.
+//
+// # Faults
+//
+// A guest-side test can ask the host (through files in the share) for
+// faults only the host can make:
+//
+//   - Env.RemoveDisk(t, i) hot-unplugs disk i (qemu device_del), and
+//     Env.AddDisk(t, i) plugs it back (device_add with the same image, id
+//     and serial), returning its new /dev path once the guest has it.
+//   - Env.Kill(t, "b") cuts guest b's power (SIGKILL of its qemu, no clean
+//     shutdown) and Env.Boot(t, "b") boots it again with the same disk
+//     images, MAC, address and hub port. The rebooted guest runs the test
+//     function again from the start with Env.BootNum 2 (3, ...): set up on
+//     boot 1, check on boot 2. A killed boot is not a failure: a guest's
+//     outcome is its last boot's, and one that stays off passes. A guest's
+//     events (Signal) are per boot: Kill and Boot remove those of the
+//     killed boot, so after Boot, Wait(t, "b", "up") waits for the new
+//     boot's "up". A guest that waits for an event of a guest that is off
+//     waits until it is booted again (or the run's Timeout, which covers
+//     every boot). Rebooted guests keep their CPU slots.
+//   - Env.Partition(t, "a", "b") makes the hub drop every frame between a
+//     and b (both ways, broadcast and ARP included), Env.Isolate(t, "a")
+//     between a and everyone, Env.Heal(t) (or Heal(t, a) or Heal(t, a, b))
+//     removes partitions. Other pairs are unaffected; partitions outlast
+//     reboots.
+//
+// Requests are carried out one at a time, in the order the host sees them.
 //
 // # Systemd guests
 //

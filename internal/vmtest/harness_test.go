@@ -1,8 +1,10 @@
 package vmtest
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -56,6 +58,8 @@ func busybox(args ...string) (string, error) {
 // TestIntegrationRemoveDisk pulls a disk out of a running guest (qemu
 // device_del, as a failed drive or a pulled cable would look): the guest's
 // kernel drops it and I/O to it fails, while the other disk keeps working.
+// Plugged back in (AddDisk: qemu device_add), the same disk comes back with
+// its serial and the data written before, and can be pulled again.
 func TestIntegrationRemoveDisk(t *testing.T) {
 	Run(t, Options{Guests: []GuestConfig{{
 		Name: "a", Disks: []Disk{{Size: 8 << 20}, {Size: 8 << 20}},
@@ -89,5 +93,22 @@ func TestIntegrationRemoveDisk(t *testing.T) {
 		if err := other.Sync(); err != nil {
 			t.Errorf("fsync the other disk: %v", err)
 		}
+
+		block := []byte("written before the unplug")
+		directIO(t, g.Disks[0], 4096, block)
+		g.RemoveDisk(t, 0)
+		dev := g.AddDisk(t, 0)
+		if g.Disks[0] != dev {
+			t.Errorf("Disks[0] = %s, AddDisk returned %s", g.Disks[0], dev)
+		}
+		b, _ := os.ReadFile("/sys/block/" + filepath.Base(dev) + "/serial")
+		if got := strings.TrimSpace(string(b)); got != "a-disk0" {
+			t.Errorf("re-plugged %s has serial %q, want a-disk0", dev, got)
+		}
+		if got := directIO(t, dev, 4096, nil); !bytes.HasPrefix(got, block) {
+			t.Errorf("re-plugged %s reads %q, want %q", dev, got[:len(block)], block)
+		}
+		g.RemoveDisk(t, 0) // the re-plugged device is pulled like the first
+		t.Logf("disk 0 came back as %s", dev)
 	})
 }

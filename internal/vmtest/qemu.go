@@ -68,14 +68,15 @@ type qemuGuest struct {
 	log       func(string)
 	qmp       string // path of the QMP control socket
 	systemd   bool   // boots systemd as PID 1 (GuestConfig.Systemd)
+	plugs     int    // disks plugged back so far (names their block nodes)
 }
 
 // cmdline is the guest kernel's command line. systemd guests reboot (so
 // qemu, with -no-reboot, exits without a verdict) instead of freezing
 // when systemd crashes; FABRAID_VMTEST_SYSTEMD_DEBUG=1 makes systemd log
 // at debug level straight to the console.
-func (g *qemuGuest) cmdline() string {
-	c := fmt.Sprintf("console=ttyS0 quiet loglevel=4 panic=-1 oops=panic mitigations=off fabraid.guest=%s", g.name)
+func (g *qemuGuest) cmdline(boot int) string {
+	c := fmt.Sprintf("console=ttyS0 quiet loglevel=4 panic=-1 oops=panic mitigations=off fabraid.guest=%s fabraid.boot=%d", g.name, boot)
 	if g.systemd {
 		c += " systemd.crash_reboot=1 systemd.show_status=error"
 		if os.Getenv("FABRAID_VMTEST_SYSTEMD_DEBUG") == "1" {
@@ -85,8 +86,9 @@ func (g *qemuGuest) cmdline() string {
 	return c
 }
 
-// args builds the qemu command line.
-func (g *qemuGuest) args() []string {
+// args builds the qemu command line of the guest's boot-th boot: the same
+// disks, MAC, hub port and QMP socket every time.
+func (g *qemuGuest) args(boot int) []string {
 	a := []string{"qemu-system-x86_64"}
 	a = append(a, accel()...)
 	a = append(a,
@@ -94,7 +96,7 @@ func (g *qemuGuest) args() []string {
 		"-nographic", "-no-reboot", "-nodefaults", "-serial", "stdio",
 		"-device", "isa-debug-exit,iobase=0xf4,iosize=4",
 		"-kernel", g.kernel.Vmlinuz, "-initrd", g.initrd,
-		"-append", g.cmdline(),
+		"-append", g.cmdline(boot),
 		"-virtfs", fmt.Sprintf("local,path=%s,mount_tag=host0,security_model=none", g.shared),
 		"-qmp", fmt.Sprintf("unix:%s,server=on,wait=off", g.qmp),
 	)
@@ -119,7 +121,9 @@ type guestResult struct {
 	reason  string // from the marker line
 	exit    int    // qemu exit code, -1 when killed
 	console []string
-	err     error // harness-level error: timeout, qemu failed to start, ...
+	err     error  // harness-level error: timeout, qemu failed to start, ...
+	boot    int    // which boot of the guest this was, from 1
+	cutBy   string // the guest that killed this boot (Env.Kill), if any
 }
 
 // ok reports whether the guest passed: pass marker AND pass exit code.
@@ -133,14 +137,14 @@ func (r *guestResult) ok() bool {
 // was seen to oops once in early boot ("Oops: int3" in sched_clock_cpu,
 // during the kernel's own code patching). A crash after /init started is
 // never retried: the test's own actions may have caused it.
-func (g *qemuGuest) run(ctx context.Context) *guestResult {
-	res := g.boot(ctx)
+func (g *qemuGuest) run(ctx context.Context, boot int) *guestResult {
+	res := g.boot(ctx, boot)
 	if !res.crashedBeforeInit() {
 		return res
 	}
 	first := res.console
 	g.logf("vmtest: guest %s: the kernel crashed before /init started (nothing of the test ran); booting it again, once", g.name)
-	res = g.boot(ctx)
+	res = g.boot(ctx, boot)
 	res.console = append(append(first, "vmtest: --- second boot ---"), res.console...)
 	return res
 }
@@ -171,9 +175,10 @@ func (r *guestResult) crashedBeforeInit() bool {
 
 // boot runs qemu once; qemu is killed in every path that does not end in
 // its own exit.
-func (g *qemuGuest) boot(ctx context.Context) *guestResult {
+func (g *qemuGuest) boot(ctx context.Context, boot int) *guestResult {
 	res := &guestResult{exit: -1}
-	argv := g.args()
+	argv := g.args(boot)
+	os.Remove(g.qmp) // a killed qemu leaves its socket behind
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	stdout, err := cmd.StdoutPipe()

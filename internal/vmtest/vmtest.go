@@ -112,6 +112,8 @@ func guestEnv() *Env {
 	}
 	env.Index, _ = strconv.Atoi(os.Getenv("FABRAID_VMTEST_INDEX"))
 	env.Disks = strings.Fields(os.Getenv("FABRAID_VMTEST_DISKS"))
+	env.serials = strings.Fields(os.Getenv("FABRAID_VMTEST_SERIALS"))
+	env.BootNum = bootNumber()
 	for _, kv := range strings.Split(os.Getenv("FABRAID_VMTEST_ADDRS"), ",") {
 		if n, a, ok := strings.Cut(kv, "="); ok {
 			env.addrs[n] = a
@@ -133,7 +135,9 @@ func (e *Env) Addr(guest string) string {
 // Guests returns the names of all guests of this run, in order.
 func (e *Env) Guests() []string { return append([]string(nil), e.guests...) }
 
-// Signal announces event to the other guests (see Wait).
+// Signal announces event to the other guests (see Wait). Events are per
+// boot: when the guest is killed (Env.Kill) or booted again its events are
+// removed, so a Wait after Env.Boot sees only the new boot's.
 func (e *Env) Signal(t testing.TB, event string) {
 	t.Helper()
 	p := filepath.Join(e.Shared, fmt.Sprintf("%s.event.%s", e.Name, event))
@@ -143,7 +147,8 @@ func (e *Env) Signal(t testing.TB, event string) {
 }
 
 // Wait blocks until guest signalled event. It fails the test when that
-// guest ended without signalling it. It lists the shared directory instead
+// guest ended without signalling it; while the guest is powered off
+// (Env.Kill) it keeps waiting for a boot that signals it. It lists the shared directory instead
 // of stat'ing the event file: a 9p client may keep a negative dentry for a
 // file another guest created meanwhile, a listing always asks the host.
 func (e *Env) Wait(t testing.TB, guest, event string) {
