@@ -75,7 +75,8 @@ func runCLI(t *testing.T, args ...string) (string, string, int) {
 // is tested in the guest, TestIntegrationScale.)
 func TestWaitNotUp(t *testing.T) {
 	d := startFakeDaemon(t, volmgr.Info{Name: "vol0", State: "stopped"},
-		volmgr.Info{Name: "vol1", State: "optimal", Device: "/dev/nvme99n9"})
+		volmgr.Info{Name: "vol1", State: "optimal", Device: "/dev/nvme99n9"},
+		volmgr.Info{Name: "vol2", State: "waiting", Error: "cannot start: 1 of 3 members present, 2 needed"})
 	for _, tc := range []struct {
 		args []string
 		want []string
@@ -83,6 +84,7 @@ func TestWaitNotUp(t *testing.T) {
 		{[]string{"--volumes", "vol0"}, []string{"vol0: no consumer device (state stopped)"}},
 		{nil, []string{"vol0: no consumer device", "vol1: nvme99n9 is not in /proc/partitions"}},
 		{[]string{"--volumes", "nope,vol1"}, []string{"nope: no such volume", "vol1: nvme99n9"}},
+		{[]string{"--volumes", "vol2"}, []string{"vol2: no consumer device (state waiting): cannot start: 1 of 3 members present, 2 needed"}},
 		{[]string{"--socket", filepath.Join(t.TempDir(), "none.sock")}, []string{"fabraidd is not running"}},
 	} {
 		// The timeout must leave room for at least one answer from the fake

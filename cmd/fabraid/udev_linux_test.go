@@ -31,6 +31,15 @@ func TestIntegrationUdevRules(t *testing.T) {
 	for i := range disks {
 		disks[i] = vmtest.Disk{Size: 32 << 20}
 	}
+	vmtest.Run(t, vmtest.Options{Guests: []vmtest.GuestConfig{{
+		Name: "a", Kernel: vmtest.Kernel612, Systemd: true, Udev: true,
+		Modules: []string{"ublk_drv", "nvmet_tcp", "nvme_tcp"}, Disks: disks, Files: udevGuestFiles(t),
+	}}, Timeout: 300 * time.Second}, udevGuest)
+}
+
+// udevGuestFiles are the binaries and packaging/ files (udev rules,
+// systemd units, tmpfiles.d) installed unchanged in a udev guest.
+func udevGuestFiles(t *testing.T) map[string]string {
 	files := map[string]string{
 		"/usr/bin/fabraid":   vmtest.BuildBinary(t, "github.com/fabraid/fabraid/cmd/fabraid"),
 		"/usr/sbin/fabraidd": vmtest.BuildBinary(t, "github.com/fabraid/fabraid/cmd/fabraidd"),
@@ -47,10 +56,7 @@ func TestIntegrationUdevRules(t *testing.T) {
 		}
 		files[guest] = p
 	}
-	vmtest.Run(t, vmtest.Options{Guests: []vmtest.GuestConfig{{
-		Name: "a", Kernel: vmtest.Kernel612, Systemd: true, Udev: true,
-		Modules: []string{"ublk_drv", "nvmet_tcp", "nvme_tcp"}, Disks: disks, Files: files,
-	}}, Timeout: 300 * time.Second}, udevGuest)
+	return files
 }
 
 func guestRun(t *testing.T, name string, args ...string) (string, error) {

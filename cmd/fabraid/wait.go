@@ -107,6 +107,13 @@ func notUp(ctx context.Context, l discover.Lister, want []string) (string, bool)
 	for _, d := range devs {
 		up[d.Volume] = true
 	}
+	// The daemon's reason, e.g. why the start gate holds a volume back.
+	reason := map[string]string{}
+	for _, v := range a.vols {
+		if v.Error != "" {
+			reason[v.Name] = ": " + v.Error
+		}
+	}
 	if len(want) == 0 {
 		for _, v := range a.vols {
 			want = append(want, v.Name)
@@ -117,7 +124,7 @@ func notUp(ctx context.Context, l discover.Lister, want []string) (string, bool)
 		switch {
 		case up[v]:
 		case skipped[v] != "":
-			why = append(why, v+": "+skipped[v])
+			why = append(why, v+": "+skipped[v]+reason[v])
 		default:
 			why = append(why, v+": no such volume")
 		}
