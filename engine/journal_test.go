@@ -357,7 +357,17 @@ func crashRun(t *testing.T, rng *rand.Rand, c crashCase) (int, string) {
 		}
 	}
 	rng.Shuffle(len(use), func(i, j int) { use[i], use[j] = use[j], use[i] })
-	v, err = assemble(use, nil, Options{Logger: quietLogger()}, hooks)
+	ropts := Options{Logger: quietLogger()}
+	if c.owner && rng.IntN(2) == 0 {
+		// The new owner is another node holding members of the volume:
+		// it journals its own domain from now on (recorded only once
+		// the resync has finished).
+		for ropts.OwnerDomain == "" || ropts.OwnerDomain == ownerDomain {
+			ropts.OwnerDomain = cfg.Domains[rng.IntN(g.Members())]
+		}
+		desc += " new owner " + ropts.OwnerDomain
+	}
+	v, err = assemble(use, nil, ropts, hooks)
 	if err != nil {
 		t.Fatalf("%s: reassemble: %v", desc, err)
 	}
@@ -371,6 +381,14 @@ func crashRun(t *testing.T, rng *rand.Rand, c crashCase) (int, string) {
 	if err := v.WaitResync(context.Background()); err != nil {
 		t.Fatalf("%s: %v", desc, err)
 	}
+	v.metaMu.Lock()
+	for slot := range v.slots {
+		if v.meta.Members[slot].OwnerJournal != v.slots[slot].owner {
+			t.Errorf("%s: slot %d: owner-journal flag %v after the resync, owner's member %v",
+				desc, slot, v.meta.Members[slot].OwnerJournal, v.slots[slot].owner)
+		}
+	}
+	v.metaMu.Unlock()
 	st := v.Status()
 	desc += fmt.Sprintf(" journal records replayed %d, write-hole stripes %d", st.JournalReplayed, st.WriteHoleStripes)
 	if !journalOff && (!c.owner || c.ownerJournal) && st.WriteHoleStripes != 0 {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fabraid/fabraid/internal/api"
+	"github.com/fabraid/fabraid/internal/cluster/model"
 	"github.com/fabraid/fabraid/internal/config"
 	"github.com/spf13/cobra"
 )
@@ -166,6 +167,43 @@ func printClusterStatus(out io.Writer, s api.ClusterStatus) {
 			drives = append(drives, fmt.Sprintf("%s(%s)", d.ID, humanBytes(d.Size)))
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Domain, st, n.ClusterAddress, orDash(strings.Join(n.StorageAddresses, ",")), orDash(strings.Join(drives, " ")))
+	}
+	w.Flush()
+	fmt.Fprintln(out)
+	if len(s.Volumes) == 0 {
+		fmt.Fprintln(out, "no volumes")
+		return
+	}
+	printClusterVolumes(out, s.Volumes)
+}
+
+// printClusterVolumes prints one line per volume: geometry, owner, the
+// owner's state word (with the running task), and the members that are
+// not active as slot@node(failure or role).
+func printClusterVolumes(out io.Writer, vols []model.VolumeInfo) {
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "VOLUME\tUUID\tK+M\tOWNER\tSTATE\tDEGRADED")
+	for _, v := range vols {
+		geo := fmt.Sprintf("%d+%d", v.K, v.M)
+		if v.Groups > 1 {
+			geo = fmt.Sprintf("%dx%s", v.Groups, geo)
+		}
+		st := v.State
+		if v.Task != "" {
+			st += fmt.Sprintf(" (%s %.0f%%)", v.Task, v.Progress)
+		}
+		if v.ResyncBytes > 0 {
+			st += " resynced " + humanBytes(v.ResyncBytes)
+		}
+		var deg []string
+		for _, m := range v.Degraded {
+			why := m.Role
+			if m.Failure != "" {
+				why = m.Failure
+			}
+			deg = append(deg, fmt.Sprintf("%d@%s(%s)", m.Slot, m.Node, why))
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, v.UUID, geo, orDash(v.Owner), st, orDash(strings.Join(deg, " ")))
 	}
 	w.Flush()
 }

@@ -10,12 +10,14 @@ import (
 	"github.com/fabraid/fabraid/internal/cluster/model"
 	"github.com/fabraid/fabraid/internal/cluster/registry"
 	"github.com/fabraid/fabraid/internal/cluster/store"
+	"github.com/fabraid/fabraid/internal/cluster/volumes"
 )
 
 // Status is the cluster as one node sees it (package model).
 type Status = model.Status
 
-// Status reads the members, their health and the node registry.
+// Status reads the members, their health, the node registry and the
+// volumes with their owners' statuses.
 func (n *Node) Status(ctx context.Context) (Status, error) {
 	n.mu.Lock()
 	cli, st := n.cli, n.st
@@ -47,6 +49,15 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 	if s.Nodes, err = registry.List(ctx, cli); err != nil {
 		return Status{}, err
 	}
+	vols, err := volumes.List(ctx, cli)
+	if err != nil {
+		return Status{}, err
+	}
+	vs, err := volumes.ListStatus(ctx, cli)
+	if err != nil {
+		return Status{}, err
+	}
+	s.Volumes = volumes.Summary(vols, vs)
 	return s, nil
 }
 
