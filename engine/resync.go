@@ -179,11 +179,14 @@ func (v *Volume) resyncBackground(rs *resyncState, o RebuildOptions, gate <-chan
 		v.log.Error("background resync: flush", "err", err)
 		return
 	}
-	v.rs.Store(nil)
-	v.log.Info("resync after unclean stop finished", "regions", rs.regions)
+	// Every stripe is consistent now: the owner's members may be recorded
+	// as journal-covered, before the resync counts as finished
+	// (WaitResync returns once rs is nil).
 	if err := v.recordOwnerJournal(); err != nil {
 		v.log.Error("background resync: record owner-domain journaling", "err", err)
 	}
+	v.rs.Store(nil)
+	v.log.Info("resync after unclean stop finished", "regions", rs.regions)
 }
 
 // ResyncPending reports whether the resync after an unclean stop is still

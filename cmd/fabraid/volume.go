@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -68,19 +69,26 @@ func parseRate(s string) (int64, error) {
 func newVolumeCreateCmd() *cobra.Command {
 	var k, m int
 	var chunk string
-	var drives []string
+	var drives, nodes []string
+	var groups int
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "create NAME --data K --parity M [--chunk SIZE] [--drives DEV,...]",
+		Use:   "create NAME --data K --parity M [--chunk SIZE] [--drives DEV,... | --nodes a,b,c]",
 		Short: "Create a volume of K data + M parity chunks per stripe on claimed drives",
 		Long: `Create a volume on K+M claimed, unused drives (default: the first K+M in
 device order), start its engine, export it over NVMe/TCP and connect this node
-to it. Prints the consumer device: the NVMe multipath head /dev/nvmeXnY.` + volumeExitCodes,
+to it. Prints the consumer device: the NVMe multipath head /dev/nvmeXnY.
+
+In a cluster, placement picks free drives across the alive nodes (at most M
+members of a group per failure domain) and the owner node that runs the
+engine; the record goes into etcd and the command waits until the owner has
+formatted the members and reports the volume ready. --nodes limits the
+members and the owner to these nodes; --groups makes G groups of K+M.` + volumeExitCodes,
 		Example: `  fabraid volume create vol0 --data 4 --parity 2
   fabraid volume create scratch --data 2 --parity 1 --chunk 128K --drives /dev/nvme1n1,/dev/nvme2n1,/dev/nvme3n1`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			req := api.CreateRequest{Name: args[0], K: k, M: m, Drives: drives}
+			req := api.CreateRequest{Name: args[0], K: k, M: m, Drives: drives, Nodes: nodes, Groups: groups}
 			if chunk != "" {
 				n, err := parseUblkSize(chunk)
 				if err != nil {
@@ -100,6 +108,9 @@ to it. Prints the consumer device: the NVMe multipath head /dev/nvmeXnY.` + volu
 				return printJSON(cmd, in)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "created %s (%s), %d+%d, %s: %s\n", in.Name, in.UUID, in.K, in.M, humanSize(in.Size), in.Device)
+			if in.Owner != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "owner: %s\n", in.Owner)
+			}
 			return nil
 		},
 	}
@@ -107,7 +118,9 @@ to it. Prints the consumer device: the NVMe multipath head /dev/nvmeXnY.` + volu
 	f.IntVar(&k, "data", 0, "data chunks per stripe (K >= 2)")
 	f.IntVar(&m, "parity", 0, "parity chunks per stripe (M 1..4)")
 	f.StringVar(&chunk, "chunk", "", "chunk size (default 64K)")
-	f.StringSliceVar(&drives, "drives", nil, "claimed drives to use (paths, names or ids), exactly K+M")
+	f.StringSliceVar(&drives, "drives", nil, "claimed drives to use (paths, names or ids), exactly K+M (one node)")
+	f.StringSliceVar(&nodes, "nodes", nil, "cluster: place members and owner on these nodes only")
+	f.IntVar(&groups, "groups", 0, "cluster: groups of K+M members (default 1)")
 	f.BoolVar(&asJSON, "json", false, "print the volume as JSON")
 	cmd.MarkFlagRequired("data")
 	cmd.MarkFlagRequired("parity")
@@ -135,8 +148,17 @@ func newVolumeListCmd() *cobra.Command {
 				return printJSON(cmd, vs)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tSTATE\tSIZE\tLAYOUT\tDEVICE\tUUID")
+			owners := slices.ContainsFunc(vs, func(v volmgr.Info) bool { return v.Owner != "" })
+			if owners {
+				fmt.Fprintln(tw, "NAME\tSTATE\tSIZE\tLAYOUT\tOWNER\tDEVICE\tUUID")
+			} else {
+				fmt.Fprintln(tw, "NAME\tSTATE\tSIZE\tLAYOUT\tDEVICE\tUUID")
+			}
 			for _, v := range vs {
+				if owners {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%d+%d\t%s\t%s\t%s\n", v.Name, stateWithProgress(v), humanSize(v.Size), v.K, v.M, v.Owner, v.Device, v.UUID)
+					continue
+				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%d+%d\t%s\t%s\n", v.Name, stateWithProgress(v), humanSize(v.Size), v.K, v.M, v.Device, v.UUID)
 			}
 			return tw.Flush()
@@ -176,6 +198,9 @@ func newVolumeShowCmd() *cobra.Command {
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "name:     %s\nuuid:     %s\nstate:    %s\nsize:     %s (%d bytes)\nlayout:   %d+%d x %d group(s), chunk %s\ndevice:   %s\nnqn:      %s\nublk:     %s (engine pid %d)\n",
 				v.Name, v.UUID, stateWithProgress(v), humanSize(v.Size), v.Size, v.K, v.M, v.Groups, humanSize(int64(v.ChunkSize)), v.Device, v.NQN, v.Ublk, v.EnginePID)
+			if v.Owner != "" {
+				fmt.Fprintf(w, "owner:    %s\n", v.Owner)
+			}
 			if v.Error != "" {
 				fmt.Fprintf(w, "error:    %s\n", v.Error)
 			}

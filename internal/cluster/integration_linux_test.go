@@ -80,7 +80,9 @@ func startDaemon(t *testing.T, g *vmtest.Env) {
 	})
 	for range 600 {
 		if exec.Command("/usr/bin/fabraid", "volume", "list").Run() == nil {
-			mustFabraid(t, "drive", "claim", g.Disks[0])
+			for _, d := range g.Disks {
+				mustFabraid(t, "drive", "claim", d)
+			}
 			return
 		}
 		select {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/fabraid/fabraid/internal/api"
@@ -125,7 +126,7 @@ func (d *Daemon) startCluster(ctx context.Context) {
 
 func clusterCode(err error) int {
 	switch {
-	case errors.Is(err, cluster.ErrNotInCluster), errors.Is(err, cluster.ErrInCluster), errors.Is(err, cluster.ErrExternal), errors.Is(err, store.ErrShrink), errors.Is(err, cluster.ErrAlive):
+	case errors.Is(err, cluster.ErrNotInCluster), errors.Is(err, cluster.ErrInCluster), errors.Is(err, cluster.ErrExternal), errors.Is(err, store.ErrShrink), errors.Is(err, cluster.ErrAlive), errors.Is(err, errLocalVolumes):
 		return http.StatusConflict
 	case errors.Is(err, cluster.ErrRefused), errors.Is(err, token.ErrMalformed):
 		return http.StatusForbidden
@@ -142,6 +143,10 @@ func (d *Daemon) clusterRoutes(mux *http.ServeMux, reply func(http.ResponseWrite
 	mux.HandleFunc("POST /v1/cluster/init", func(w http.ResponseWriter, r *http.Request) {
 		var q api.ClusterInitRequest
 		if err := decode(r, &q); err != nil {
+			reply(w, nil, err)
+			return
+		}
+		if err := d.checkNoLocalVolumes(); err != nil {
 			reply(w, nil, err)
 			return
 		}
@@ -166,6 +171,10 @@ func (d *Daemon) clusterRoutes(mux *http.ServeMux, reply func(http.ResponseWrite
 			reply(w, nil, err)
 			return
 		}
+		if err := d.checkNoLocalVolumes(); err != nil {
+			reply(w, nil, err)
+			return
+		}
 		reply(w, nil, d.cluster.Join(r.Context(), q.Address, q.Token))
 	})
 	mux.HandleFunc("POST /v1/cluster/leave", func(w http.ResponseWriter, r *http.Request) {
@@ -179,4 +188,23 @@ func (d *Daemon) clusterRoutes(mux *http.ServeMux, reply func(http.ResponseWrite
 	mux.HandleFunc("DELETE /v1/cluster/nodes/{name}", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, nil, d.cluster.Remove(r.Context(), r.PathValue("name")))
 	})
+}
+
+var errLocalVolumes = errors.New("this node has one-node volumes")
+
+// checkNoLocalVolumes refuses init and join on a node with one-node
+// volumes: in a cluster the node serves only what etcd records, so their
+// exports would go.
+func (d *Daemon) checkNoLocalVolumes() error {
+	if d.inCluster() {
+		return nil // cluster.Node refuses with its own reason
+	}
+	var names []string
+	for _, v := range d.mgr.List() {
+		names = append(names, v.Name)
+	}
+	if len(names) > 0 {
+		return fmt.Errorf("%w (%s): a node goes into a cluster without volumes (delete them first)", errLocalVolumes, strings.Join(names, ", "))
+	}
+	return nil
 }

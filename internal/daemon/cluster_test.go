@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -12,7 +13,10 @@ import (
 	"testing"
 
 	"github.com/fabraid/fabraid/internal/api"
+	"github.com/fabraid/fabraid/internal/cluster/model"
+	"github.com/fabraid/fabraid/internal/cluster/volumes"
 	"github.com/fabraid/fabraid/internal/config"
+	"github.com/fabraid/fabraid/internal/volmgr"
 )
 
 func freePort(t *testing.T) int {
@@ -88,5 +92,47 @@ func TestClusterAPI(t *testing.T) {
 	}
 	if body := call(t, h2, "POST", "/v1/cluster/leave", api.LeaveRequest{}, 409, nil); !strings.Contains(body, "2 voting etcd members") {
 		t.Errorf("leave of one of two members: %s", body)
+	}
+}
+
+// TestClusterVolumeAPI: in a cluster the volume API answers from etcd on
+// any node: a record written by another node is listed with its owner
+// (state unknown while the owner publishes nothing), engine operations on
+// a node that does not own the volume are refused naming the owner, and a
+// create that cannot be placed is refused with placement's message.
+func TestClusterVolumeAPI(t *testing.T) {
+	d1, h1 := clusterDaemon(t, "n1")
+	_, h2 := clusterDaemon(t, "n2")
+	call(t, h1, "POST", "/v1/cluster/init", api.ClusterInitRequest{Name: "c1"}, 200, nil)
+	var tok api.TokenReply
+	call(t, h1, "POST", "/v1/cluster/tokens", api.TokenRequest{TTLSeconds: 600}, 200, &tok)
+	call(t, h2, "POST", "/v1/cluster/join", api.JoinRequest{Address: fmt.Sprintf("127.0.0.1:%d", d1.opts.Config.Cluster.JoinPort), Token: tok.Token}, 200, nil)
+
+	rec := model.Volume{UUID: "00000000-0000-4000-8000-000000000001", Name: "v", K: 2, M: 1, Groups: 1, Owner: "n1", State: model.VolumeReady, MemberSize: 1 << 30}
+	for i, n := range []string{"n1", "n2", "n3"} {
+		rec.Members = append(rec.Members, model.VolumeMember{Slot: i, Node: n, Domain: n, Drive: n + "-d0", UUID: fmt.Sprintf("00000000-0000-4000-8000-0000000001%02d", i)})
+	}
+	if err := volumes.Create(context.Background(), d1.cluster.Client(), rec); err != nil {
+		t.Fatal(err)
+	}
+	var vs []volmgr.Info
+	call(t, h2, "GET", "/v1/volumes", nil, 200, &vs)
+	if len(vs) != 1 || vs[0].Name != "v" || vs[0].Owner != "n1" || vs[0].State != "unknown" || len(vs[0].Members) != 3 || vs[0].Members[1].Device != "n2:n2-d0" {
+		t.Fatalf("volumes on n2: %+v", vs)
+	}
+	var in volmgr.Info
+	call(t, h2, "GET", "/v1/volumes/"+rec.UUID, nil, 200, &in)
+	if in.Name != "v" || in.NQN != "nqn.2026-11.io.fabraid:vol:"+rec.UUID {
+		t.Fatalf("show on n2: %+v", in)
+	}
+	if body := call(t, h2, "POST", "/v1/volumes/v/scrub", api.OpRequest{}, 409, nil); !strings.Contains(body, `volume \"v\" is run by node n1: run the command there`) {
+		t.Errorf("scrub on a non-owner: %s", body)
+	}
+	call(t, h2, "GET", "/v1/volumes/nope", nil, 404, nil)
+	if body := call(t, h2, "POST", "/v1/volumes", api.CreateRequest{Name: "w", K: 4, M: 2}, 400, nil); !strings.Contains(body, "no placement") || !strings.Contains(body, "4+2 needs 3 nodes") {
+		t.Errorf("create without free drives: %s", body)
+	}
+	if body := call(t, h2, "POST", "/v1/volumes", api.CreateRequest{Name: "w", K: 2, M: 1, Drives: []string{"/dev/vda"}}, 400, nil); !strings.Contains(body, "--drives") {
+		t.Errorf("create with --drives in a cluster: %s", body)
 	}
 }

@@ -53,10 +53,12 @@ type Daemon struct {
 	// cluster is the node's cluster membership; in no cluster it runs
 	// nothing and the node is a one-node system.
 	cluster *cluster.Node
-	kick    chan struct{}
-	errors  atomic.Int64
-	status  atomic.Value // string
-	mode    string       // config.EngineSystemd or config.EngineProcess
+	// loop is the data-plane state in a cluster (clusterloop.go).
+	loop   *clusterLoop
+	kick   chan struct{}
+	errors atomic.Int64
+	status atomic.Value // string
+	mode   string       // config.EngineSystemd or config.EngineProcess
 	// plugin runs the target backend plugin; nil: the kernel backend runs
 	// in this process.
 	plugin *backend.Runner
@@ -73,7 +75,7 @@ func New(o Options) (*Daemon, error) {
 	if o.RunDir == "" {
 		o.RunDir = filepath.Dir(o.Config.APISocket)
 	}
-	d := &Daemon{opts: o, log: o.Log, kick: make(chan struct{}, 1)}
+	d := &Daemon{opts: o, log: o.Log, kick: make(chan struct{}, 1), loop: newClusterLoop()}
 	start, err := d.starter()
 	if err != nil {
 		return nil, err
@@ -83,7 +85,9 @@ func New(o Options) (*Daemon, error) {
 	}
 	mo := volmgr.Options{Config: o.Config, Drives: drive.System(o.Config.StateDir), Log: o.Log, Start: start, HostDir: o.HostDir, Kick: d.Kick}
 	if d.plugin != nil {
+		// Volume and drive exports share the plugin (separate scopes).
 		mo.Target = d.plugin
+		d.loop.x.Target = d.plugin
 	}
 	mgr, err := volmgr.New(mo)
 	if err != nil {
@@ -146,7 +150,14 @@ func (d *Daemon) Kick() {
 }
 
 func (d *Daemon) reconcile(ctx context.Context) {
-	if err := d.mgr.Reconcile(ctx); err != nil {
+	if d.inCluster() {
+		if err := d.reconcileCluster(ctx); errors.Is(err, errNoEtcd) {
+			d.log.Info("cluster: waiting for etcd before reconciling volumes")
+		} else if err != nil {
+			d.errors.Add(1)
+			d.log.Error("reconcile (cluster)", "err", err)
+		}
+	} else if err := d.mgr.Reconcile(ctx); err != nil {
 		d.errors.Add(1)
 		d.log.Error("reconcile", "err", err)
 	}
@@ -292,7 +303,7 @@ func (d *Daemon) Handler() http.Handler {
 			switch {
 			case errors.Is(err, volmgr.ErrNotFound):
 				code = http.StatusNotFound
-			case errors.Is(err, volmgr.ErrInUse), errors.Is(err, volmgr.ErrBusy):
+			case errors.Is(err, volmgr.ErrInUse), errors.Is(err, volmgr.ErrBusy), errors.Is(err, ErrNotOwner):
 				code = http.StatusConflict
 			case errors.Is(err, errBadRequest), errors.Is(err, volmgr.ErrInvalid):
 				code = http.StatusBadRequest
@@ -322,6 +333,11 @@ func (d *Daemon) Handler() http.Handler {
 	d.clusterRoutes(mux, reply, decode)
 	d.udevRoutes(mux, reply, decode)
 	mux.HandleFunc("GET /v1/volumes", func(w http.ResponseWriter, r *http.Request) {
+		if d.inCluster() {
+			v, err := d.clusterList(r.Context())
+			reply(w, v, err)
+			return
+		}
 		v := d.mgr.List()
 		if v == nil {
 			v = []volmgr.Info{}
@@ -334,6 +350,11 @@ func (d *Daemon) Handler() http.Handler {
 			reply(w, nil, err)
 			return
 		}
+		if d.inCluster() {
+			in, err := d.clusterCreate(r.Context(), q)
+			reply(w, in, err)
+			return
+		}
 		in, err := d.mgr.Create(r.Context(), q)
 		if err == nil {
 			d.Kick()
@@ -341,10 +362,19 @@ func (d *Daemon) Handler() http.Handler {
 		reply(w, in, err)
 	})
 	mux.HandleFunc("GET /v1/volumes/{ref}", func(w http.ResponseWriter, r *http.Request) {
+		if d.inCluster() {
+			in, err := d.clusterShow(r.Context(), r.PathValue("ref"))
+			reply(w, in, err)
+			return
+		}
 		in, err := d.mgr.Info(r.PathValue("ref"))
 		reply(w, in, err)
 	})
 	mux.HandleFunc("DELETE /v1/volumes/{ref}", func(w http.ResponseWriter, r *http.Request) {
+		if d.inCluster() {
+			reply(w, nil, d.clusterDelete(r.Context(), r.PathValue("ref")))
+			return
+		}
 		err := d.mgr.Delete(r.Context(), r.PathValue("ref"))
 		d.Kick()
 		reply(w, nil, err)
@@ -356,6 +386,14 @@ func (d *Daemon) Handler() http.Handler {
 			return
 		}
 		ref := r.PathValue("ref")
+		if d.inCluster() {
+			u, err := d.clusterOwnerRef(r.Context(), ref)
+			if err != nil {
+				reply(w, nil, err)
+				return
+			}
+			ref = u
+		}
 		var err error
 		switch r.PathValue("op") {
 		case "fail":

@@ -188,7 +188,9 @@ func (f *fleet) wait() [][]*guestResult {
 }
 
 // outcome turns the boots of one guest into its outcome: the last boot's,
-// where a boot killed by a power cut (and not booted again) passes.
+// where a boot killed by a power cut (and not booted again) passes. An
+// earlier boot that failed on its own (it was not killed: Env.Boot of a
+// guest that had ended) fails the guest too: a reboot does not hide it.
 func outcome(name string, boots []*guestResult) GuestOutcome {
 	o := GuestOutcome{Name: name, Boots: len(boots)}
 	for i, r := range boots {
@@ -197,13 +199,19 @@ func outcome(name string, boots []*guestResult) GuestOutcome {
 		}
 		o.Console = append(o.Console, r.console...)
 	}
+	for _, r := range boots[:len(boots)-1] {
+		if r.cutBy == "" && !r.ok() && !r.skipped() {
+			o.Reason = fmt.Sprintf("%s (boot %d of %d)", r.describe(name), r.boot, len(boots))
+			return o
+		}
+	}
 	last := boots[len(boots)-1]
 	switch {
 	case last.cutBy != "":
 		o.Passed = true
 		o.PoweredOff = true
 		o.Reason = fmt.Sprintf("powered off by guest %s during boot %d and not booted again", last.cutBy, last.boot)
-	case last.verdict == "skip" && last.exit == codeSkip<<1|1:
+	case last.skipped():
 		o.Skipped = true
 		o.Reason = skipReason(last.console)
 	case last.ok():
@@ -215,4 +223,10 @@ func outcome(name string, boots []*guestResult) GuestOutcome {
 		}
 	}
 	return o
+}
+
+// skipped reports whether the guest's test skipped: skip marker AND skip
+// exit code.
+func (r *guestResult) skipped() bool {
+	return r.err == nil && r.verdict == "skip" && r.exit == (codeSkip<<1|1)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -206,5 +207,32 @@ func TestFleetKillResetsShare(t *testing.T) {
 	}
 	if staleAnswered {
 		t.Errorf("a request of b's killed boot was answered")
+	}
+}
+
+// A guest whose first boot failed on its own and that was booted again
+// fails, even though its second boot passed.
+func TestFleetEarlierFailureStays(t *testing.T) {
+	bEnded := make(chan struct{})
+	f := fakeFleet(t, []string{"a", "b"}, func(ctx context.Context, f *fleet, name string, boot int) *guestResult {
+		switch {
+		case name == "a":
+			<-bEnded
+			for f.current(1, 1) { // until the host recorded b's end
+				runtime.Gosched()
+			}
+			if err := f.boot("b"); err != nil {
+				return failed(err.Error())
+			}
+			return passed()
+		case boot == 1:
+			close(bEnded)
+			return failed("boot 1 check")
+		}
+		return passed()
+	})
+	f.startAll()
+	if b := outcomes(f)["b"]; b.Passed || b.Boots != 2 || !strings.Contains(b.Reason, "boot 1 check") || !strings.Contains(b.Reason, "(boot 1 of 2)") {
+		t.Errorf("b: %+v, want boot 1's failure", b)
 	}
 }

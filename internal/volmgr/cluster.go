@@ -189,6 +189,9 @@ func (m *Manager) createPlanned(v PlannedVolume) ([][16]byte, error) {
 	}
 	cfg := v.Config
 	cfg.Name, cfg.UUID = v.Name, v.UUID
+	if cfg.RegionSize == 0 {
+		cfg.RegionSize = regionSize(cfg.MemberSize)
+	}
 	if cfg.CTime == 0 {
 		cfg.CTime = time.Now().Unix()
 	}
@@ -381,4 +384,21 @@ func (m *Manager) DeletePlanned(ctx context.Context, u [16]byte, members []strin
 	m.mu.Unlock()
 	os.Remove(m.recordPath(u))
 	return errors.Join(errs...)
+}
+
+// minRegions is how many write-intent regions a member has at least: a
+// member returning after a short absence resyncs only the regions written
+// meanwhile, so regions as large as the member would make every return a
+// full rebuild.
+const minRegions = 64
+
+// regionSize is the bitmap region size for members of size bytes: the
+// engine's default, or for small members the largest power of two (at
+// least 1 MiB) that gives minRegions regions.
+func regionSize(size int64) int64 {
+	r := int64(engine.DefaultRegionSize)
+	for r > 1<<20 && size > 0 && size/r < minRegions {
+		r /= 2
+	}
+	return r
 }

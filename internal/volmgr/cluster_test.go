@@ -162,3 +162,15 @@ func TestClusterExportSpec(t *testing.T) {
 		t.Fatalf("consumer connections %+v %v", cs, err)
 	}
 }
+
+// Small members get finer write-intent regions (a partial resync after a
+// node's return stays partial); large ones the engine's default.
+func TestRegionSize(t *testing.T) {
+	for _, c := range []struct{ size, want int64 }{
+		{64 << 20, 1 << 20}, {1 << 30, 16 << 20}, {1 << 40, engine.DefaultRegionSize}, {0, engine.DefaultRegionSize}, {8 << 20, 1 << 20},
+	} {
+		if got := regionSize(c.size); got != c.want {
+			t.Errorf("regionSize(%d) = %d, want %d", c.size, got, c.want)
+		}
+	}
+}

@@ -464,6 +464,10 @@ type CreateRequest struct {
 	M         int      `json:"m"`
 	ChunkSize int      `json:"chunk_size,omitempty"` // default engine.DefaultChunkSize
 	Drives    []string `json:"drives,omitempty"`     // claimed, unused drives; default: the first K+M such
+	// In a cluster: Groups of K+M members (default 1) placed on Nodes
+	// (default: any alive node); Drives is not used there.
+	Groups int      `json:"groups,omitempty"`
+	Nodes  []string `json:"nodes,omitempty"`
 }
 
 // ErrInvalid is wrapped by errors in a request (bad name, geometry, drives).

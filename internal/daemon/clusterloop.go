@@ -1,0 +1,212 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fabraid/fabraid/internal/cluster/keys"
+	"github.com/fabraid/fabraid/internal/cluster/model"
+	"github.com/fabraid/fabraid/internal/cluster/plan"
+	"github.com/fabraid/fabraid/internal/cluster/registry"
+	"github.com/fabraid/fabraid/internal/cluster/volumes"
+	"github.com/fabraid/fabraid/internal/drive"
+	"github.com/fabraid/fabraid/internal/exporter"
+	"github.com/fabraid/fabraid/internal/importer"
+	"github.com/fabraid/fabraid/internal/volmgr"
+)
+
+// The data-plane loop in a cluster
+//
+// Each reconcile (every interval, and on etcd watch events of the volume,
+// node, liveness and host-key keys) reads the cluster's view from etcd and
+// converges this node to it:
+//
+//	view (registry, volumes, host keys, statuses)
+//	  -> exporter.Reconcile       this node's drives that are members of volumes owned elsewhere
+//	  -> importer.Reconcile       members of the volumes this node owns (member UUID; drive export while creating)
+//	  -> volmgr.ReconcileCluster  create / start / export / consume
+//	  -> etcd: created volumes become ready (member UUIDs), deleted ones go, VolumeStatus published
+//
+// Desired state lives in etcd and every mutation goes through it: volume
+// create writes the record (state creating) from any node, the owner
+// formats the members and marks it ready; delete sets state deleting and
+// the owner stops, wipes and removes it.
+
+// clusterLoop is the daemon's data-plane state in a cluster; its reconcile
+// runs one at a time (the daemon's reconcile loop), its view is read by
+// the API concurrently.
+type clusterLoop struct {
+	x  *exporter.Exporter
+	im *importer.Importer
+
+	mu        sync.Mutex
+	view      *clusterView // last view read, nil before the first
+	lease     clientv3.LeaseID
+	leaseCli  *clientv3.Client
+	leaseLost chan struct{}
+	published map[string]model.VolumeStatus
+	watched   *clientv3.Client // the client the watch runs on
+}
+
+func newClusterLoop() *clusterLoop {
+	return &clusterLoop{x: exporter.New(""), im: importer.New(), published: map[string]model.VolumeStatus{}}
+}
+
+// clusterView is the cluster as one reconcile sees it: plan's View and
+// the owners' published statuses.
+type clusterView struct {
+	plan.View
+	Status map[string]model.VolumeStatus
+}
+
+// readView reads the view; a node without storage addresses serves
+// NVMe/TCP on its cluster address.
+func readView(ctx context.Context, kv clientv3.KV, self string) (*clusterView, error) {
+	ns, err := registry.List(ctx, kv)
+	if err != nil {
+		return nil, err
+	}
+	v := &clusterView{View: plan.View{Self: self, Nodes: ns}}
+	for i, n := range v.Nodes {
+		if len(n.StorageAddresses) == 0 && n.ClusterAddress != "" {
+			v.Nodes[i].StorageAddresses = []string{n.ClusterAddress}
+		}
+	}
+	if v.Volumes, err = volumes.List(ctx, kv); err != nil {
+		return nil, err
+	}
+	if v.HostKeys, err = volumes.HostKeys(ctx, kv); err != nil {
+		return nil, err
+	}
+	if v.Status, err = volumes.ListStatus(ctx, kv); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// node returns the registry record of name.
+func (v *clusterView) node(name string) (model.NodeStatus, bool) {
+	for _, n := range v.Nodes {
+		if n.Name == name {
+			return n, true
+		}
+	}
+	return model.NodeStatus{}, false
+}
+
+// owned are the volumes this node owns.
+func (v *clusterView) owned() []model.Volume {
+	var out []model.Volume
+	for _, vol := range v.Volumes {
+		if vol.Owner == v.Self {
+			out = append(out, vol)
+		}
+	}
+	return out
+}
+
+// volume finds a volume by name or UUID.
+func (v *clusterView) volume(ref string) (model.Volume, bool) {
+	for _, vol := range v.Volumes {
+		if vol.Name == ref || vol.UUID == ref {
+			return vol, true
+		}
+	}
+	return model.Volume{}, false
+}
+
+// inCluster says whether the node belongs to a cluster (state on disk or
+// external etcd), whether or not its membership is up yet. Such a node
+// never assembles volumes from its local superblock scan.
+func (d *Daemon) inCluster() bool {
+	if d.cluster.InCluster() {
+		return true
+	}
+	_, err := os.Stat(filepath.Join(d.opts.Config.StateDir, "cluster", "state.json"))
+	return err == nil
+}
+
+// errNoEtcd: the node is in a cluster but its etcd client is not up.
+var errNoEtcd = errors.New("cluster: etcd is not reachable yet (membership starting); volumes are left as they are meanwhile")
+
+// watch kicks a reconcile on every change of a key the loop reads (not the
+// statuses it writes itself); one watch per client.
+func (c *clusterLoop) watch(cli *clientv3.Client, kick func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.watched == cli {
+		return
+	}
+	c.watched = cli
+	go func() {
+		for resp := range cli.Watch(clientv3.WithRequireLeader(context.Background()), keys.Prefix, clientv3.WithPrefix()) {
+			for _, ev := range resp.Events {
+				k := string(ev.Kv.Key)
+				for _, p := range []string{keys.VolumesPrefix, keys.NodesPrefix, keys.AlivePrefix, keys.HostKeysPrefix} {
+					if strings.HasPrefix(k, p) {
+						kick()
+					}
+				}
+			}
+		}
+		c.mu.Lock()
+		if c.watched == cli {
+			c.watched = nil // a later reconcile watches again
+		}
+		c.mu.Unlock()
+	}()
+}
+
+// localDrives are this node's claimed drives: by claim id for the
+// importer, with their devices for the exporter.
+func localDrives(stateDir string) (map[string]string, []exporter.Drive) {
+	ds, err := drive.System(stateDir).ClaimedDrives()
+	if err != nil {
+		return nil, nil
+	}
+	m := map[string]string{}
+	var xs []exporter.Drive
+	for _, d := range ds {
+		m[d.ID] = d.Path
+		xs = append(xs, exporter.Drive{ID: d.ID, Path: d.Path})
+	}
+	return m, xs
+}
+
+// managerPlan is the volume manager's plan: the owned volumes being
+// created or ready with their members' devices, every node as an allowed
+// host, this node's addresses, every ready volume as a consumer.
+func managerPlan(v *clusterView, imp plan.Import, paths map[[16]byte][]string) volmgr.ClusterPlan {
+	var p volmgr.ClusterPlan
+	if self, ok := v.node(v.Self); ok {
+		p.Addresses = self.StorageAddresses
+	}
+	for _, n := range v.Nodes {
+		if n.HostNQN != "" {
+			p.Hosts = append(p.Hosts, volmgr.ExportHost{NQN: n.HostNQN, Secret: v.HostKeys[n.Name]})
+		}
+	}
+	for _, c := range plan.Consumers(v.View) {
+		p.Consumers = append(p.Consumers, volmgr.Consumer{UUID: c.UUID, Addresses: c.Addresses})
+	}
+	for _, o := range imp.Volumes {
+		vol := o.Volume
+		if vol.State == model.VolumeDeleting {
+			continue
+		}
+		pv := volmgr.PlannedVolume{UUID: o.UUID, Name: vol.Name, State: vol.State, Members: paths[o.UUID]}
+		pv.Config.K, pv.Config.M, pv.Config.Groups, pv.Config.ChunkSize = vol.K, vol.M, vol.Groups, vol.ChunkSize
+		pv.Config.MemberSize = vol.MemberSize
+		for _, m := range vol.Members {
+			pv.Config.Domains = append(pv.Config.Domains, m.Domain)
+		}
+		p.Volumes = append(p.Volumes, pv)
+	}
+	return p
+}

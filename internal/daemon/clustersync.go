@@ -1,0 +1,227 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fabraid/fabraid/internal/cluster/model"
+	"github.com/fabraid/fabraid/internal/cluster/plan"
+	"github.com/fabraid/fabraid/internal/cluster/volumes"
+	"github.com/fabraid/fabraid/internal/volmgr"
+)
+
+// reconcileCluster is one pass of the data-plane loop (clusterloop.go).
+func (d *Daemon) reconcileCluster(ctx context.Context) error {
+	cli := d.cluster.Client()
+	if cli == nil {
+		return errNoEtcd
+	}
+	c := d.loop
+	c.watch(cli, d.Kick)
+	self := d.opts.Config.NodeName
+	hs, ok := d.cluster.HostSecret()
+	if !ok {
+		return errNoEtcd // registration makes it
+	}
+	secret := hs.Reveal()
+	v, err := readView(ctx, cli, self)
+	if err != nil {
+		return err
+	}
+	v.HostKeys[self] = secret // what this node presents, even before etcd has it
+	c.mu.Lock()
+	c.view = v
+	c.mu.Unlock()
+
+	var errs []error
+	local, drives := localDrives(d.opts.Config.StateDir)
+	xin := plan.ExporterInput(v.View, drives)
+	xin.HostNQN = d.mgr.HostNQN()
+	xres, err := c.x.Reconcile(ctx, xin)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, p := range xres.Problems {
+		d.log.Warn("drive exporter", "problem", p)
+	}
+	if len(xres.Fenced) > 0 {
+		d.log.Info("drive exporter: fenced old owners", "drives", xres.Fenced)
+	}
+	imp := plan.ImporterInput(v.View, d.mgr.HostIdentity(), local)
+	ires, err := c.im.Reconcile(ctx, imp.Input)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, p := range ires.Problems {
+		d.log.Warn("member importer", "problem", p)
+	}
+	paths := imp.Paths(ires)
+	mp := managerPlan(v, imp, paths)
+	mp.Secret, mp.Auth = secret, xres.Auth
+	res, err := d.mgr.ReconcileCluster(ctx, mp)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for u, ms := range res.Created {
+		if err := markReady(ctx, cli, u, ms); err != nil {
+			errs = append(errs, err)
+		} else {
+			d.log.Info("volume created; ready", "uuid", volmgr.FormatUUID(u))
+		}
+	}
+	errs = append(errs, d.deleteOwned(ctx, cli, imp, paths)...)
+	if err := d.publishStatus(ctx, cli, v); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// errSkip leaves a record unchanged in volumes.Modify.
+var errSkip = errors.New("no change")
+
+// markReady records the member UUIDs of created volume u and makes it ready.
+func markReady(ctx context.Context, kv clientv3.KV, u [16]byte, ms [][16]byte) error {
+	_, err := volumes.Modify(ctx, kv, volmgr.FormatUUID(u), func(v *model.Volume) error {
+		if v.State != model.VolumeCreating || len(v.Members) != len(ms) {
+			return errSkip
+		}
+		for i := range v.Members {
+			v.Members[i].UUID = volmgr.FormatUUID(ms[i])
+		}
+		v.State = model.VolumeReady
+		return nil
+	})
+	if err != nil && !errors.Is(err, errSkip) {
+		return fmt.Errorf("volume %s: mark ready: %w", volmgr.FormatUUID(u), err)
+	}
+	return nil
+}
+
+// deleteOwned carries out the deletes of volumes this node owns: stop the
+// engine, wipe the members, remove the record.
+func (d *Daemon) deleteOwned(ctx context.Context, kv clientv3.KV, imp plan.Import, paths map[[16]byte][]string) []error {
+	var errs []error
+	for _, o := range imp.Volumes {
+		if o.Volume.State != model.VolumeDeleting {
+			continue
+		}
+		if err := d.mgr.DeletePlanned(ctx, o.UUID, paths[o.UUID]); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := volumes.Delete(ctx, kv, o.Volume.UUID); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		d.log.Info("volume deleted", "volume", o.Volume.Name, "uuid", o.Volume.UUID)
+	}
+	return errs
+}
+
+// publishStatus writes the status of every volume this node owns when it
+// changed (or is not in etcd), on the loop's lease: gone when this node
+// stops renewing it.
+func (d *Daemon) publishStatus(ctx context.Context, cli *clientv3.Client, v *clusterView) error {
+	c := d.loop
+	lease, err := c.ensureLease(ctx, cli)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, vol := range v.owned() {
+		if vol.State == model.VolumeDeleting {
+			continue
+		}
+		s := d.volumeStatus(vol)
+		c.mu.Lock()
+		old, ok := c.published[vol.UUID]
+		c.mu.Unlock()
+		if _, there := v.Status[vol.UUID]; ok && there && sameStatus(old, s) {
+			continue
+		}
+		s.Updated = time.Now().UTC()
+		if err := volumes.PutStatus(ctx, cli, lease, s); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c.mu.Lock()
+		c.published[vol.UUID] = s
+		c.mu.Unlock()
+	}
+	return errors.Join(errs...)
+}
+
+func sameStatus(a, b model.VolumeStatus) bool {
+	a.Updated, b.Updated = time.Time{}, time.Time{}
+	return reflect.DeepEqual(a, b)
+}
+
+// volumeStatus is what this owner says about vol.
+func (d *Daemon) volumeStatus(vol model.Volume) model.VolumeStatus {
+	s := model.VolumeStatus{UUID: vol.UUID, Name: vol.Name, Owner: vol.Owner}
+	in, err := d.mgr.Info(vol.UUID)
+	switch {
+	case vol.State == model.VolumeCreating:
+		s.State = model.VolumeCreating
+		if err == nil {
+			s.Error = in.Error
+		}
+		return s
+	case err != nil:
+		s.State, s.Error = "stopped", err.Error()
+		return s
+	}
+	s.State, s.Error, s.Task = in.State, in.Error, in.Task
+	if in.Progress != nil {
+		s.Progress = in.Progress.Percent
+	}
+	for _, m := range in.Members {
+		ms := model.VolumeMemberStatus{Slot: m.Slot, Role: m.Role, Failure: m.Failure}
+		if m.Slot < len(vol.Members) {
+			ms.Node = vol.Members[m.Slot].Node
+		}
+		s.Members = append(s.Members, ms)
+	}
+	return s
+}
+
+// ensureLease returns the lease the statuses are written on, granting a
+// new one (kept alive in the background) when there is none, it was lost
+// or the client changed; a new lease republishes every status.
+func (c *clusterLoop) ensureLease(ctx context.Context, cli *clientv3.Client) (clientv3.LeaseID, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lease != 0 && c.leaseCli == cli {
+		select {
+		case <-c.leaseLost:
+		default:
+			return c.lease, nil
+		}
+	}
+	g, err := cli.Grant(ctx, statusLeaseTTL)
+	if err != nil {
+		return 0, fmt.Errorf("volume status lease: %w", err)
+	}
+	ka, err := cli.KeepAlive(context.Background(), g.ID)
+	if err != nil {
+		return 0, fmt.Errorf("volume status lease: %w", err)
+	}
+	lost := make(chan struct{})
+	go func() {
+		for range ka {
+		}
+		close(lost)
+	}()
+	c.lease, c.leaseCli, c.leaseLost = g.ID, cli, lost
+	clear(c.published)
+	return g.ID, nil
+}
+
+// statusLeaseTTL is the lease of the published volume statuses (seconds):
+// a dead owner's statuses vanish this long after its last renewal.
+const statusLeaseTTL = 15

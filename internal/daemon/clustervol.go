@@ -1,0 +1,262 @@
+package daemon
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fabraid/fabraid/internal/api"
+	"github.com/fabraid/fabraid/internal/cluster/model"
+	"github.com/fabraid/fabraid/internal/cluster/plan"
+	"github.com/fabraid/fabraid/internal/cluster/volumes"
+	"github.com/fabraid/fabraid/internal/placement"
+	"github.com/fabraid/fabraid/internal/volmgr"
+)
+
+// The volume API in a cluster: every node answers from etcd (the records
+// and the owners' statuses) and its own consumer device; create and
+// delete go through etcd; engine operations run on the owner only.
+
+// ErrNotOwner is wrapped by engine operations asked of a node that does
+// not run the volume's engine.
+var ErrNotOwner = errors.New("not the owner")
+
+// createWait bounds how long volume create waits for the owner to report
+// the volume ready.
+const createWait = 4 * time.Minute
+
+// clusterView reads the view now (the API's own read, not the loop's).
+func (d *Daemon) currentView(ctx context.Context) (*clusterView, error) {
+	cli := d.cluster.Client()
+	if cli == nil {
+		return nil, errNoEtcd
+	}
+	return readView(ctx, cli, d.opts.Config.NodeName)
+}
+
+// clusterCreate places a new volume over the registry, writes its record
+// (state creating) and waits until its owner reports it ready (and this
+// node's consumer device is there, for a while).
+func (d *Daemon) clusterCreate(ctx context.Context, q api.CreateRequest) (volmgr.Info, error) {
+	if err := volmgr.CheckVolumeName(q.Name); err != nil {
+		return volmgr.Info{}, fmt.Errorf("%w: %w", volmgr.ErrInvalid, err)
+	}
+	if len(q.Drives) > 0 {
+		return volmgr.Info{}, fmt.Errorf("%w: volume %s: --drives names local drives (one node); in a cluster placement picks the drives (--nodes limits the nodes)", volmgr.ErrInvalid, q.Name)
+	}
+	v, err := d.currentView(ctx)
+	if err != nil {
+		return volmgr.Info{}, err
+	}
+	var u [16]byte
+	rand.Read(u[:])
+	u[6], u[8] = u[6]&0x0f|0x40, u[8]&0x3f|0x80
+	rec, err := plan.NewVolume(v.View, placement.Request{Name: q.Name, K: q.K, M: q.M, Groups: q.Groups, Nodes: q.Nodes}, u, time.Now())
+	if err != nil {
+		return volmgr.Info{}, fmt.Errorf("%w: %w", volmgr.ErrInvalid, err)
+	}
+	rec.ChunkSize = q.ChunkSize
+	cli := d.cluster.Client()
+	if err := volumes.Create(ctx, cli, rec); err != nil {
+		if errors.Is(err, volumes.ErrExists) || errors.Is(err, volumes.ErrInvalid) {
+			return volmgr.Info{}, fmt.Errorf("%w: %w", volmgr.ErrInvalid, err)
+		}
+		return volmgr.Info{}, err
+	}
+	d.log.Info("volume record written; waiting for its owner", "volume", rec.Name, "uuid", rec.UUID, "owner", rec.Owner)
+	d.Kick()
+	ctx, cancel := context.WithTimeout(ctx, createWait)
+	defer cancel()
+	var why string
+	for {
+		if v, err := d.currentView(ctx); err == nil {
+			vol, ok := v.volume(rec.UUID)
+			st, has := v.Status[rec.UUID]
+			switch {
+			case !ok:
+				return volmgr.Info{}, fmt.Errorf("volume %s: its record is gone (deleted?)", rec.Name)
+			case vol.State == model.VolumeReady && has && st.State != model.VolumeCreating:
+				return d.waitHead(ctx, v, vol), nil
+			case has && st.Error != "":
+				why = st.Error
+			case !has:
+				why = fmt.Sprintf("owner %s has not reported the volume yet", rec.Owner)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return volmgr.Info{}, fmt.Errorf("volume %s: not ready after %s (its record stays; fabraid volume delete removes it): %s", rec.Name, createWait, why)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// waitHead waits up to 30 s for this node's consumer device of vol and
+// returns its Info.
+func (d *Daemon) waitHead(ctx context.Context, v *clusterView, vol model.Volume) volmgr.Info {
+	u, _ := volmgr.ParseUUID(vol.UUID)
+	d.Kick()
+	deadline := time.Now().Add(30 * time.Second)
+	for d.mgr.Head(u) == "" && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(500 * time.Millisecond)
+	}
+	return d.clusterInfo(v, vol)
+}
+
+// clusterInfo describes vol from the record, the owner's status and this
+// node's consumer device; the owner adds its engine's view.
+func (d *Daemon) clusterInfo(v *clusterView, vol model.Volume) volmgr.Info {
+	u, _ := volmgr.ParseUUID(vol.UUID)
+	head := d.mgr.Head(u)
+	if vol.Owner == v.Self && vol.State == model.VolumeReady {
+		if in, err := d.mgr.Info(vol.UUID); err == nil {
+			in.Owner, in.Device = vol.Owner, head
+			for i, m := range in.Members {
+				if m.Slot < len(vol.Members) {
+					in.Members[i].Domain = vol.Members[m.Slot].Domain
+				}
+			}
+			return in
+		}
+	}
+	in := volmgr.Info{Name: vol.Name, UUID: vol.UUID, K: vol.K, M: vol.M, Groups: vol.Groups, ChunkSize: vol.ChunkSize,
+		NQN: volmgr.NQN(u), Device: head, Owner: vol.Owner, Size: headSize(head)}
+	st, has := v.Status[vol.UUID]
+	switch {
+	case vol.State != model.VolumeReady:
+		in.State = vol.State
+	case has:
+		in.State = st.State
+	default:
+		in.State = "unknown"
+		in.Error = fmt.Sprintf("owner %s publishes no status (down?)", vol.Owner)
+	}
+	if has {
+		if st.Error != "" {
+			in.Error = st.Error
+		}
+		in.Task = st.Task
+		if st.Task != "" {
+			in.Progress = &volmgr.Progress{Kind: st.Task, Percent: st.Progress}
+		}
+	}
+	role := map[int]model.VolumeMemberStatus{}
+	for _, m := range st.Members {
+		role[m.Slot] = m
+	}
+	for _, m := range vol.Members {
+		mi := volmgr.MemberInfo{Slot: m.Slot, Device: m.Node + ":" + m.Drive, Domain: m.Domain, Role: "unknown"}
+		if r, ok := role[m.Slot]; ok {
+			mi.Role, mi.Failure = r.Role, r.Failure
+		}
+		switch {
+		case strings.Contains(mi.Role, "fail"):
+			in.Failed++
+		case strings.Contains(mi.Role, "rebuild") || strings.Contains(mi.Role, "stale"):
+			in.Stale++
+		}
+		in.Members = append(in.Members, mi)
+	}
+	return in
+}
+
+// headSize is the size of block device dev in bytes, 0 when unknown.
+func headSize(dev string) int64 {
+	if dev == "" {
+		return 0
+	}
+	b, err := os.ReadFile(filepath.Join("/sys/class/block", filepath.Base(dev), "size"))
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return n * 512
+}
+
+// clusterList is every volume of the cluster, by name.
+func (d *Daemon) clusterList(ctx context.Context) ([]volmgr.Info, error) {
+	v, err := d.currentView(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []volmgr.Info{}
+	for _, vol := range v.Volumes {
+		out = append(out, d.clusterInfo(v, vol))
+	}
+	return out, nil
+}
+
+// clusterShow is one volume by name or UUID.
+func (d *Daemon) clusterShow(ctx context.Context, ref string) (volmgr.Info, error) {
+	v, err := d.currentView(ctx)
+	if err != nil {
+		return volmgr.Info{}, err
+	}
+	vol, ok := v.volume(ref)
+	if !ok {
+		return volmgr.Info{}, fmt.Errorf("%w: %s", volmgr.ErrNotFound, ref)
+	}
+	return d.clusterInfo(v, vol), nil
+}
+
+// clusterDelete sets the volume's state to deleting and waits until its
+// owner has removed it.
+func (d *Daemon) clusterDelete(ctx context.Context, ref string) error {
+	v, err := d.currentView(ctx)
+	if err != nil {
+		return err
+	}
+	vol, ok := v.volume(ref)
+	if !ok {
+		return fmt.Errorf("%w: %s", volmgr.ErrNotFound, ref)
+	}
+	if _, err := volumes.Modify(ctx, d.cluster.Client(), vol.UUID, func(r *model.Volume) error {
+		r.State = model.VolumeDeleting
+		return nil
+	}); err != nil {
+		return err
+	}
+	d.Kick()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for {
+		_, _, ok, err := volumes.Get(ctx, d.cluster.Client(), vol.UUID)
+		if err == nil && !ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			why := fmt.Sprintf("owner %s has not removed it", vol.Owner)
+			if v, err := d.currentView(context.Background()); err == nil {
+				if st := v.Status[vol.UUID]; st.Error != "" {
+					why = st.Error
+				}
+			}
+			return fmt.Errorf("volume %s: marked deleting; not deleted within 2 min: %s", vol.Name, why)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// clusterOwnerRef checks that this node runs ref's engine and returns the
+// volume's UUID for the volume manager.
+func (d *Daemon) clusterOwnerRef(ctx context.Context, ref string) (string, error) {
+	v, err := d.currentView(ctx)
+	if err != nil {
+		return "", err
+	}
+	vol, ok := v.volume(ref)
+	if !ok {
+		return "", fmt.Errorf("%w: %s", volmgr.ErrNotFound, ref)
+	}
+	if vol.Owner != v.Self {
+		return "", fmt.Errorf("%w: volume %q is run by node %s: run the command there", ErrNotOwner, vol.Name, vol.Owner)
+	}
+	return vol.UUID, nil
+}
