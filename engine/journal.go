@@ -728,6 +728,11 @@ func (v *Volume) recordOwnerJournal() error {
 	if v.ownerSlots == 0 {
 		return nil
 	}
+	// What made every stripe consistent is durable before the flag that
+	// says so can be.
+	if err := v.flushMembers(); err != nil {
+		return fmt.Errorf("record owner-domain journaling: %w", err)
+	}
 	v.metaMu.Lock()
 	defer v.unlockMeta()
 	changed := false

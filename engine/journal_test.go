@@ -520,6 +520,42 @@ func TestJournalSeqGapCoversAbsentMember(t *testing.T) {
 	}
 }
 
+// rewriteSuperblocks reopens every member of a closed volume and rewrites
+// both superblock copies with change applied (as an older build would have
+// written them).
+func rewriteSuperblocks(t *testing.T, mm []*MemMember, change func(*superblock.Superblock)) {
+	t.Helper()
+	for _, m := range mm {
+		m.Reopen()
+		sb, err := superblock.ReadCopies(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		change(sb)
+		b, err := sb.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Corrupt(superblock.CopyAOffset, b)
+		m.Corrupt(superblock.CopyBOffset, b)
+	}
+}
+
+// crashAll crashes every member keeping all unflushed writes (nothing is
+// lost but what the caller tears), reopens them and returns those whose
+// slot is not in gone.
+func crashAll(mm []*MemMember, gone []int) []Member {
+	var use []Member
+	for slot, m := range mm {
+		m.Crash(func() bool { return true })
+		m.Reopen()
+		if !slices.Contains(gone, slot) {
+			use = append(use, m)
+		}
+	}
+	return use
+}
+
 // A version 1 volume (made before the journal existed) still assembles,
 // runs without a journal, stays version 1 on disk, and reports a crash
 // while degraded as write-hole stripes as before.
@@ -533,20 +569,9 @@ func TestVersion1VolumeRunsWithoutJournal(t *testing.T) {
 	if err := v.Close(); err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range mm {
-		m.Reopen()
-		sb, err := superblock.ReadCopies(m)
-		if err != nil {
-			t.Fatal(err)
-		}
+	rewriteSuperblocks(t, mm, func(sb *superblock.Superblock) {
 		sb.Version, sb.JournalOffset, sb.JournalBytes = superblock.VersionNoJournal, 0, 0
-		b, err := sb.Marshal()
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.Corrupt(superblock.CopyAOffset, b)
-		m.Corrupt(superblock.CopyBOffset, b)
-	}
+	})
 	v, err = Assemble([]Member{mm[0], mm[1], mm[2]}, nil, Options{Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
@@ -619,15 +644,7 @@ func crashExpectNoHole(t *testing.T, v *Volume, mm []*MemMember, p []byte, gone 
 		t.Fatalf("%d journal records, want 1", v.Status().JournalRecords)
 	}
 	v.Abandon()
-	var use []Member
-	for slot, m := range mm {
-		m.Crash(func() bool { return true })
-		m.Reopen()
-		if !slices.Contains(gone, slot) {
-			use = append(use, m)
-		}
-	}
-	v, err := Assemble(use, nil, Options{Logger: quietLogger(), SyncResync: true})
+	v, err := Assemble(crashAll(mm, gone), nil, Options{Logger: quietLogger(), SyncResync: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -152,14 +152,7 @@ func TestOwnerJournalReplay(t *testing.T) {
 				case "data":
 					torn = []int{2}
 				}
-				var use []Member
-				for slot, m := range mm {
-					m.Crash(func() bool { return true })
-					m.Reopen()
-					if !slices.Contains(owners, slot) {
-						use = append(use, m)
-					}
-				}
+				use := crashAll(mm, owners)
 				for _, pos := range torn {
 					slot := g.Slot(0, g.MemberOf(0, pos))
 					mm[slot].Corrupt(row0, before[slot])
@@ -269,14 +262,7 @@ func TestOwnerJournalFlag(t *testing.T) {
 			t.Fatal(err)
 		}
 		v.Abandon()
-		var use []Member
-		for slot, m := range mm {
-			m.Crash(func() bool { return true })
-			m.Reopen()
-			if slot != owners[0] && slot != owners[1] {
-				use = append(use, m)
-			}
-		}
+		use := crashAll(mm, owners)
 		var err error
 		v, err = Assemble(use, nil, Options{Logger: quietLogger(), SyncResync: true, RefuseUnsafeStart: refuse})
 		if err != nil {
@@ -313,14 +299,7 @@ func TestOwnerJournalFlag(t *testing.T) {
 		t.Fatal("healthy write journaled without OwnerDomain")
 	}
 	v.Abandon()
-	var use []Member
-	for slot, m := range mm {
-		m.Crash(func() bool { return true })
-		m.Reopen()
-		if slot != owners[0] && slot != owners[1] {
-			use = append(use, m)
-		}
-	}
+	use := crashAll(mm, owners)
 	if _, err := Assemble(use, nil, Options{Logger: quietLogger(), RefuseUnsafeStart: true}); !errors.Is(err, ErrAssembly) {
 		t.Fatalf("uncovered owner's members lost: RefuseUnsafeStart assembly %v", err)
 	}
@@ -375,23 +354,12 @@ func TestOwnerJournalScope(t *testing.T) {
 	}
 
 	// Version 2: stays as before.
-	for _, m := range mm {
-		m.Reopen()
-		sb, err := superblock.ReadCopies(m)
-		if err != nil {
-			t.Fatal(err)
-		}
+	rewriteSuperblocks(t, mm, func(sb *superblock.Superblock) {
 		sb.Version = superblock.VersionJournal
 		for i := range sb.Members {
 			sb.Members[i].OwnerJournal = false
 		}
-		b, err := sb.Marshal()
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.Corrupt(superblock.CopyAOffset, b)
-		m.Corrupt(superblock.CopyBOffset, b)
-	}
+	})
 	v = assembleAll(t, mm, Options{OwnerDomain: ownerDomain})
 	if st := v.Status(); st.OwnerJournal != 0 || !st.Journal {
 		t.Fatalf("version 2 volume: owner journal %d, journal %v", st.OwnerJournal, st.Journal)
