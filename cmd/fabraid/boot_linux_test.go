@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -51,6 +52,12 @@ func TestIntegrationBootAssembly(t *testing.T) {
 // (every member in domain "a") and writes 1 MiB of seeded data at offset
 // 0 through the engine; nothing stays open.
 func bootVolume(t *testing.T, name string, k, m int, devs []string, seed uint64) []byte {
+	return bootVolumeRegion(t, name, k, m, devs, seed, 0)
+}
+
+// bootVolumeRegion is bootVolume with the bitmap region size (0: the
+// engine's default).
+func bootVolumeRegion(t *testing.T, name string, k, m int, devs []string, seed uint64, region int64) []byte {
 	t.Helper()
 	var ms []engine.Member
 	domains := make([]string, len(devs))
@@ -63,7 +70,7 @@ func bootVolume(t *testing.T, name string, k, m int, devs []string, seed uint64)
 		domains[i] = "a"
 	}
 	vol, err := engine.Create(engine.Config{Name: name, K: k, M: m, Domains: domains, AllowDomainViolation: true,
-		CTime: time.Now().Unix()}, ms, devs, engine.Options{})
+		RegionSize: region, CTime: time.Now().Unix()}, ms, devs, engine.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,16 +127,53 @@ func readDirect(t *testing.T, dev string, n int) []byte {
 		t.Fatal(err)
 	}
 	defer f.Close()
+	buf := alignedBuf(n)
+	if _, err := f.ReadAt(buf, 0); err != nil {
+		t.Fatalf("read %s: %v", dev, err)
+	}
+	return buf
+}
+
+// alignedBuf is n bytes at a 4 KiB-aligned address (O_DIRECT).
+func alignedBuf(n int) []byte {
 	raw := make([]byte, n+4096)
 	off := int(uintptr(unsafe.Pointer(&raw[0])) & 4095)
 	if off != 0 {
 		off = 4096 - off
 	}
-	buf := raw[off : off+n]
-	if _, err := f.ReadAt(buf, 0); err != nil {
-		t.Fatalf("read %s: %v", dev, err)
+	return raw[off : off+n]
+}
+
+// writeDirect writes p at offset 0 of dev with O_DIRECT (len(p) a
+// multiple of 4 KiB).
+func writeDirect(t *testing.T, dev string, p []byte) {
+	t.Helper()
+	f, err := os.OpenFile(dev, os.O_WRONLY|syscall.O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return buf
+	defer f.Close()
+	buf := alignedBuf(len(p))
+	copy(buf, p)
+	if _, err := f.WriteAt(buf, 0); err != nil {
+		t.Fatalf("write %s: %v", dev, err)
+	}
+}
+
+// sectorsWritten is the kernel's count of 512-byte sectors written to
+// block device dev (/sys/block/NAME/stat, field 7).
+func sectorsWritten(t *testing.T, dev string) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/sys/block/" + filepath.Base(dev) + "/stat")
+	f := strings.Fields(string(b))
+	if err != nil || len(f) < 7 {
+		t.Fatalf("%s stat: %v %q", dev, err, b)
+	}
+	n, err := strconv.ParseInt(f[6], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 func bootGuest(t *testing.T, g *vmtest.Env) {
@@ -142,7 +186,9 @@ func bootGuest(t *testing.T, g *vmtest.Env) {
 	// the disks) must not start the daemon.
 	guestMust(t, "systemctl", "mask", "--runtime", "fabraidd")
 	guestMust(t, "/usr/bin/fabraid", append([]string{"drive", "claim"}, g.Disks...)...)
-	data0 := bootVolume(t, "vol0", 2, 2, g.Disks[0:4], 1)
+	// 1 MiB bitmap regions: ~60 per member, so a resync of one is told
+	// apart from a full rebuild.
+	data0 := bootVolumeRegion(t, "vol0", 2, 2, g.Disks[0:4], 1, 1<<20)
 	bootVolume(t, "vol1", 2, 1, g.Disks[4:7], 2)
 	missing0 := memberUUID(t, g.Disks[3])
 	present := []string{g.Disks[0], g.Disks[1], g.Disks[2], g.Disks[4]}
@@ -224,6 +270,26 @@ func bootGuest(t *testing.T, g *vmtest.Env) {
 		t.Errorf("volume list does not show vol1 waiting:\n%s", out)
 	}
 
+	// Written while slot 3 is away, then its disk is plugged in: it is
+	// re-added by itself with a resync of the region written meanwhile,
+	// not rebuilt in full.
+	copy(data0[:64<<10], bytes.Repeat([]byte{0x5a}, 64<<10))
+	writeDirect(t, "/dev/fabraid/vol0", data0[:64<<10])
+	dev3 := g.AddDisk(t, 3)
+	w0 := sectorsWritten(t, dev3)
+	pollVolume(t, "vol0", "optimal", func(in volmgr.Info) bool { return in.State == "optimal" && in.Failed == 0 })
+	resynced := (sectorsWritten(t, dev3) - w0) * 512
+	t.Logf("slot 3 plugged in as %s: back in sync, %d KiB written to it (its data area is ~60 MiB)", dev3, resynced>>10)
+	if resynced > 8<<20 {
+		t.Errorf("returning slot 3 got %d MiB written: a full rebuild, not a resync of the region written while it was away", resynced>>20)
+	}
+	if j := guestMust(t, "journalctl", "-b", "-u", "fabraidd", "-o", "cat", "--no-pager"); !strings.Contains(j, "re-adding it") {
+		t.Error("fabraidd journal does not say it re-added the returning member")
+	}
+	if got := readDirect(t, "/dev/fabraid/vol0", len(data0)); !bytes.Equal(got, data0) {
+		t.Fatal("vol0 after the resync: data does not read back")
+	}
+
 	// A member pulled from the idle running volume is failed as missing
 	// by the udev remove rule, not left for an I/O error.
 	t1 := time.Now()
@@ -235,6 +301,81 @@ func bootGuest(t *testing.T, g *vmtest.Env) {
 	}
 	if got := readDirect(t, "/dev/fabraid/vol0", len(data0)); !bytes.Equal(got, data0) {
 		t.Error("vol0 without slots 0 and 3: data does not read back")
+	}
+	g.AddDisk(t, 0)
+	pollVolume(t, "vol0", "optimal again", func(in volmgr.Info) bool { return in.State == "optimal" && in.Failed == 0 })
+	if failed := guestMust(t, "systemctl", "--failed", "--no-legend"); strings.TrimSpace(failed) != "" {
+		t.Errorf("failed units:\n%s", failed)
+	}
+}
+
+// TestIntegrationColdBoot is a power cut and a cold boot with every
+// member present: guest a (6.12, systemd 252, Debian's systemd-udevd,
+// packaging/ unchanged, state_dir on the 9p share so that the claims
+// survive the reboot like /var/lib/fabraid on a root disk) creates vol0
+// 2+1 and writes 1 MiB through /dev/fabraid/vol0; guest c cuts its power
+// and boots it again with the same disks. In the new boot nobody types a
+// command: udev's coldplug pulls fabraidd in, the volume is assembled,
+// /dev/fabraid/vol0 appears and the data reads back.
+func TestIntegrationColdBoot(t *testing.T) {
+	disks := make([]vmtest.Disk, 3)
+	for i := range disks {
+		disks[i] = vmtest.Disk{Size: 64 << 20}
+	}
+	conf := filepath.Join(t.TempDir(), "fabraid.conf")
+	if err := os.WriteFile(conf, []byte("node_name = a\nstate_dir = /mnt/host/a-state\nassembly_timeout = 5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	files := udevGuestFiles(t)
+	files["/etc/fabraid/fabraid.conf"] = conf
+	vmtest.Run(t, vmtest.Options{Guests: []vmtest.GuestConfig{
+		{Name: "a", Kernel: vmtest.Kernel612, Systemd: true, Udev: true,
+			Modules: []string{"ublk_drv", "nvmet_tcp", "nvme_tcp"}, Disks: disks, Files: files},
+		{Name: "c", Kernel: vmtest.Kernel612},
+	}, Timeout: 420 * time.Second}, coldBootGuest)
+}
+
+func coldBootGuest(t *testing.T, g *vmtest.Env) {
+	if g.Name == "c" {
+		g.Wait(t, "a", "written")
+		g.Kill(t, "a")
+		g.Boot(t, "a")
+		return
+	}
+	data := make([]byte, 1<<20)
+	rng := rand.New(rand.NewPCG(3, 1))
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	if g.BootNum == 1 {
+		guestMust(t, "udevadm", "settle", "--timeout=60")
+		guestMust(t, "/usr/bin/fabraid", append([]string{"drive", "claim"}, g.Disks...)...)
+		guestMust(t, "systemctl", "start", "fabraidd")
+		guestMust(t, "/usr/bin/fabraid", "volume", "create", "vol0", "--data", "2", "--parity", "1",
+			"--drives", strings.Join(g.Disks, ","))
+		guestMust(t, "/usr/bin/fabraid", "wait", "--volumes", "vol0", "--timeout", "60s")
+		guestMust(t, "udevadm", "settle", "--timeout=60")
+		writeDirect(t, "/dev/fabraid/vol0", data)
+		g.Signal(t, "written")
+		time.Sleep(time.Hour) // until the power cut
+	}
+	t0 := time.Now()
+	var head string
+	for i := 0; head == ""; i++ {
+		if i == 900 {
+			guestRun(t, "journalctl", "-b", "-u", "fabraidd", "--no-pager", "-n", "40")
+			t.Fatal("no /dev/fabraid/vol0 180 s into the second boot")
+		}
+		head, _ = filepath.EvalSymlinks("/dev/fabraid/vol0")
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("/dev/fabraid/vol0 -> %s %v after the payload started (boot %d)", head, time.Since(t0), g.BootNum)
+	if got := readDirect(t, "/dev/fabraid/vol0", len(data)); !bytes.Equal(got, data) {
+		t.Fatal("data written before the power cut does not read back")
+	}
+	in := pollVolume(t, "vol0", "optimal", func(in volmgr.Info) bool { return in.State == "optimal" })
+	if in.Failed != 0 || in.Device != head {
+		t.Errorf("vol0 after the cold boot: %+v", in)
 	}
 	if failed := guestMust(t, "systemctl", "--failed", "--no-legend"); strings.TrimSpace(failed) != "" {
 		t.Errorf("failed units:\n%s", failed)

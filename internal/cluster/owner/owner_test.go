@@ -28,8 +28,11 @@ func startEtcd(t *testing.T) string {
 	cfg := embed.NewConfig()
 	cfg.Name = "m"
 	cfg.Dir = t.TempDir()
-	pu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", freePort(t)))
-	cu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", freePort(t)))
+	// Port 0: the kernel picks free ports at bind time (no race with
+	// other tests for a port found free earlier); one member never dials
+	// its own peer URL.
+	pu, _ := url.Parse("http://127.0.0.1:0")
+	cu, _ := url.Parse("http://127.0.0.1:0")
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
 	cfg.InitialCluster = "m=" + pu.String()
@@ -47,17 +50,7 @@ func startEtcd(t *testing.T) string {
 	case <-time.After(60 * time.Second):
 		t.Fatal("etcd not ready")
 	}
-	return cu.Host
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return e.Clients[0].Addr().String()
 }
 
 func client(t *testing.T, addr string) *clientv3.Client {
