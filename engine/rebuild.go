@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fabraid/fabraid/engine/superblock"
@@ -17,6 +18,24 @@ type Progress struct {
 	Slots []int  // rebuild targets
 	Done  int64  // rows processed (all groups)
 	Total int64  // rows to process
+
+	// Rebuild only: how much of its targets it rewrites. CoverBytes is
+	// what it must write when it starts: for a target that returned
+	// (a resync of the write-intent bitmap's regions) its rows in those
+	// regions, for a full-rebuild target all its rows, from its
+	// checkpoint on, times the chunk size, summed over the targets.
+	// Regions counts the bitmap regions the returning targets' resync
+	// sets hold (0 when every target is rebuilt in full); Partial is
+	// true when every target is such a resync. Bytes counts what it has
+	// written to the targets so far (a row is written to every target of
+	// its group, so with targets of different sets in one group it may
+	// exceed CoverBytes). MemberBytes is the data area of one member
+	// (rows times chunk), to compare with.
+	Partial     bool
+	Regions     int64
+	CoverBytes  int64
+	Bytes       int64
+	MemberBytes int64
 }
 
 // RebuildOptions throttle background work (rebuild, resync, scrub).
@@ -255,8 +274,16 @@ func (v *Volume) Rebuild(ctx context.Context, o RebuildOptions) error {
 	current := func(slot int) bool {
 		return v.slotRole(slot) == superblock.RoleRebuilding && v.dev(slot) == devAt[slot]
 	}
-	prog := &Progress{Kind: "rebuild", Slots: targets, Total: int64(g.Groups) * g.Rows}
+	prog := v.rebuildProgress(targets)
 	v.progress.Store(prog)
+	var written atomic.Int64
+	defer func() {
+		if len(targets) > 0 {
+			p := *v.progress.Load()
+			p.Bytes = written.Load()
+			v.lastRebuild.Store(&p)
+		}
+	}()
 	for grp := 0; grp < g.Groups; grp++ {
 		var tg []int
 		from := g.Rows
@@ -291,7 +318,9 @@ func (v *Volume) Rebuild(ctx context.Context, o RebuildOptions) error {
 				if err := th.wait(ctx, int64(g.ChunkSize*len(tg))); err != nil {
 					return err
 				}
-				return v.rebuildRow(grp, row, tg, current)
+				n, err := v.rebuildRow(grp, row, tg, current)
+				written.Add(n)
+				return err
 			},
 			func(end int64) error {
 				for _, slot := range tg {
@@ -300,7 +329,7 @@ func (v *Volume) Rebuild(ctx context.Context, o RebuildOptions) error {
 					}
 				}
 				p := *prog
-				p.Done = int64(grp)*g.Rows + end
+				p.Done, p.Bytes = int64(grp)*g.Rows+end, written.Load()
 				v.progress.Store(&p)
 				if end-lastPersist >= o.CheckpointRows || end == g.Rows {
 					lastPersist = end
@@ -357,9 +386,36 @@ func (v *Volume) persistCheckpointsLocked(slots []int, current func(int) bool, d
 	return v.writeMetaLocked()
 }
 
+// rebuildProgress is the progress of a rebuild of targets that starts
+// now: what it has to cover (Progress).
+func (v *Volume) rebuildProgress(targets []int) *Progress {
+	g := v.geo
+	prog := &Progress{Kind: "rebuild", Slots: targets, Total: int64(g.Groups) * g.Rows,
+		MemberBytes: g.Rows * int64(g.ChunkSize), Partial: len(targets) > 0}
+	for _, slot := range targets {
+		s := &v.slots[slot]
+		cp := s.checkpoint.Load()
+		rs := s.resync.Load()
+		if rs == nil {
+			prog.Partial = false
+			prog.CoverBytes += (g.Rows - cp) * int64(g.ChunkSize)
+			continue
+		}
+		rr := v.bm.regionRows
+		for r := rs.next(0); r >= 0; r = rs.next(r + 1) {
+			prog.Regions++
+			if lo, hi := max(r*rr, cp), min((r+1)*rr, g.Rows); hi > lo {
+				prog.CoverBytes += (hi - lo) * int64(g.ChunkSize)
+			}
+		}
+	}
+	return prog
+}
+
 // rebuildRow recomputes the chunks of targets in row of grp from K other
-// readable chunks and writes them.
-func (v *Volume) rebuildRow(grp int, row int64, targets []int, current func(int) bool) error {
+// readable chunks and writes them. It returns the bytes it wrote to the
+// targets.
+func (v *Volume) rebuildRow(grp int, row int64, targets []int, current func(int) bool) (int64, error) {
 	g := v.geo
 	lk := v.lockFor(g.StripeOf(grp, row))
 	lk.Lock()
@@ -368,14 +424,14 @@ func (v *Volume) rebuildRow(grp int, row int64, targets []int, current func(int)
 		// The background resync stopped early (it runs before any
 		// rebuild): never reconstruct from parity it has not checked.
 		if err := v.resyncPendingLocked(rs, grp, row, false); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	op := v.newOp()
 	defer v.putOp(op)
 	for attempt := 0; attempt <= g.Width(); attempt++ {
 		if err := v.stopErr(); err != nil {
-			return err
+			return 0, err
 		}
 		unreadable, _ := v.masks(grp, row)
 		var targetMask uint64
@@ -386,7 +442,7 @@ func (v *Volume) rebuildRow(grp int, row int64, targets []int, current func(int)
 		}
 		unreadable |= targetMask
 		if bitsCount(unreadable) > g.M {
-			return fmt.Errorf("row %d of group %d: %w", row, grp, ErrTooManyFailures)
+			return 0, fmt.Errorf("row %d of group %d: %w", row, grp, ErrTooManyFailures)
 		}
 		mo := g.MemberOffset(row)
 		n := 0
@@ -409,17 +465,19 @@ func (v *Volume) rebuildRow(grp int, row int64, targets []int, current func(int)
 			}
 		}
 		if err := v.enc.ReconstructSome(op.shards, required); err != nil {
-			return fmt.Errorf("row %d of group %d: reconstruct: %w", row, grp, err)
+			return 0, fmt.Errorf("row %d of group %d: reconstruct: %w", row, grp, err)
 		}
 		for pos := 0; pos < g.Width(); pos++ {
 			if targetMask&(1<<uint(pos)) != 0 {
 				op.add(v.geo.Slot(grp, g.MemberOf(row, pos)), true, op.shards[pos], mo)
 			}
 		}
-		op.run() // a failing target is marked failed; nothing to retry
-		return nil
+		if !op.run() { // a failing target is marked failed; nothing to retry
+			return 0, nil
+		}
+		return int64(bitsCount(targetMask) * g.ChunkSize), nil
 	}
-	return ErrTooManyFailures
+	return 0, ErrTooManyFailures
 }
 
 // Replace puts dev into the failed slot as a new, empty member and makes it

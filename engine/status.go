@@ -50,6 +50,11 @@ type Status struct {
 	ResyncRegions int64
 	Members       []MemberStatus
 	Progress      *Progress // current rebuild, resync or scrub, if any
+	// LastRebuild is the last rebuild (or resync of returning members)
+	// since assembly, as it ended: with Progress.Partial, Regions,
+	// CoverBytes, Bytes and MemberBytes it says how much of the members
+	// it had to rewrite and did.
+	LastRebuild *Progress
 }
 
 // Status returns a snapshot of the volume's state.
@@ -60,7 +65,7 @@ func (v *Volume) Status() Status {
 		Name: v.base.Name, UUID: v.base.VolumeUUID, Size: v.Size(), Geometry: v.geo,
 		Events: v.meta.Events, Epoch: v.meta.Epoch, Failed: v.failed.Load(),
 		Degraded: !v.allInSync(), DirtyRegions: v.bm.snapshot().count(), Progress: v.progress.Load(),
-		WriteHoleStripes: v.writeHole.Load(),
+		WriteHoleStripes: v.writeHole.Load(), LastRebuild: v.lastRebuild.Load(),
 	}
 	if rs := v.rs.Load(); rs != nil {
 		st.ResyncRegions = rs.remaining()

@@ -123,6 +123,17 @@ func TestUnreachableMemberReturns(t *testing.T) {
 			}
 			region := v.base.RegionRows * int64(v.geo.ChunkSize)
 			got, full := pm.bytes.Load(), v.geo.Rows*int64(v.geo.ChunkSize)
+			// Status reports what the resync had to cover and wrote.
+			lr := v.Status().LastRebuild
+			wantCover, wantRegions := st.DirtyRegions*region, st.DirtyRegions
+			if tc.media {
+				wantCover, wantRegions = full, 0
+			}
+			if lr == nil || lr.Partial == tc.media || lr.Regions != wantRegions || lr.CoverBytes != wantCover ||
+				lr.Bytes != got || lr.MemberBytes != full || lr.Done != lr.Total {
+				t.Fatalf("last rebuild in status: %+v; want partial %v, %d regions, cover %d, %d bytes written of %d, done",
+					lr, !tc.media, wantRegions, wantCover, got, full)
+			}
 			if tc.media {
 				if got < full {
 					t.Fatalf("rebuild after a media error wrote %d bytes of %d to slot 1, want a full rebuild", got, full)

@@ -173,6 +173,9 @@ type Volume struct {
 	resyncDone chan struct{} // closed when no background resync runs
 	hooks      testHooks     // tests only; see hooks.go
 	progress   atomic.Pointer[Progress]
+	// lastRebuild is the progress of the last rebuild when it ended
+	// (finished, stopped or failed), with its final Bytes.
+	lastRebuild atomic.Pointer[Progress]
 
 	stats ioCounters
 	gate  freezeGate // Freeze and Thaw (freeze.go): every member I/O passes it

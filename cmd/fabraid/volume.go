@@ -225,6 +225,9 @@ func newVolumeShowCmd() *cobra.Command {
 				}
 				fmt.Fprintln(w)
 			}
+			if r := v.Rebuild; r != nil {
+				fmt.Fprintf(w, "%s\n", rebuildText(r))
+			}
 			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "SLOT\tDEVICE\tDOMAIN\tROLE")
 			var failed []string
@@ -515,6 +518,25 @@ device is mounted or open. Asks for the volume name unless --yes.` + volumeExitC
 	}
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask")
 	return cmd
+}
+
+// rebuildText says how much the running or last rebuild rewrote: for a
+// resync of returning members, the bitmap regions it covered against the
+// member's size.
+func rebuildText(r *volmgr.RebuildBytes) string {
+	when := "last"
+	if r.Running {
+		when = "running"
+	}
+	what := fmt.Sprintf("rebuild (%s): full, %s of %s written", when, humanSize(r.Bytes), humanSize(r.CoverBytes))
+	if r.Partial {
+		what = fmt.Sprintf("resync (%s): %d bitmap region(s), %s of %s written", when, r.Regions, humanSize(r.Bytes), humanSize(r.CoverBytes))
+	}
+	pct := 0.0
+	if r.MemberBytes > 0 {
+		pct = 100 * float64(r.CoverBytes) / float64(r.MemberBytes)
+	}
+	return fmt.Sprintf("%s; member data %s (to write: %.1f%% of it)", what, humanSize(r.MemberBytes), pct)
 }
 
 func journalText(on bool) string {

@@ -74,3 +74,24 @@ func TestVolumeFailedMemberCLI(t *testing.T) {
 		t.Errorf("re-add posted %+v (%v)", q, ok)
 	}
 }
+
+// volume show names an unreachable member as coming back by itself, and
+// prints the last resync's bytes against the member's size.
+func TestVolumeShowUnreachableResync(t *testing.T) {
+	sock := fakeAPI(t, volmgr.Info{Name: "v1", State: "degraded", K: 2, M: 1, Groups: 1, Members: []volmgr.MemberInfo{
+		{Slot: 0, Device: "/dev/nvme3n1", Role: "failed", Failure: "unreachable"},
+		{Slot: 1, Device: "/dev/nvme1n1", Role: "active"},
+		{Slot: 2, Device: "/dev/nvme2n1", Role: "active"},
+	}, Rebuild: &volmgr.RebuildBytes{Partial: true, Regions: 3, CoverBytes: 3 << 20, Bytes: 3 << 20, MemberBytes: 32 << 20}}, map[string]api.OpRequest{})
+	out, errOut, code := runCLI(t, "volume", "show", "v1", "--socket", sock)
+	if code != 0 {
+		t.Fatal(errOut)
+	}
+	for _, want := range []string{"failed (unreachable)",
+		"slot 0 failed (unreachable: its path or device was lost): it comes back by itself",
+		"resync (last): 3 bitmap region(s), 3.0 MiB of 3.0 MiB written; member data 32.0 MiB (to write: 9.4% of it)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("volume show lacks %q:\n%s", want, out)
+		}
+	}
+}

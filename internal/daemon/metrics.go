@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fabraid/fabraid/engine"
@@ -16,6 +18,7 @@ var (
 	descProgress = prometheus.NewDesc("fabraid_volume_task_progress_ratio", "Progress of the running rebuild, resync or scrub (0..1).", []string{"volume", "kind"}, nil)
 	descScrub    = prometheus.NewDesc("fabraid_volume_scrub_mismatches", "Parity mismatches found by the last scrub.", []string{"volume"}, nil)
 	descHole     = prometheus.NewDesc("fabraid_volume_write_hole_stripes", "Stripes whose lost chunks may read back wrong after the last unclean stop (a member lost at the crash itself); normally 0.", []string{"volume"}, nil)
+	descRebuild  = prometheus.NewDesc("fabraid_volume_rebuild_bytes", "Member data bytes of the running or last rebuild since the engine started, summed over its targets. partial true: a resync of returning members (only the write-intent bitmap's regions). what: written (so far), to_write (when it started; bitmap regions times region size for a resync), member (one member's data area).", []string{"volume", "partial", "what"}, nil)
 	descErrors   = prometheus.NewDesc("fabraid_reconcile_errors_total", "Reconcile runs that ended with an error.", nil, nil)
 
 	// I/O counters of the volume's engine, reset when its process restarts.
@@ -38,7 +41,7 @@ type collector struct {
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInfo, descState, descSize, descFailed, descStale, descProgress, descScrub, descHole, descErrors,
+	for _, d := range []*prometheus.Desc{descInfo, descState, descSize, descFailed, descStale, descProgress, descScrub, descHole, descRebuild, descErrors,
 		descRequests, descReadBytes, descWriteBytes, descIOErrors, descMemberErrors, descDuration} {
 		ch <- d
 	}
@@ -70,6 +73,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if v.State != "stopped" && v.State != "waiting" {
 			ch <- prometheus.MustNewConstMetric(descHole, prometheus.GaugeValue, float64(v.WriteHoleStripes), v.Name)
+		}
+		if r := v.Rebuild; r != nil {
+			partial := strconv.FormatBool(r.Partial)
+			ch <- prometheus.MustNewConstMetric(descRebuild, prometheus.GaugeValue, float64(r.Bytes), v.Name, partial, "written")
+			ch <- prometheus.MustNewConstMetric(descRebuild, prometheus.GaugeValue, float64(r.CoverBytes), v.Name, partial, "to_write")
+			ch <- prometheus.MustNewConstMetric(descRebuild, prometheus.GaugeValue, float64(r.MemberBytes), v.Name, partial, "member")
 		}
 		if v.IO != nil {
 			collectIO(ch, v.Name, v.IO)

@@ -97,3 +97,25 @@ fabraid_volume_write_hole_stripes{volume="v1"} 0
 		t.Error(err)
 	}
 }
+
+// The running or last rebuild's bytes are exported per volume: a partial
+// resync of a returning member shows what it wrote against what it had to
+// write and the member's size.
+func TestMetricsRebuildBytes(t *testing.T) {
+	vols := []volmgr.Info{
+		{Name: "v0", State: "optimal", Rebuild: &volmgr.RebuildBytes{Partial: true, Regions: 3, CoverBytes: 3 << 20, Bytes: 3 << 20, MemberBytes: 31 << 20}},
+		{Name: "v1", State: "optimal"}, // never rebuilt since its engine started
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(&collector{d: testDaemon(t), list: func() []volmgr.Info { return vols }})
+	want := `
+# HELP fabraid_volume_rebuild_bytes Member data bytes of the running or last rebuild since the engine started, summed over its targets. partial true: a resync of returning members (only the write-intent bitmap's regions). what: written (so far), to_write (when it started; bitmap regions times region size for a resync), member (one member's data area).
+# TYPE fabraid_volume_rebuild_bytes gauge
+fabraid_volume_rebuild_bytes{partial="true",volume="v0",what="member"} 3.2505856e+07
+fabraid_volume_rebuild_bytes{partial="true",volume="v0",what="to_write"} 3.145728e+06
+fabraid_volume_rebuild_bytes{partial="true",volume="v0",what="written"} 3.145728e+06
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "fabraid_volume_rebuild_bytes"); err != nil {
+		t.Error(err)
+	}
+}

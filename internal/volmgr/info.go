@@ -42,6 +42,9 @@ type Info struct {
 	// wrong after the last unclean stop (a member lost at the crash
 	// itself; docs/engine.md, "write hole"). 0 is the normal case.
 	WriteHoleStripes int64 `json:"write_hole_stripes,omitempty"`
+	// Rebuild is how much the running or last rebuild (or resync of
+	// returning members) rewrites (rebuildbytes.go).
+	Rebuild *RebuildBytes `json:"rebuild_bytes,omitempty"`
 }
 
 // MemberInfo is one member slot.
@@ -106,7 +109,7 @@ func (m *Manager) Info(ref string) (Info, error) {
 	in := Info{Name: s.Name, UUID: FormatUUID(u), State: State(s), Size: s.Size, K: s.Geometry.K, M: s.Geometry.M,
 		Groups: s.Geometry.Groups, ChunkSize: s.Geometry.ChunkSize, Device: head, NQN: NQN(u), Ublk: st.UblkPath,
 		EnginePID: st.PID, Task: st.Task, LastTask: st.LastTask, IO: &st.IO,
-		Journal: s.Journal, WriteHoleStripes: s.WriteHoleStripes}
+		Journal: s.Journal, WriteHoleStripes: s.WriteHoleStripes, Rebuild: rebuildBytes(s)}
 	for _, ms := range s.Members {
 		role := strings.ToLower(ms.Role.String())
 		mi := MemberInfo{Slot: ms.Slot, Device: ms.Device, Domain: ms.Domain, Role: role, Resync: ms.Resync, Checkpoint: ms.Checkpoint}

@@ -233,6 +233,12 @@ func pathLoss(t *testing.T, g *vmtest.Env) {
 			t.Fatalf("re-add after %s wrote %d bytes to the member (%d dirty regions of %d bytes, member %d): not a bitmap resync",
 				what, resynced, dirty, plRegion, memberData)
 		}
+		// Status reports what the resync had to cover and wrote.
+		if lr := vol.Status().LastRebuild; lr == nil || !lr.Partial || lr.Regions != dirty || lr.CoverBytes != dirty*plRegion ||
+			lr.Bytes != lr.CoverBytes || lr.Bytes > resynced || lr.MemberBytes != memberData {
+			t.Fatalf("last rebuild in status: %+v, want a partial resync of the %d dirty regions (%d bytes; %d reached the device)",
+				lr, dirty, dirty*plRegion, resynced)
+		}
 		if st := vol.Status().Members[3]; st.Role != superblock.RoleActive {
 			t.Fatalf("slot 3 after the resync: %+v", st)
 		}
