@@ -11,12 +11,15 @@
 //	/fabraid/v1/volume-names/<name>  model.VolumeName: the name's claim, written with the volume
 //	/fabraid/v1/volume-status/<uuid> model.VolumeStatus: the owner's report, on the owner's lease
 //	/fabraid/v1/hostkeys/<node>      model.HostKey: the node's DH-HMAC-CHAP secret (durable)
+//	/fabraid/v1/drive-claims/<node>/<drive>  model.VolumeName: the volume a drive is a member of
 //	/fabraid/v1/owners/<uuid>        owner.Record: the volume's owner, on its owner lease; create revision = epoch
 //
 // Node names are checked by the configuration (letters, digits, '.', '_',
 // '-'), so they never contain '/'; volume names are checked the same way
 // before they become keys (package volumes), and UUIDs are canonical.
 package keys
+
+import "net/url"
 
 // Prefix is the root of every fabraid key.
 const Prefix = "/fabraid/v1/"
@@ -38,6 +41,7 @@ const (
 	VolumeStatusPrefix = Prefix + "volume-status/"
 	HostKeysPrefix     = Prefix + "hostkeys/"
 	OwnersPrefix       = Prefix + "owners/"
+	DriveClaimsPrefix  = Prefix + "drive-claims/"
 )
 
 // Node is a node's registry record.
@@ -64,3 +68,9 @@ func HostKey(node string) string { return HostKeysPrefix + node }
 // Owner is the ownership key of a volume, by volume UUID (package
 // cluster/owner): its create revision is the volume's owner epoch.
 func Owner(uuid string) string { return OwnersPrefix + uuid }
+
+// DriveClaim is the claim of drive (a claim id, path-escaped because ids
+// come from drive serials) of node by a volume.
+func DriveClaim(node, drive string) string {
+	return DriveClaimsPrefix + node + "/" + url.PathEscape(drive)
+}

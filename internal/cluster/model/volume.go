@@ -57,8 +57,8 @@ type VolumeMember struct {
 	UUID string `json:"uuid,omitempty"`
 }
 
-// VolumeName is the value at keys.VolumeName(name): which volume holds
-// the name.
+// VolumeName is the value at keys.VolumeName(name) and at
+// keys.DriveClaim(node, drive): which volume holds the name or the drive.
 type VolumeName struct {
 	Version int    `json:"version"`
 	UUID    string `json:"uuid"`

@@ -10,8 +10,14 @@
 //     transaction: a name key exists exactly when a volume record of that
 //     name and UUID exists. Create is conditioned on both keys being
 //     absent, so of two racing creates of one name exactly one wins.
+//   - A drive is a member of at most one volume in the cluster: every
+//     member's (node, drive) has a claim key (keys.DriveClaim) naming its
+//     volume, written in the record's transaction on the condition that
+//     it is absent and deleted with the record, so two volumes placed at
+//     once over the same free drive cannot both be created.
 //   - Update is a compare-and-swap on the record's mod revision; the UUID
-//     and the name of a record never change.
+//     and the name of a record never change; member changes move the
+//     drive claims in the same transaction.
 //   - A status key lives on a lease (the owner's): when the owner dies,
 //     its statuses disappear with it.
 //
@@ -24,11 +30,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"unicode"
 	"unicode/utf8"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fabraid/fabraid/internal/cluster/keys"
@@ -50,22 +58,28 @@ var (
 	ErrInvalid = errors.New("invalid volume record")
 )
 
-// Create writes the new volume v (Version is set) and the claim of its
-// name in one transaction, conditioned on both being absent. A taken name
-// or UUID is ErrExists, naming the volume that holds it.
+// Create writes the new volume v (Version is set), the claim of its name
+// and the claims of its members' drives in one transaction, conditioned on
+// all of them being absent. A taken name, UUID or drive is ErrExists,
+// naming the volume that holds it.
 func Create(ctx context.Context, kv clientv3.KV, v model.Volume) error {
 	if err := check(v); err != nil {
 		return err
 	}
 	v.Version = model.VolumeVersion
 	rec, _ := json.Marshal(v)
-	name, _ := json.Marshal(model.VolumeName{Version: model.VolumeNameVersion, UUID: v.UUID})
+	claim, _ := json.Marshal(model.VolumeName{Version: model.VolumeNameVersion, UUID: v.UUID})
 	vk, nk := keys.Volume(v.UUID), keys.VolumeName(v.Name)
-	resp, err := kv.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(nk), "=", 0), clientv3.Compare(clientv3.CreateRevision(vk), "=", 0)).
-		Then(clientv3.OpPut(vk, string(rec)), clientv3.OpPut(nk, string(name))).
-		Else(clientv3.OpGet(nk), clientv3.OpGet(vk)).
-		Commit()
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(nk), "=", 0), clientv3.Compare(clientv3.CreateRevision(vk), "=", 0)}
+	ops := []clientv3.Op{clientv3.OpPut(vk, string(rec)), clientv3.OpPut(nk, string(claim))}
+	gets := []clientv3.Op{clientv3.OpGet(nk), clientv3.OpGet(vk)}
+	for _, m := range v.Members {
+		k := keys.DriveClaim(m.Node, m.Drive)
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(k), "=", 0))
+		ops = append(ops, clientv3.OpPut(k, string(claim)))
+		gets = append(gets, clientv3.OpGet(k))
+	}
+	resp, err := kv.Txn(ctx).If(cmps...).Then(ops...).Else(gets...).Commit()
 	if err != nil {
 		return fmt.Errorf("volumes: create %q: %w", v.Name, err)
 	}
@@ -73,13 +87,39 @@ func Create(ctx context.Context, kv clientv3.KV, v model.Volume) error {
 		return nil
 	}
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-		var n model.VolumeName
-		if err := decode(kvs[0].Value, &n.Version, &n, model.VolumeNameVersion); err != nil {
-			return fmt.Errorf("volumes: create %q: %w: name taken (%s: %v)", v.Name, ErrExists, nk, err)
-		}
-		return fmt.Errorf("volumes: create %q: %w: volume %q is %s", v.Name, ErrExists, v.Name, n.UUID)
+		return fmt.Errorf("volumes: create %q: %w: volume %q is %s", v.Name, ErrExists, v.Name, holder(kvs[0].Value))
 	}
-	return fmt.Errorf("volumes: create %q: %w: UUID %s is taken", v.Name, ErrExists, v.UUID)
+	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+		return fmt.Errorf("volumes: create %q: %w: UUID %s is taken", v.Name, ErrExists, v.UUID)
+	}
+	return fmt.Errorf("volumes: create %q: %w", v.Name, takenDrive(ctx, kv, v.Members, resp.Responses[2:]))
+}
+
+// holder is the UUID a name or drive claim names, or why it cannot be read.
+func holder(b []byte) string {
+	var n model.VolumeName
+	if err := decode(b, &n.Version, &n, model.VolumeNameVersion); err != nil {
+		return "(unreadable claim: " + err.Error() + ")"
+	}
+	return n.UUID
+}
+
+// takenDrive names the first member drive whose claim exists in resps
+// (the Else gets of a failed transaction, one per member) and its volume.
+func takenDrive(ctx context.Context, kv clientv3.KV, members []model.VolumeMember, resps []*etcdserverpb.ResponseOp) error {
+	for i, r := range resps {
+		kvs := r.GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			continue
+		}
+		m, u := members[i], holder(kvs[0].Value)
+		name := "?"
+		if o, _, ok, err := Get(ctx, kv, u); err == nil && ok {
+			name = o.Name
+		}
+		return fmt.Errorf("%w: drive %s of node %s is a member of volume %q (%s)", ErrExists, m.Drive, m.Node, name, u)
+	}
+	return fmt.Errorf("%w: the name, UUID or a drive was taken and released meanwhile (retry)", ErrConflict)
 }
 
 // Get returns the volume uuid and the mod revision of its record (for
@@ -158,7 +198,8 @@ func Update(ctx context.Context, kv clientv3.KV, uuid string, rev int64, f func(
 	if cur != rev {
 		return fmt.Errorf("volumes: update %q (%s): %w (revision %d, read at %d)", v.Name, uuid, ErrConflict, cur, rev)
 	}
-	name := v.Name
+	name, old := v.Name, v
+	old.Members = slices.Clone(v.Members)
 	if err := f(&v); err != nil {
 		return err
 	}
@@ -171,14 +212,50 @@ func Update(ctx context.Context, kv clientv3.KV, uuid string, rev int64, f func(
 	v.Version = model.VolumeVersion
 	b, _ := json.Marshal(v)
 	vk := keys.Volume(uuid)
-	resp, err := kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(vk), "=", rev)).Then(clientv3.OpPut(vk, string(b))).Commit()
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(vk), "=", rev)}
+	ops := []clientv3.Op{clientv3.OpPut(vk, string(b))}
+	claim, _ := json.Marshal(model.VolumeName{Version: model.VolumeNameVersion, UUID: uuid})
+	added, removed := memberDiff(old.Members, v.Members)
+	var gets []clientv3.Op
+	for _, m := range added {
+		k := keys.DriveClaim(m.Node, m.Drive)
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(k), "=", 0))
+		ops = append(ops, clientv3.OpPut(k, string(claim)))
+		gets = append(gets, clientv3.OpGet(k))
+	}
+	for _, m := range removed {
+		ops = append(ops, clientv3.OpDelete(keys.DriveClaim(m.Node, m.Drive)))
+	}
+	resp, err := kv.Txn(ctx).If(cmps...).Then(ops...).Else(append([]clientv3.Op{clientv3.OpGet(vk)}, gets...)...).Commit()
 	if err != nil {
 		return fmt.Errorf("volumes: update %q (%s): %w", name, uuid, err)
 	}
-	if !resp.Succeeded {
+	if resp.Succeeded {
+		return nil
+	}
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 0 || kvs[0].ModRevision != rev {
 		return fmt.Errorf("volumes: update %q (%s): %w", name, uuid, ErrConflict)
 	}
-	return nil
+	return fmt.Errorf("volumes: update %q (%s): %w", name, uuid, takenDrive(ctx, kv, added, resp.Responses[1:]))
+}
+
+// memberDiff returns the members of b whose drive is not in a, and those
+// of a whose drive is not in b.
+func memberDiff(a, b []model.VolumeMember) (added, removed []model.VolumeMember) {
+	in := func(ms []model.VolumeMember, m model.VolumeMember) bool {
+		return slices.ContainsFunc(ms, func(x model.VolumeMember) bool { return x.Node == m.Node && x.Drive == m.Drive })
+	}
+	for _, m := range b {
+		if !in(a, m) {
+			added = append(added, m)
+		}
+	}
+	for _, m := range a {
+		if !in(b, m) {
+			removed = append(removed, m)
+		}
+	}
+	return added, removed
 }
 
 // Modify reads the record of uuid, applies f and writes it back,
@@ -211,8 +288,8 @@ func Modify(ctx context.Context, kv clientv3.KV, uuid string, f func(*model.Volu
 	}
 }
 
-// Delete removes the volume uuid, its name claim and its status in one
-// transaction. Deleting a volume that is gone is no error.
+// Delete removes the volume uuid, its name claim, its drive claims and
+// its status in one transaction. Deleting a volume that is gone is no error.
 func Delete(ctx context.Context, kv clientv3.KV, uuid string) error {
 	for {
 		v, rev, ok, err := Get(ctx, kv, uuid)
@@ -223,8 +300,11 @@ func Delete(ctx context.Context, kv clientv3.KV, uuid string) error {
 		// The name claim is this volume's (the invariant); the mod
 		// revision check keeps a concurrent Update from being lost
 		// silently: it is retried against the new record.
-		resp, err := kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(vk), "=", rev)).
-			Then(clientv3.OpDelete(vk), clientv3.OpDelete(nk), clientv3.OpDelete(keys.VolumeStatus(uuid))).Commit()
+		ops := []clientv3.Op{clientv3.OpDelete(vk), clientv3.OpDelete(nk), clientv3.OpDelete(keys.VolumeStatus(uuid))}
+		for _, m := range v.Members {
+			ops = append(ops, clientv3.OpDelete(keys.DriveClaim(m.Node, m.Drive)))
+		}
+		resp, err := kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(vk), "=", rev)).Then(ops...).Commit()
 		if err != nil {
 			return fmt.Errorf("volumes: delete %q (%s): %w", v.Name, uuid, err)
 		}
@@ -318,7 +398,12 @@ func check(v model.Volume) error {
 	if want := v.Groups * (v.K + v.M); len(v.Members) != want {
 		return fmt.Errorf("volume %q: %w: %d members, %d groups of %d+%d need %d", v.Name, ErrInvalid, len(v.Members), v.Groups, v.K, v.M, want)
 	}
+	seen := map[[2]string]bool{}
 	for i, m := range v.Members {
+		if seen[[2]string{m.Node, m.Drive}] {
+			return fmt.Errorf("volume %q: %w: drive %s of node %s is in two slots", v.Name, ErrInvalid, m.Drive, m.Node)
+		}
+		seen[[2]string{m.Node, m.Drive}] = true
 		if m.Slot != i || m.Node == "" || m.Drive == "" {
 			return fmt.Errorf("volume %q: %w: member %d is {slot %d, node %q, drive %q}", v.Name, ErrInvalid, i, m.Slot, m.Node, m.Drive)
 		}

@@ -272,6 +272,7 @@ func TestCheckRefuses(t *testing.T) {
 		func(v *model.Volume) { v.Members[0].UUID = "x" },
 		func(v *model.Volume) { v.State = "gone" },
 		func(v *model.Volume) { v.K = 0 },
+		func(v *model.Volume) { v.Members[1].Node, v.Members[1].Drive = "a", "a-d1" },
 	} {
 		v := vol(uuidN(1), "v")
 		f(&v)
@@ -281,5 +282,69 @@ func TestCheckRefuses(t *testing.T) {
 	}
 	if err := check(vol(uuidN(1), "v")); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestDriveInOneVolume: two volumes of different names placed at once
+// over one drive: exactly one is created, the other's error names the
+// drive and the winner. A member change moves the claim.
+func TestDriveInOneVolume(t *testing.T) {
+	cli := etcdtest.Start(t)
+	ctx := ctxT(t)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	kv := barrierKV{cli, &wg}
+	a, b := vol(uuidN(1), "a"), vol(uuidN(2), "b")
+	b.Members[0].Drive, b.Members[1].Drive = "a-d9", "b-d9" // shares c-d1 with a
+	errs := make([]error, 2)
+	var done sync.WaitGroup
+	for i, v := range []model.Volume{a, b} {
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			errs[i] = Create(ctx, kv, v)
+		}()
+	}
+	done.Wait()
+	winner, loser := 0, 1
+	if errs[0] != nil {
+		winner, loser = 1, 0
+	}
+	names := []string{"a", "b"}
+	if errs[winner] != nil || !errors.Is(errs[loser], ErrExists) {
+		t.Fatalf("creates sharing a drive: %v, %v; want exactly one ErrExists", errs[0], errs[1])
+	}
+	if want := fmt.Sprintf("drive c-d1 of node c is a member of volume %q (%s)", names[winner], uuidN(winner+1)); !strings.Contains(errs[loser].Error(), want) {
+		t.Errorf("loser's error %q does not say %q", errs[loser], want)
+	}
+	if _, _, ok, _ := GetByName(ctx, cli, names[loser]); ok {
+		t.Error("the loser's name claim was written")
+	}
+
+	// The winner's slot 2 moves from c-d1 to c-d2; c-d1 is free again.
+	w := uuidN(winner + 1)
+	other := vol(uuidN(3), "c")
+	other.Members[0].Drive, other.Members[1].Drive = "a-d8", "b-d8"
+	if _, err := Modify(ctx, cli, w, func(v *model.Volume) error { v.Members[2].Drive = "c-d2"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := Create(ctx, cli, other); err != nil {
+		t.Fatalf("create over the released c-d1: %v", err)
+	}
+	// Moving onto a drive of another volume is refused, nothing written.
+	_, err := Modify(ctx, cli, w, func(v *model.Volume) error { v.Members[2].Drive = "c-d1"; return nil })
+	if !errors.Is(err, ErrExists) || !strings.Contains(err.Error(), `member of volume "c"`) {
+		t.Errorf("move onto c's drive: %v", err)
+	}
+	if v, _, _, _ := Get(ctx, cli, w); v.Members[2].Drive != "c-d2" {
+		t.Errorf("slot 2 is on %s after the refused move", v.Members[2].Drive)
+	}
+	for _, u := range []string{w, uuidN(3)} {
+		if err := Delete(ctx, cli, u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if resp, _ := cli.Get(ctx, keys.Prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); resp.Count != 0 {
+		t.Errorf("%d keys left after deleting every volume", resp.Count)
 	}
 }
