@@ -5,7 +5,17 @@
 //
 // The parts live in subpackages: pki (CA and certificates), token (join
 // tokens), store (the embedded etcd member and membership changes),
-// registry (node records and liveness) and keys (every etcd key).
+// registry (node records and liveness), volumes (volume records, their
+// owners' statuses and the nodes' DH-HMAC-CHAP host keys), plan (pure
+// adapters from those records to the data-plane packages), model (the
+// record types, without etcd) and keys (every etcd key).
+//
+// # Host key
+//
+// At registration the node makes its DH-HMAC-CHAP host secret once
+// (HostKeyFile in Options.Dir, 0600) and publishes it in etcd; Refresh
+// puts it back when it is gone. HostSecret returns it redacted-by-default
+// as an nvmf.Secret.
 //
 // # On disk
 //

@@ -81,7 +81,9 @@
 //     and b (both ways, broadcast and ARP included), Env.Isolate(t, "a")
 //     between a and everyone, Env.Heal(t) (or Heal(t, a) or Heal(t, a, b))
 //     removes partitions. Other pairs are unaffected; partitions outlast
-//     reboots.
+//     reboots. Env.PartitionPorts(t, "a", "b", 2379, 2380) cuts only the
+//     TCP and UDP traffic from or to those ports between a and b (etcd
+//     cut, NVMe/TCP still flowing).
 //
 // Requests are carried out one at a time, in the order the host sees them.
 //

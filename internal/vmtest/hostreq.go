@@ -191,6 +191,8 @@ func (f *fleet) handleHostRequest(i int, req string) error {
 		return f.boot(arg)
 	case "partition", "heal":
 		return f.partition(verb == "partition", args)
+	case "partition_ports":
+		return f.partitionPorts(args)
 	case "isolate":
 		return f.isolate(args)
 	default:

@@ -194,13 +194,96 @@ func TestFleetPartitionRequests(t *testing.T) {
 		{"partition a z", "", `no guest named "z"`},
 		{"isolate", "", "one guest"},
 		{"heal a b c", "", "at most two"},
+		{"partition_ports a b 2379 2380", "", ""},
+		{"partition_ports a b", "", "a port"},
+		{"partition_ports a a 1", "", "from itself"},
+		{"partition_ports a b x", "", `bad port "x"`},
 	} {
 		err := f.handleHostRequest(0, step.req)
+		if step.req == "partition_ports a b 2379 2380" {
+			h.mu.Lock()
+			ports := h.portCut[[2]int{0, 1}]
+			h.mu.Unlock()
+			if len(ports) != 2 || !ports[2379] || !ports[2380] {
+				t.Errorf("%q: port cuts %v", step.req, ports)
+			}
+			f.handleHostRequest(0, "heal a b")
+			h.mu.Lock()
+			if len(h.portCut) != 0 {
+				t.Errorf("heal a b left port cuts %v", h.portCut)
+			}
+			h.mu.Unlock()
+		}
 		if got := cuts(); got != step.cuts {
 			t.Errorf("%q: cuts %q, want %q", step.req, got, step.cuts)
 		}
 		if (err == nil) != (step.err == "") || err != nil && !strings.Contains(err.Error(), step.err) {
 			t.Errorf("%q: error %v, want %q", step.req, err, step.err)
 		}
+	}
+}
+
+// ipFrame builds an Ethernet frame of an IPv4 (v6 false) or IPv6 packet
+// with protocol proto (6 TCP, 17 UDP) between the ports.
+func ipFrame(dst, src byte, v6 bool, proto byte, sport, dport uint16) []byte {
+	f := frame(dst, src, "")
+	var l4 []byte
+	if v6 {
+		f[12], f[13] = 0x86, 0xdd
+		ip := make([]byte, 40)
+		ip[0], ip[6] = 0x60, proto
+		f = append(f, ip...)
+	} else {
+		f[12], f[13] = 0x08, 0x00
+		ip := make([]byte, 20)
+		ip[0], ip[9] = 0x45, proto
+		f = append(f, ip...)
+	}
+	l4 = []byte{byte(sport >> 8), byte(sport), byte(dport >> 8), byte(dport), 0, 0, 0, 0}
+	return append(f, l4...)
+}
+
+// A port partition drops exactly the TCP and UDP frames from or to its
+// ports between its pair, IPv4 and IPv6; everything else passes.
+func TestHubPartitionPorts(t *testing.T) {
+	h, err := newHub(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	h.setCut(0, 1, true, 2379, 2380)
+	arp := frame(0xff, 0xa0, "arp")
+	arp[12], arp[13] = 0x08, 0x06
+	frag := ipFrame(0xa1, 0xa0, false, 6, 40000, 2379)
+	frag[21] = 1 // a later fragment carries no ports
+	for _, c := range []struct {
+		name   string
+		from   int
+		to     int
+		f      []byte
+		passes bool
+	}{
+		{"tcp to 2379", 0, 1, ipFrame(0xa1, 0xa0, false, 6, 40000, 2379), false},
+		{"tcp reply from 2380", 1, 0, ipFrame(0xa0, 0xa1, false, 6, 2380, 40000), false},
+		{"udp to 2379", 0, 1, ipFrame(0xa1, 0xa0, false, 17, 40000, 2379), false},
+		{"tcp6 to 2379", 1, 0, ipFrame(0xa0, 0xa1, true, 6, 40000, 2379), false},
+		{"tcp to 4420", 0, 1, ipFrame(0xa1, 0xa0, false, 6, 40000, 4420), true},
+		{"icmp", 0, 1, ipFrame(0xa1, 0xa0, false, 1, 2379, 2379), true},
+		{"arp", 0, 1, arp, true},
+		{"later fragment", 0, 1, frag, true},
+		{"other pair, tcp to 2379", 0, 2, ipFrame(0xa2, 0xa0, false, 6, 40000, 2379), true},
+	} {
+		h.mu.Lock()
+		dropped := h.dropped(c.from, c.to, c.f)
+		h.mu.Unlock()
+		if dropped == c.passes {
+			t.Errorf("%s: dropped %v, want %v", c.name, dropped, !c.passes)
+		}
+	}
+	h.setCut(0, 1, false)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.dropped(0, 1, ipFrame(0xa1, 0xa0, false, 6, 40000, 2379)) {
+		t.Errorf("healed pair still drops port 2379")
 	}
 }

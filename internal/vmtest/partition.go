@@ -3,6 +3,7 @@ package vmtest
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"testing"
 )
 
@@ -17,6 +18,24 @@ func (e *Env) Partition(t testing.TB, a, b string) {
 	}
 }
 
+// PartitionPorts cuts only the IP traffic between guests a and b that is
+// TCP or UDP from or to one of ports (e.g. etcd's 2379 and 2380), both
+// ways, until Heal; everything else between them (other ports, ARP, ICMP)
+// passes. Calls add ports; a full Partition of the pair overrides it.
+func (e *Env) PartitionPorts(t testing.TB, a, b string, ports ...int) {
+	t.Helper()
+	if len(ports) == 0 {
+		t.Fatalf("vmtest: PartitionPorts(%s, %s): no ports", a, b)
+	}
+	req := "partition_ports " + a + " " + b
+	for _, p := range ports {
+		req += " " + strconv.Itoa(p)
+	}
+	if err := e.hostRequest(req); err != nil {
+		t.Fatalf("vmtest: partition %s from %s on ports %v: %v", a, b, ports, err)
+	}
+}
+
 // Isolate partitions guest from every other guest.
 func (e *Env) Isolate(t testing.TB, guest string) {
 	t.Helper()
@@ -25,8 +44,9 @@ func (e *Env) Isolate(t testing.TB, guest string) {
 	}
 }
 
-// Heal removes partitions: with no guests every partition, with one every
-// partition of that guest (undoing Isolate), with two the one between them.
+// Heal removes partitions (full and PartitionPorts ones): with no guests
+// every partition, with one every partition of that guest (undoing
+// Isolate), with two the ones between them.
 func (e *Env) Heal(t testing.TB, guests ...string) {
 	t.Helper()
 	if len(guests) > 2 {
@@ -68,6 +88,37 @@ func (f *fleet) partition(on bool, names []string) error {
 	default:
 		return errors.New("heal takes at most two guests")
 	}
+	return nil
+}
+
+// partitionPorts carries out "partition_ports a b port...".
+func (f *fleet) partitionPorts(args []string) error {
+	if f.hub == nil {
+		return errors.New("a single guest has no network")
+	}
+	if len(args) < 3 {
+		return errors.New("partition_ports needs two guests and a port")
+	}
+	i, err := f.index(args[0])
+	if err != nil {
+		return err
+	}
+	j, err := f.index(args[1])
+	if err != nil {
+		return err
+	}
+	if i == j {
+		return fmt.Errorf("cannot partition guest %s from itself", args[0])
+	}
+	var ports []uint16
+	for _, a := range args[2:] {
+		p, err := strconv.ParseUint(a, 10, 16)
+		if err != nil || p == 0 {
+			return fmt.Errorf("bad port %q", a)
+		}
+		ports = append(ports, uint16(p))
+	}
+	f.hub.setCut(i, j, true, ports...)
 	return nil
 }
 

@@ -106,7 +106,8 @@ const broadcast = "169.254.255.255"
 // TestIntegrationPartition partitions a from b: TCP between them fails
 // both ways and a's broadcast reaches c but not b, while a-c and b-c
 // work; healed, a and b talk again. Isolated, a reaches nobody while b-c
-// works; healed, everyone.
+// works; healed, everyone. With only TCP port 7000 cut between a and b,
+// a cannot connect to b's :7000 but its datagram to b's UDP :7001 arrives.
 func TestIntegrationPartition(t *testing.T) {
 	Run(t, Options{Timeout: 2 * time.Minute, Guests: []GuestConfig{{Name: "a"}, {Name: "b"}, {Name: "c"}}}, func(t *testing.T, g *Env) {
 		p := newNetProbe(t, g)
@@ -136,6 +137,12 @@ func TestIntegrationPartition(t *testing.T) {
 			g.Heal(t, "a")
 			p.reaches("b", true)
 			p.reaches("c", true)
+			g.PartitionPorts(t, "a", "b", 7000) // TCP :7000 cut, UDP :7001 not
+			p.reaches("b", false)
+			p.send(g.Addr("b"), "port-cut-udp")
+			g.Wait(t, "b", "got-udp")
+			g.Heal(t, "a", "b")
+			p.reaches("b", true)
 			g.Signal(t, "done")
 		case "b":
 			g.Wait(t, "a", "cut")
@@ -153,6 +160,8 @@ func TestIntegrationPartition(t *testing.T) {
 			g.Wait(t, "a", "isolated")
 			p.reaches("c", true)
 			g.Signal(t, "reached-c")
+			p.until("port-cut-udp")
+			g.Signal(t, "got-udp")
 			g.Wait(t, "a", "done")
 		case "c":
 			p.until("cut-broadcast")
