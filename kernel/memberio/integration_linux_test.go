@@ -335,6 +335,11 @@ func testErrorAttribution(t *testing.T, ctl *ublk.Control) {
 			if len(failed) != 1 || failed[0] != 3 || line == "" {
 				t.Fatalf("after the acknowledged write: failed members %v (want [3]), log line for %s: %q", failed, bad, line)
 			}
+			// A bad block of a device that still answers is a media
+			// error, not a lost path.
+			if r := st.Members[3].Failure; r != superblock.FailIO {
+				t.Fatalf("member 3 failed on a bad block as %s, want io-error", r)
+			}
 			t.Logf("acknowledged write: member 3 (%s) already failed: %s", bad, strings.TrimSpace(line))
 			got := engine.AlignedBuffer(len(b))
 			if _, err := f.ReadAt(got, 0); err != nil || !bytes.Equal(got, b) {
@@ -397,8 +402,8 @@ func testReadError(t *testing.T, ctl *ublk.Control) {
 		t.Fatal("the read was not planned for the queue thread")
 	}
 	line := logs.find("member failed", paths[2], "input/output error")
-	if r := vol.Status().Members[2].Role; r != superblock.RoleFailed || line == "" {
-		t.Fatalf("after the read returned: member 2 is %s, log line %q", r, line)
+	if m := vol.Status().Members[2]; m.Role != superblock.RoleFailed || m.Failure != superblock.FailIO || line == "" {
+		t.Fatalf("after the read returned: member 2 is %s (%s), want failed (io-error); log line %q", m.Role, m.Failure, line)
 	}
 	t.Logf("read returned reconstructed data; member 2 (%s) already failed: %s", paths[2], strings.TrimSpace(line))
 }
