@@ -58,6 +58,13 @@ func mustFabraid(t *testing.T, args ...string) string {
 // returning once its API answers.
 func startDaemon(t *testing.T, g *vmtest.Env) {
 	t.Helper()
+	startDaemonClaiming(t, g, g.Disks)
+}
+
+// startDaemonClaiming is startDaemon claiming only the given disks (none
+// on a reboot: the claims are in the state directory).
+func startDaemonClaiming(t *testing.T, g *vmtest.Env, claim []string) {
+	t.Helper()
 	conf := "node_name = " + g.Name + "\ncluster_address = " + g.Addr(g.Name) + "\nengine_mode = process\nmetrics_address =\n"
 	os.MkdirAll("/etc/fabraid", 0o755)
 	if err := os.WriteFile("/etc/fabraid/fabraid.conf", []byte(conf), 0o644); err != nil {
@@ -80,7 +87,7 @@ func startDaemon(t *testing.T, g *vmtest.Env) {
 	})
 	for range 600 {
 		if exec.Command("/usr/bin/fabraid", "volume", "list").Run() == nil {
-			for _, d := range g.Disks {
+			for _, d := range claim {
 				mustFabraid(t, "drive", "claim", d)
 			}
 			return

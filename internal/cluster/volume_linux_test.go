@@ -12,6 +12,7 @@ import (
 	"os"
 	osexec "os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,16 +23,26 @@ import (
 	"github.com/fabraid/fabraid/internal/volmgr"
 )
 
-// TestIntegrationClusterVolume: three 6.12 guests with two virtio disks
-// each run fabraidd and make a cluster (init on a, join b and c, as
+// TestIntegrationClusterVolume: three 6.12 guests with two virtio member
+// disks each (and a third small disk holding the node's state directory,
+// so it survives a power cut: the guests' root is an initramfs) run
+// fabraidd and make a cluster (init on a, join b and c, as
 // TestIntegrationClusterThreeGuests); every node claims its two disks.
-// "fabraid volume create v --data 4 --parity 2" on a places the members
-// over the three nodes (2 each, node = failure domain) with a as owner,
-// waits until a has formatted them (remote ones imported over NVMe/TCP
-// with DH-HMAC-CHAP) and reports it ready. b and c (non-owners) find the
-// volume's multipath head, each writes its own region with O_DIRECT and a
-// checksum, then reads and checks the other's region: both see one
-// volume. The owner reports it optimal with 6 active members.
+//
+//   - "fabraid volume create v --data 4 --parity 2" on a places the members
+//     over the three nodes (2 each, node = failure domain) with a as owner,
+//     waits until a has formatted them (remote ones imported over NVMe/TCP
+//     with DH-HMAC-CHAP) and reports it ready. b and c (non-owners) find
+//     the volume's multipath head, each writes its own region with O_DIRECT
+//     and a checksum, then reads and checks the other's region.
+//   - Node loss: c keeps writing a small window while it powers b off (kills
+//     its qemu): no write fails, and the volume turns degraded with b's two
+//     members failed. c boots b again with the same disks: its fabraidd
+//     starts from the state disk, a's importer finds b's members by UUID
+//     and re-adds them; the resync writes only a small fraction of each
+//     member (measured on b: sectors written to its drives since boot),
+//     the volume is optimal again, a scrub finds no mismatch and c reads
+//     every region back intact.
 //
 // The outsider check (a host that is not the owner, or presents no key or
 // a wrong one, cannot connect to a drive export) is covered by
@@ -41,17 +52,23 @@ func TestIntegrationClusterVolume(t *testing.T) {
 		"/usr/bin/fabraid":  vmtest.BuildBinary(t, "github.com/fabraid/fabraid/cmd/fabraid"),
 		"/usr/bin/fabraidd": vmtest.BuildBinary(t, "github.com/fabraid/fabraid/cmd/fabraidd"),
 	}
-	mods := []string{"nvmet", "nvmet_tcp", "nvme_tcp", "ublk_drv"}
+	mods := []string{"nvmet", "nvmet_tcp", "nvme_tcp", "ublk_drv", "crc32c_generic", "ext4"}
 	var guests []vmtest.GuestConfig
 	for _, n := range []string{"a", "b", "c"} {
 		guests = append(guests, vmtest.GuestConfig{Name: n, Kernel: vmtest.Kernel612, Modules: mods, MemoryMB: 768,
-			Disks: []vmtest.Disk{{Size: 64 << 20}, {Size: 64 << 20}}, Files: files})
+			Disks: []vmtest.Disk{{Size: memberBytes}, {Size: memberBytes}, {Size: 32 << 20}}, Files: files})
 	}
-	vmtest.Run(t, vmtest.Options{Guests: guests, Timeout: 600 * time.Second}, volumeGuest)
+	vmtest.Run(t, vmtest.Options{Guests: guests, Timeout: 900 * time.Second}, volumeGuest)
 }
 
-// region is the part of the volume a verifier node writes.
-const regionBytes = 4 << 20
+const (
+	memberBytes = 64 << 20
+	// regionBytes is the part of the volume a verifier node writes.
+	regionBytes = 4 << 20
+	// windowOff and windowBytes: what c writes while b is away.
+	windowOff   = 2 * regionBytes
+	windowBytes = 256 << 10
+)
 
 func regionOf(node string) int64 {
 	return map[string]int64{"b": 0, "c": 1}[node] * regionBytes
@@ -64,6 +81,11 @@ func step(t *testing.T, start time.Time, format string, a ...any) {
 
 func volumeGuest(t *testing.T, g *vmtest.Env) {
 	start := time.Now()
+	mountState(t, g)
+	if g.BootNum > 1 {
+		returnedNode(t, g, start)
+		return
+	}
 	formCluster(t, g, start)
 	switch g.Name {
 	case "a":
@@ -93,46 +115,215 @@ func volumeGuest(t *testing.T, g *vmtest.Env) {
 		// owner (bitmap resync): the volume is optimal again by itself.
 		waitState(t, start, "optimal", 3*time.Minute)
 		mustFabraid(t, "volume", "list")
+		g.Signal(t, "optimal")
+
+		// b is powered off by c and booted again.
+		g.Wait(t, "c", "b-degraded")
+		g.Wait(t, "b", "back")
+		waitState(t, start, "optimal", 5*time.Minute)
+		step(t, start, "b's members are back; scrubbing")
+		mustFabraid(t, "volume", "scrub", "v", "--wait")
+		in = showVolume(t)
+		if lt := in.LastTask; lt == nil || lt.Kind != "scrub" || lt.Error != "" || lt.Scrub == nil || lt.Scrub.Mismatches != 0 {
+			t.Fatalf("scrub after b's return: %+v", in.LastTask)
+		}
+		step(t, start, "scrub clean: %d stripes, 0 mismatches", in.LastTask.Scrub.Stripes)
+		g.Signal(t, "healed")
+		g.Wait(t, "c", "intact")
+		g.Wait(t, "b", "measured")
+		mustFabraid(t, "cluster", "status")
 		step(t, start, "done")
 		g.Signal(t, "done")
-	case "b", "c":
-		g.Wait(t, "a", "created")
-		head := waitHead(t, start)
-		other := map[string]string{"b": "c", "c": "b"}[g.Name]
-		sum := writeRegion(t, head, regionOf(g.Name), uint64(g.Name[0]))
-		if err := os.WriteFile(filepath.Join(g.Shared, "sum-"+g.Name), []byte(sum), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		step(t, start, "wrote %d bytes at %d through %s: sha256 %s", regionBytes, regionOf(g.Name), head, sum[:16])
-		g.Signal(t, "written")
-		g.Wait(t, other, "written")
-		want, _ := os.ReadFile(filepath.Join(g.Shared, "sum-"+other))
-		if got := readRegion(t, head, regionOf(other)); got != string(want) {
-			t.Fatalf("region of %s read through %s: sha256 %s, %s wrote %s", other, head, got, other, want)
-		}
-		if got := readRegion(t, head, regionOf(g.Name)); got != sum {
-			t.Fatalf("own region read back: sha256 %s, wrote %s", got, sum)
-		}
-		step(t, start, "read %s's region through %s: checksum matches", other, head)
-		in := showVolume(t)
-		if in.Owner != "a" || in.Device != head {
-			t.Fatalf("volume show on %s: owner %q device %q, want a, %s", g.Name, in.Owner, in.Device, head)
-		}
-		if out, err := fabraid(t, "volume", "scrub", "v"); err == nil || !strings.Contains(out, "run by node a") {
-			t.Errorf("scrub on non-owner %s: %v %s, want refused naming a", g.Name, err, out)
-		}
-		g.Signal(t, "verified")
-		g.Wait(t, "a", "done")
+	case "b":
+		verifier(t, g, start)
+		g.Wait(t, "a", "done") // powered off meanwhile
+	case "c":
+		verifier(t, g, start)
+		g.Wait(t, "a", "optimal")
+		loseNode(t, g, start, "b")
 	}
 }
 
-// formCluster starts fabraidd (claiming both disks) and makes the
-// cluster: init on a, join b then c.
+// verifier writes this node's region through its consumer device and
+// checks the other verifier's.
+func verifier(t *testing.T, g *vmtest.Env, start time.Time) {
+	g.Wait(t, "a", "created")
+	head := waitHead(t, start)
+	other := map[string]string{"b": "c", "c": "b"}[g.Name]
+	sum := writeRegion(t, head, regionOf(g.Name), regionBytes, uint64(g.Name[0]))
+	if err := os.WriteFile(filepath.Join(g.Shared, "sum-"+g.Name), []byte(sum), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	step(t, start, "wrote %d bytes at %d through %s: sha256 %s", regionBytes, regionOf(g.Name), head, sum[:16])
+	g.Signal(t, "written")
+	g.Wait(t, other, "written")
+	want, _ := os.ReadFile(filepath.Join(g.Shared, "sum-"+other))
+	if got := readRegion(t, head, regionOf(other), regionBytes); got != string(want) {
+		t.Fatalf("region of %s read through %s: sha256 %s, %s wrote %s", other, head, got, other, want)
+	}
+	if got := readRegion(t, head, regionOf(g.Name), regionBytes); got != sum {
+		t.Fatalf("own region read back: sha256 %s, wrote %s", got, sum)
+	}
+	step(t, start, "read %s's region through %s: checksum matches", other, head)
+	in := showVolume(t)
+	if in.Owner != "a" || in.Device != head {
+		t.Fatalf("volume show on %s: owner %q device %q, want a, %s", g.Name, in.Owner, in.Device, head)
+	}
+	if out, err := fabraid(t, "volume", "scrub", "v"); err == nil || !strings.Contains(out, "run by node a") {
+		t.Errorf("scrub on non-owner %s: %v %s, want refused naming a", g.Name, err, out)
+	}
+	g.Signal(t, "verified")
+}
+
+// loseNode (on c) writes the window continuously while it powers node off,
+// waits until the volume is degraded with node's members failed, writes
+// the window once more, boots node again and checks every region once the
+// owner has healed the volume.
+func loseNode(t *testing.T, g *vmtest.Env, start time.Time, node string) {
+	head := waitHead(t, start)
+	stop := make(chan struct{})
+	werr := make(chan error, 1)
+	writes := 0
+	go func() {
+		var err error
+		for i := 0; err == nil; i++ {
+			select {
+			case <-stop:
+				werr <- nil
+				return
+			default:
+			}
+			off := int64(windowOff + (i%4)*(64<<10))
+			_, err = writeAt(head, off, 64<<10, uint64(1000+i))
+			writes++
+		}
+		werr <- err
+	}()
+	time.Sleep(2 * time.Second)
+	step(t, start, "powering %s off under the writer (%d writes so far)", node, writes)
+	killed := time.Now()
+	g.Kill(t, node)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		b, err := osexec.Command("/usr/bin/fabraid", "volume", "show", "v", "--json").CombinedOutput()
+		var in volmgr.Info
+		if err != nil || json.Unmarshal(b, &in) != nil {
+			step(t, start, "volume show: %v %s", err, bytes.TrimSpace(b))
+			if time.Now().After(deadline) {
+				t.Fatalf("volume show fails 2 min after the power cut of %s", node)
+			}
+			time.Sleep(time.Second)
+			continue
+		}
+		var failed []string
+		for _, m := range in.Members {
+			if m.Domain == node && strings.Contains(m.Role, "fail") {
+				failed = append(failed, fmt.Sprintf("slot %d %s", m.Slot, m.Failure))
+			}
+		}
+		if in.State == "degraded" && len(failed) == 2 {
+			step(t, start, "volume degraded %.1f s after the power cut: %s's members failed: %v", time.Since(killed).Seconds(), node, failed)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("volume not degraded with %s's members failed 2 min after the power cut: %s %+v", node, in.State, in.Members)
+		}
+		time.Sleep(time.Second)
+	}
+	close(stop)
+	if err := <-werr; err != nil {
+		t.Fatalf("write through %s failed while %s was lost: %v", head, node, err)
+	}
+	step(t, start, "%d writes while %s was powered off, none failed", writes, node)
+	sum := writeRegion(t, head, windowOff, windowBytes, 77)
+	g.Signal(t, "b-degraded")
+	step(t, start, "booting %s again with the same disks", node)
+	g.Boot(t, node)
+	g.Wait(t, "a", "healed")
+	if got := readRegion(t, head, windowOff, windowBytes); got != sum {
+		t.Fatalf("window written while %s was away: sha256 %s, wrote %s", node, got, sum)
+	}
+	for _, n := range []string{"b", "c"} {
+		want, _ := os.ReadFile(filepath.Join(g.Shared, "sum-"+n))
+		if got := readRegion(t, head, regionOf(n), regionBytes); got != string(want) {
+			t.Fatalf("region of %s after %s's return: sha256 %s, want %s", n, node, got, want)
+		}
+	}
+	step(t, start, "every region reads back intact")
+	g.Signal(t, "intact")
+	g.Wait(t, "a", "done")
+}
+
+// returnedNode is a node's boot after its power cut: fabraidd starts from
+// the state disk (no claim, no join), the owner re-adds its members; it
+// measures what the resync wrote to its member drives.
+func returnedNode(t *testing.T, g *vmtest.Env, start time.Time) {
+	step(t, start, "boot %d: starting fabraidd from the state disk", g.BootNum)
+	before := sectorsWritten(t, g.Disks[:2])
+	startDaemonClaiming(t, g, nil)
+	g.Signal(t, "back")
+	g.Wait(t, "a", "healed")
+	after := sectorsWritten(t, g.Disks[:2])
+	for i, d := range g.Disks[:2] {
+		n := (after[i] - before[i]) * 512
+		step(t, start, "resync wrote %d bytes to member %s (%.2f%% of %d)", n, d, 100*float64(n)/memberBytes, memberBytes)
+		if n <= 0 || n > memberBytes/8 {
+			t.Errorf("member %s: %d bytes written by the resync, want > 0 and at most 1/8 of the member (%d)", d, n, memberBytes/8)
+		}
+	}
+	g.Signal(t, "measured")
+	g.Wait(t, "a", "done")
+}
+
+// sectorsWritten reads the sectors written of each disk (/sys/block/X/stat).
+func sectorsWritten(t *testing.T, disks []string) []int64 {
+	t.Helper()
+	var out []int64
+	for _, d := range disks {
+		b, err := os.ReadFile(filepath.Join("/sys/block", filepath.Base(d), "stat"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := strings.Fields(string(b))
+		n, _ := strconv.ParseInt(f[6], 10, 64)
+		out = append(out, n)
+	}
+	return out
+}
+
+// mountState puts state_dir (/var/lib/fabraid) and the NVMe host identity
+// (/etc/nvme) on the guest's third disk, formatted on the first boot, so
+// a node powered off and booted again comes back as itself.
+func mountState(t *testing.T, g *vmtest.Env) {
+	t.Helper()
+	dev := g.Disks[2]
+	if g.BootNum == 1 {
+		if out, err := osexec.Command("mke2fs", "-q", dev).CombinedOutput(); err != nil {
+			t.Fatalf("mke2fs %s: %v %s", dev, err, out)
+		}
+	}
+	if err := os.MkdirAll("/var/lib/fabraid", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := osexec.Command("mount", "-t", "ext4", dev, "/var/lib/fabraid").CombinedOutput(); err != nil {
+		fs, _ := os.ReadFile("/proc/filesystems")
+		ls, _ := osexec.Command("ls", "-l", "/dev/", "/var/lib").CombinedOutput()
+		t.Fatalf("mount %s: %v %s\n%s\n%s", dev, err, out, fs, ls)
+	}
+	os.MkdirAll("/var/lib/fabraid/nvme", 0o755)
+	os.RemoveAll("/etc/nvme")
+	if err := os.Symlink("/var/lib/fabraid/nvme", "/etc/nvme"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// formCluster starts fabraidd (claiming the two member disks) and makes
+// the cluster: init on a, join b then c.
 func formCluster(t *testing.T, g *vmtest.Env, start time.Time) {
 	tokFile := func(n string) string { return filepath.Join(g.Shared, "token-"+n) }
 	switch g.Name {
 	case "a":
-		startDaemon(t, g)
+		startDaemonClaiming(t, g, g.Disks[:2])
 		mustFabraid(t, "cluster", "init", "--name", "vmtest")
 		for _, n := range []string{"b", "c"} {
 			tok := mustFabraid(t, "cluster", "token", "--ttl", "10m")
@@ -144,14 +335,14 @@ func formCluster(t *testing.T, g *vmtest.Env, start time.Time) {
 		g.Signal(t, "init")
 	case "b":
 		g.Wait(t, "a", "init")
-		startDaemon(t, g)
+		startDaemonClaiming(t, g, g.Disks[:2])
 		tok, _ := os.ReadFile(tokFile("b"))
 		mustFabraid(t, "cluster", "join", g.Addr("a"), "--token", string(tok))
 		step(t, start, "b joined")
 		g.Signal(t, "joined")
 	case "c":
 		g.Wait(t, "b", "joined")
-		startDaemon(t, g)
+		startDaemonClaiming(t, g, g.Disks[:2])
 		tok, _ := os.ReadFile(tokFile("c"))
 		mustFabraid(t, "cluster", "join", g.Addr("a"), "--token", string(tok))
 		step(t, start, "c joined")
@@ -228,16 +419,19 @@ func alignedBuf(t *testing.T, n int) []byte {
 	return b
 }
 
-// writeRegion writes regionBytes of seeded data at off with O_DIRECT and
-// returns its SHA-256.
-func writeRegion(t *testing.T, dev string, off int64, seed uint64) string {
-	t.Helper()
+// writeAt writes n bytes of seeded data at off with O_DIRECT and fsync
+// and returns their SHA-256.
+func writeAt(dev string, off int64, n int, seed uint64) (string, error) {
 	f, err := os.OpenFile(dev, os.O_WRONLY|unix.O_DIRECT, 0)
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	defer f.Close()
-	buf := alignedBuf(t, regionBytes)
+	buf, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	if err != nil {
+		return "", err
+	}
+	defer unix.Munmap(buf)
 	r := rand.New(rand.NewPCG(seed, 42))
 	for i := 0; i+8 <= len(buf); i += 8 {
 		v := r.Uint64()
@@ -246,29 +440,39 @@ func writeRegion(t *testing.T, dev string, off int64, seed uint64) string {
 		}
 	}
 	if _, err := f.WriteAt(buf, off); err != nil {
-		t.Fatalf("write %s at %d: %v", dev, off, err)
+		return "", fmt.Errorf("write %s at %d: %w", dev, off, err)
 	}
 	if err := f.Sync(); err != nil {
-		t.Fatal(err)
+		return "", fmt.Errorf("fsync %s: %w", dev, err)
 	}
 	s := sha256.Sum256(buf)
-	return hex.EncodeToString(s[:])
+	return hex.EncodeToString(s[:]), nil
 }
 
-// readRegion reads regionBytes at off with O_DIRECT and returns the SHA-256.
-func readRegion(t *testing.T, dev string, off int64) string {
+// writeRegion is writeAt, failing the test on an error.
+func writeRegion(t *testing.T, dev string, off int64, n int, seed uint64) string {
+	t.Helper()
+	sum, err := writeAt(dev, off, n, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sum
+}
+
+// readRegion reads n bytes at off with O_DIRECT and returns the SHA-256.
+func readRegion(t *testing.T, dev string, off int64, n int) string {
 	t.Helper()
 	f, err := os.OpenFile(dev, os.O_RDONLY|unix.O_DIRECT, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	buf := alignedBuf(t, regionBytes)
+	buf := alignedBuf(t, n)
 	if _, err := f.ReadAt(buf, off); err != nil {
 		t.Fatalf("read %s at %d: %v", dev, off, err)
 	}
 	if bytes.Count(buf, []byte{0}) == len(buf) {
-		t.Logf("region at %d of %s reads as zeroes", off, dev)
+		t.Logf("%d bytes at %d of %s read as zeroes", n, off, dev)
 	}
 	s := sha256.Sum256(buf)
 	return hex.EncodeToString(s[:])

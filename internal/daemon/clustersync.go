@@ -29,7 +29,9 @@ func (d *Daemon) reconcileCluster(ctx context.Context) error {
 		return errNoEtcd // registration makes it
 	}
 	secret := hs.Reveal()
-	v, err := readView(ctx, cli, self)
+	rctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+	v, err := readView(rctx, cli, self)
+	cancel()
 	if err != nil {
 		return err
 	}
@@ -67,15 +69,17 @@ func (d *Daemon) reconcileCluster(ctx context.Context) error {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	wctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+	defer cancel()
 	for u, ms := range res.Created {
-		if err := markReady(ctx, cli, u, ms); err != nil {
+		if err := markReady(wctx, cli, u, ms); err != nil {
 			errs = append(errs, err)
 		} else {
 			d.log.Info("volume created; ready", "uuid", volmgr.FormatUUID(u))
 		}
 	}
 	errs = append(errs, d.deleteOwned(ctx, cli, imp, paths)...)
-	if err := d.publishStatus(ctx, cli, v); err != nil {
+	if err := d.publishStatus(wctx, cli, v); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -179,6 +183,9 @@ func (d *Daemon) volumeStatus(vol model.Volume) model.VolumeStatus {
 	s.State, s.Error, s.Task = in.State, in.Error, in.Task
 	if in.Progress != nil {
 		s.Progress = in.Progress.Percent
+	}
+	if r := in.Rebuild; r != nil && r.Partial {
+		s.ResyncBytes = r.Bytes
 	}
 	for _, m := range in.Members {
 		ms := model.VolumeMemberStatus{Slot: m.Slot, Role: m.Role, Failure: m.Failure}

@@ -37,8 +37,15 @@ func (d *Daemon) currentView(ctx context.Context) (*clusterView, error) {
 	if cli == nil {
 		return nil, errNoEtcd
 	}
+	ctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+	defer cancel()
 	return readView(ctx, cli, d.opts.Config.NodeName)
 }
+
+// etcdTimeout bounds one read or write of the volume records: etcd
+// without quorum (or on a dead connection) must not hang the API or the
+// reconcile loop.
+const etcdTimeout = 10 * time.Second
 
 // clusterCreate places a new volume over the registry, writes its record
 // (state creating) and waits until its owner reports it ready (and this
@@ -63,7 +70,10 @@ func (d *Daemon) clusterCreate(ctx context.Context, q api.CreateRequest) (volmgr
 	}
 	rec.ChunkSize = q.ChunkSize
 	cli := d.cluster.Client()
-	if err := volumes.Create(ctx, cli, rec); err != nil {
+	cctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+	err = volumes.Create(cctx, cli, rec)
+	cancel()
+	if err != nil {
 		if errors.Is(err, volumes.ErrExists) || errors.Is(err, volumes.ErrInvalid) {
 			return volmgr.Info{}, fmt.Errorf("%w: %w", volmgr.ErrInvalid, err)
 		}
@@ -71,8 +81,8 @@ func (d *Daemon) clusterCreate(ctx context.Context, q api.CreateRequest) (volmgr
 	}
 	d.log.Info("volume record written; waiting for its owner", "volume", rec.Name, "uuid", rec.UUID, "owner", rec.Owner)
 	d.Kick()
-	ctx, cancel := context.WithTimeout(ctx, createWait)
-	defer cancel()
+	ctx, cancelWait := context.WithTimeout(ctx, createWait)
+	defer cancelWait()
 	var why string
 	for {
 		if v, err := d.currentView(ctx); err == nil {
@@ -216,17 +226,22 @@ func (d *Daemon) clusterDelete(ctx context.Context, ref string) error {
 	if !ok {
 		return fmt.Errorf("%w: %s", volmgr.ErrNotFound, ref)
 	}
-	if _, err := volumes.Modify(ctx, d.cluster.Client(), vol.UUID, func(r *model.Volume) error {
+	mctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+	_, err = volumes.Modify(mctx, d.cluster.Client(), vol.UUID, func(r *model.Volume) error {
 		r.State = model.VolumeDeleting
 		return nil
-	}); err != nil {
+	})
+	cancel()
+	if err != nil {
 		return err
 	}
 	d.Kick()
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
+	ctx, cancelWait := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancelWait()
 	for {
-		_, _, ok, err := volumes.Get(ctx, d.cluster.Client(), vol.UUID)
+		gctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+		_, _, ok, err := volumes.Get(gctx, d.cluster.Client(), vol.UUID)
+		cancel()
 		if err == nil && !ok {
 			return nil
 		}

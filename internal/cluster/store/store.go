@@ -128,7 +128,12 @@ func (s *Server) Close() { s.e.Close() }
 
 // Connect returns a client of endpoints that presents the node certificate.
 func Connect(endpoints []string, t *tls.Config) (*clientv3.Client, error) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, TLS: t, DialTimeout: 5 * time.Second, AutoSyncInterval: 30 * time.Second, Logger: zap.NewNop()})
+	// Keep-alive pings find a connection to a member whose node lost
+	// power (no RST ever comes): without them a request balanced onto it
+	// hangs until TCP gives up, minutes later. 5 s is the least etcd's
+	// server accepts (GRPCKeepAliveMinTime) before it sends GOAWAY.
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, TLS: t, DialTimeout: 5 * time.Second, AutoSyncInterval: 30 * time.Second,
+		DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: 3 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return nil, fmt.Errorf("store: connect %v: %w", endpoints, err)
 	}
