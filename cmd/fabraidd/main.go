@@ -102,7 +102,7 @@ func newEngineCmd(log *slog.Logger) *cobra.Command {
 				return usageError{errors.New("--volume, or --members and --socket, are required")}
 			}
 			return volmgr.ServeEngine(ctx, volmgr.ServeOptions{Members: strings.Split(members, ","), UblkID: ublkID, Socket: socket,
-				OwnerDomain: ownerDomain, Queues: queues, Log: log.With("engine", uuid, "pid", os.Getpid())})
+				OwnerDomain: ownerDomain, Queues: queues, Version: version, Log: log.With("engine", uuid, "pid", os.Getpid())})
 		},
 	}
 	f := cmd.Flags()
@@ -136,7 +136,8 @@ func serveUnit(ctx context.Context, cmd *cobra.Command, volume, cfgPath string, 
 	sddaemon.SdNotify(false, "STATUS=assembling "+volume)
 	defer sddaemon.SdNotify(false, sddaemon.SdNotifyStopping)
 	err = volmgr.ServeEngine(ctx, volmgr.ServeOptions{
-		Members: spec.Members, UblkID: spec.UblkID, Socket: spec.Socket, SpecPath: path, OwnerDomain: spec.OwnerDomain, Log: log,
+		Members: spec.Members, UblkID: spec.UblkID, Socket: spec.Socket, SpecPath: path, OwnerDomain: spec.OwnerDomain,
+		Log: log, Version: version,
 		Ready: func(ublkPath string) {
 			sddaemon.SdNotify(false, sddaemon.SdNotifyReady+"\nSTATUS=serving "+volume+" on "+ublkPath)
 		},

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/fabraid/fabraid/engine"
 	"github.com/fabraid/fabraid/engine/superblock"
@@ -145,10 +146,26 @@ func (m *Manager) List() []Info {
 		refs = append(refs, FormatUUID(u))
 	}
 	m.mu.Unlock()
+	// Concurrently: a slow engine costs List one call's time, not one
+	// per volume.
+	infos := make([]*Info, len(refs))
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, maxParallelStarts)
+	for i, r := range refs {
+		wg.Add(1)
+		slots <- struct{}{}
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			if in, err := m.Info(r); err == nil {
+				infos[i] = &in
+			}
+		}()
+	}
+	wg.Wait()
 	var out []Info
-	for _, r := range refs {
-		if in, err := m.Info(r); err == nil {
-			out = append(out, in)
+	for _, in := range infos {
+		if in != nil {
+			out = append(out, *in)
 		}
 	}
 	slices.SortFunc(out, func(a, b Info) int { return strings.Compare(a.Name, b.Name) })

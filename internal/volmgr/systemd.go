@@ -2,6 +2,7 @@ package volmgr
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -161,10 +162,16 @@ func (sc *systemdConn) start(ctx context.Context, runDir string, s EngineSpec, l
 		return nil, fmt.Errorf("volmgr: start %s: connect to systemd: %w", unit, err)
 	}
 	sock := EngineSocket(runDir, s.UUID)
-	ch := newChild(sock)
+	ch := newChildProto(sock, daemonProtocols, func(EngineVersion) string {
+		return fmt.Sprintf("`systemctl restart %s`", unit)
+	})
 	specPath := SpecPath(runDir, s.Name)
 	ue := &unitEngine{child: ch, unit: unit, spec: specPath, sc: sc}
-	if st, err := ch.Status(); err == nil && st.Engine.UUID == s.UUID {
+	st, err := ch.Status()
+	if errors.Is(err, ErrEngineProtocol) {
+		return nil, fmt.Errorf("volume %s: %w", s.Name, err)
+	}
+	if err == nil && st.Engine.UUID == s.UUID {
 		owner, err := c.GetUnitNameByPID(ctx, uint32(st.PID))
 		if err == nil && owner == unit {
 			log.Info("adopted engine unit", "volume", s.Name, "unit", unit, "pid", st.PID, "ublk", st.UblkPath)
