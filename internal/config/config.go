@@ -51,10 +51,11 @@ type Config struct {
 	// also runs its built-in discovery and merges) or NSDExclusive (return
 	// 0, Scale uses only fabraid's list).
 	NSDDiscovery string
-	// TargetBackend selects the NVMe-oF target backend plugin
-	// (/usr/libexec/fabraid/plugins/fabraid-plugin-<name>, see
-	// docs/plugins.md): BackendNvmet (default, the kernel target) or
-	// BackendSPDK (SPDK nvmf_tgt). Not yet used by fabraidd's export paths.
+	// TargetBackend selects the NVMe-oF target backend (docs/plugins.md):
+	// BackendNvmet (default: the kernel target, its backend in fabraidd's
+	// process), BackendNvmetPlugin (the same backend in the plugin process
+	// /usr/libexec/fabraid/plugins/fabraid-plugin-nvmet) or BackendSPDK
+	// (SPDK nvmf_tgt through fabraid-plugin-spdk).
 	TargetBackend string
 	// SPDKSocket is nvmf_tgt's JSON-RPC socket for BackendSPDK. Default
 	// /var/tmp/spdk.sock.
@@ -68,8 +69,9 @@ type Config struct {
 
 // Target backends (the target_backend key).
 const (
-	BackendNvmet = "nvmet"
-	BackendSPDK  = "spdk"
+	BackendNvmet       = "nvmet"
+	BackendNvmetPlugin = "nvmet-plugin"
+	BackendSPDK        = "spdk"
 )
 
 // Engine modes (the engine_mode key).
@@ -244,10 +246,10 @@ func (c *Config) set(key, val string) error {
 		}
 	case "target_backend":
 		switch val {
-		case BackendNvmet, BackendSPDK:
+		case BackendNvmet, BackendNvmetPlugin, BackendSPDK:
 			c.TargetBackend = val
 		default:
-			return fmt.Errorf("%q: want nvmet (the kernel target) or spdk (SPDK nvmf_tgt)", val)
+			return fmt.Errorf("%q: want nvmet (the kernel target), nvmet-plugin (the same through its plugin process) or spdk (SPDK nvmf_tgt)", val)
 		}
 	case "spdk_rpc_socket":
 		if !filepath.IsAbs(val) {

@@ -121,6 +121,9 @@ func TestParseTargetBackend(t *testing.T) {
 	if err != nil || c.TargetBackend != BackendSPDK || c.SPDKSocket != "/run/spdk/rpc.sock" {
 		t.Fatalf("spdk: %q %q %v", c.TargetBackend, c.SPDKSocket, err)
 	}
+	if c, err = Parse(strings.NewReader("target_backend = nvmet-plugin\n"), "t.conf"); err != nil || c.TargetBackend != BackendNvmetPlugin {
+		t.Fatalf("nvmet-plugin: %q %v", c.TargetBackend, err)
+	}
 	for _, bad := range []string{"target_backend = lio\n", "spdk_rpc_socket = spdk.sock\n"} {
 		if _, err := Parse(strings.NewReader(bad), "t.conf"); err == nil || !strings.Contains(err.Error(), "t.conf:1") {
 			t.Errorf("%q: error %v, want one naming t.conf:1", bad, err)

@@ -25,6 +25,7 @@ import (
 	"github.com/fabraid/fabraid/internal/unixsock"
 	"github.com/fabraid/fabraid/internal/volmgr"
 	"github.com/fabraid/fabraid/kernel/ublk"
+	"github.com/fabraid/fabraid/plugins/backend"
 )
 
 // Options configure the daemon.
@@ -39,6 +40,9 @@ type Options struct {
 	RunDir   string
 	Interval time.Duration // reconcile period; default 10 s
 	HostDir  string        // host NQN/ID directory; default /etc/nvme
+	// PluginDir is where target backend plugins are found; default
+	// /usr/libexec/fabraid/plugins (backend.Dir). For tests.
+	PluginDir string
 }
 
 // Daemon is a running fabraidd.
@@ -55,6 +59,9 @@ type Daemon struct {
 	errors atomic.Int64
 	status atomic.Value // string
 	mode   string       // config.EngineSystemd or config.EngineProcess
+	// plugin runs the target backend plugin; nil: the kernel backend runs
+	// in this process.
+	plugin *backend.Runner
 }
 
 // New prepares the daemon; nothing runs until Run.
@@ -73,8 +80,18 @@ func New(o Options) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	mgr, err := volmgr.New(volmgr.Options{Config: o.Config, Drives: drive.System(o.Config.StateDir), Log: o.Log, Start: start, HostDir: o.HostDir, Kick: d.Kick})
+	if d.plugin, err = d.targetBackend(); err != nil {
+		return nil, err
+	}
+	mo := volmgr.Options{Config: o.Config, Drives: drive.System(o.Config.StateDir), Log: o.Log, Start: start, HostDir: o.HostDir, Kick: d.Kick}
+	if d.plugin != nil {
+		// Volume and drive exports share the plugin (separate scopes).
+		mo.Target = d.plugin
+		d.loop.x.Target = d.plugin
+	}
+	mgr, err := volmgr.New(mo)
 	if err != nil {
+		d.closePlugin()
 		return nil, err
 	}
 	d.mgr = mgr
@@ -110,6 +127,14 @@ func (d *Daemon) starter() (volmgr.StartFunc, error) {
 		d.mgr.Forget(u, e)
 		d.Kick()
 	}), nil
+}
+
+// closePlugin stops the backend plugin process; the exports stay in the
+// target.
+func (d *Daemon) closePlugin() {
+	if d.plugin != nil {
+		d.plugin.Close()
+	}
 }
 
 // EngineMode is how engines run: config.EngineSystemd or
@@ -190,7 +215,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 		go msrv.Serve(mln)
 		defer msrv.Close()
 	}
-	d.log.Info("fabraidd starting", "node", c.NodeName, "engines", d.mode, "socket", c.APISocket, "metrics", c.MetricsAddress, "hostnqn", d.mgr.HostNQN())
+	defer d.closePlugin()
+	d.log.Info("fabraidd starting", "node", c.NodeName, "engines", d.mode, "target_backend", c.TargetBackend, "socket", c.APISocket, "metrics", c.MetricsAddress, "hostnqn", d.mgr.HostNQN())
 	// The API answers once the first reconcile has adopted or started the
 	// volumes, so the CLI never sees a half-known node.
 	d.reconcile(ctx)

@@ -159,11 +159,15 @@ func (st *Stage) Package(opts Options) ([]Built, error) {
 	return out, nil
 }
 
-// CompileBinaries builds fabraid and fabraidd for linux/goarch into dir:
-// static (CGO_ENABLED=0), -trimpath, stripped, version stamped.
+// CompileBinaries builds fabraid, fabraidd and the plugins for
+// linux/goarch into dir: static (CGO_ENABLED=0), -trimpath, stripped,
+// version stamped.
 func CompileBinaries(ctx context.Context, root, goarch, version, dir string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath",
-		"-ldflags", "-s -w -X main.version="+version, "-o", dir+"/", "./cmd/fabraid", "./cmd/fabraidd")
+	args := []string{"build", "-trimpath", "-ldflags", "-s -w -X main.version=" + version, "-o", dir + "/", "./cmd/fabraid", "./cmd/fabraidd"}
+	for _, p := range Plugins {
+		args = append(args, "./cmd/"+p)
+	}
+	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+goarch, "GOAMD64=v1", "GOARM64=v8.0")
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -306,7 +310,7 @@ func contents(p *Package, root, bin, gen string, mtime time.Time) files.Contents
 			c.Type = files.TypeDir
 		case f.Kind == Symlink:
 			c.Type, c.Source = files.TypeSymlink, f.Src
-		case f.Gen == GenFabraid || f.Gen == GenFabraidd:
+		case isBinary(f.Gen):
 			c.Source = filepath.Join(bin, f.Gen)
 		case strings.HasPrefix(f.Gen, GenMan):
 			c.Source = filepath.Join(gen, strings.TrimPrefix(f.Gen, GenMan)+".gz")

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -50,6 +51,7 @@ const (
 	DataDir       = "/usr/share/fabraid"                     // %{_datadir}/fabraid
 	ScaleDir      = "/usr/share/fabraid/scale"               // %{_datadir}/fabraid/scale
 	LibexecDir    = "/usr/libexec/fabraid"                   // %{_libexecdir}/fabraid
+	PluginDir     = "/usr/libexec/fabraid/plugins"           // target backend plugins (plugins/backend.Dir)
 	DocDir        = "/usr/share/doc/fabraid"                 // %{_docdir}/fabraid
 	ManDir        = "/usr/share/man"                         // %{_mandir}
 	CompletionDir = "/usr/share/bash-completion/completions" // %{bash_completions_dir}
@@ -96,11 +98,22 @@ type Package struct {
 
 // Generated file names (File.Gen).
 const (
-	GenFabraid    = "fabraid"
-	GenFabraidd   = "fabraidd"
-	GenCompletion = "completion"
-	GenMan        = "man:" // followed by the page's file name, e.g. man:fabraid.1
+	GenFabraid  = "fabraid"
+	GenFabraidd = "fabraidd"
+	// The target backend plugins (docs/plugins.md), built like fabraidd.
+	GenPluginNvmet = "fabraid-plugin-nvmet"
+	GenPluginSPDK  = "fabraid-plugin-spdk"
+	GenCompletion  = "completion"
+	GenMan         = "man:" // followed by the page's file name, e.g. man:fabraid.1
 )
+
+// Plugins are the plugin binaries shipped in PluginDir (File.Gen names).
+var Plugins = []string{GenPluginNvmet, GenPluginSPDK}
+
+// isBinary tells the File.Gen names that are compiled binaries.
+func isBinary(gen string) bool {
+	return gen == GenFabraid || gen == GenFabraidd || slices.Contains(Plugins, gen)
+}
 
 // Layout reads the checkout at root and returns the package definition.
 // manPages names the generated man pages (e.g. "fabraid.1", "fabraidd.8");
@@ -144,6 +157,12 @@ func Layout(root string, manPages []string) (*Package, error) {
 	add(File{Dst: DataDir, Mode: 0o755, Kind: Dir})
 	add(File{Dst: ScaleDir, Mode: 0o755, Kind: Dir})
 	add(File{Dst: LibexecDir, Mode: 0o755, Kind: Dir})
+	// fabraidd runs plugins only from here, root's and not writable by
+	// anyone else (plugins/backend CheckBinary).
+	add(File{Dst: PluginDir, Mode: 0o755, Kind: Dir})
+	for _, g := range Plugins {
+		add(File{Dst: PluginDir + "/" + g, Mode: 0o755, Gen: g})
+	}
 	steps := []func(string, *Package) error{addSystemd, addUdev, addDirFiles("packaging/modules-load.d", ModulesLoad, ".conf"),
 		addDirFiles("packaging/tmpfiles.d", TmpfilesDir, ".conf"), addScale}
 	for _, step := range steps {

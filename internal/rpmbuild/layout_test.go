@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/fabraid/fabraid/internal/config"
+	"github.com/fabraid/fabraid/plugins/backend"
 )
 
 // repoRoot is the checkout this package is in.
@@ -311,5 +312,21 @@ func TestSpecUpToDate(t *testing.T) {
 	}
 	if !bytes.Equal(got, want) {
 		t.Fatalf("%s is out of date: run \"make rpm-spec\" and commit it", SpecPath)
+	}
+}
+
+// TestPluginDirIsTheDaemons: the RPMs install the plugins where fabraidd
+// looks for them (plugins/backend.Dir), one per backend.
+func TestPluginDirIsTheDaemons(t *testing.T) {
+	if PluginDir != backend.Dir {
+		t.Fatalf("PluginDir %s, fabraidd runs plugins from %s", PluginDir, backend.Dir)
+	}
+	for _, g := range Plugins {
+		if backend.Binary(backend.Dir, strings.TrimPrefix(g, "fabraid-plugin-")) != PluginDir+"/"+g {
+			t.Errorf("plugin %s is not backend.Binary of its name", g)
+		}
+		if _, err := os.Stat(filepath.Join("../../cmd", g, "main.go")); err != nil {
+			t.Errorf("plugin %s has no command: %v", g, err)
+		}
 	}
 }

@@ -267,7 +267,8 @@ func TestQueries(t *testing.T) {
 				"/usr/lib/systemd/system/fabraid-engine@.service", "/usr/lib/systemd/system-preset/50-fabraid.preset",
 				"/usr/lib/modules-load.d/fabraid.conf", "/usr/lib/tmpfiles.d/fabraid.conf", "/usr/share/man/man1/fabraid.1.gz",
 				"/usr/share/man/man8/fabraidd.8.gz", "/usr/share/bash-completion/completions/fabraid", "/usr/share/fabraid/scale",
-				"/usr/share/fabraid/scale/nsddevices", "/usr/libexec/fabraid/fabraid-scale-prestartup"} {
+				"/usr/share/fabraid/scale/nsddevices", "/usr/libexec/fabraid/fabraid-scale-prestartup",
+				"/usr/libexec/fabraid/plugins", "/usr/libexec/fabraid/plugins/fabraid-plugin-nvmet", "/usr/libexec/fabraid/plugins/fabraid-plugin-spdk"} {
 				if !got[p] {
 					t.Errorf("package lacks %s", p)
 				}
@@ -338,7 +339,7 @@ func TestArchitectures(t *testing.T) {
 		if strings.HasSuffix(name, "aarch64") {
 			want = elf.EM_AARCH64
 		}
-		for _, b := range []string{"usr/bin/fabraid", "usr/sbin/fabraidd"} {
+		for _, b := range []string{"usr/bin/fabraid", "usr/sbin/fabraidd", "usr/libexec/fabraid/plugins/fabraid-plugin-nvmet", "usr/libexec/fabraid/plugins/fabraid-plugin-spdk"} {
 			if m := elfMachine(t, filepath.Join(root, b)); m != want {
 				t.Errorf("%s: %s is %v, want %v", name, b, m, want)
 			}

@@ -62,6 +62,8 @@ func specFiles(p *Package) specFile {
 		"install -d -m 0755 %{buildroot}%{_datadir}/fabraid/scale",
 		"if [ -d packaging/scale ]; then cp -pr packaging/scale/. %{buildroot}%{_datadir}/fabraid/scale/; fi",
 		"install -d -m 0755 %{buildroot}%{_libexecdir}/fabraid",
+		"install -d -m 0755 %{buildroot}%{_libexecdir}/fabraid/plugins",
+		"install -p -m 0755 bin/fabraid-plugin-* %{buildroot}%{_libexecdir}/fabraid/plugins/",
 		"for f in packaging/scale/fabraid-*; do [ -x \"$f\" ] && ln -s ../../share/fabraid/scale/${f##*/} %{buildroot}%{_libexecdir}/fabraid/; done",
 	}
 	s.Files = []string{
@@ -143,7 +145,7 @@ BuildRequires:  systemd-rpm-macros
 %build
 export CGO_ENABLED=0
 if [ -d vendor ]; then export GOFLAGS=-mod=vendor; fi
-go build -trimpath -ldflags "-s -w -X main.version=%{version}" -o bin/ ./cmd/fabraid ./cmd/fabraidd
+go build -trimpath -ldflags "-s -w -X main.version=%{version}" -o bin/ ./cmd/fabraid ./cmd/fabraidd ./cmd/fabraid-plugin-*
 ./bin/fabraid man man
 ./bin/fabraidd man man
 ./bin/fabraid completion bash > fabraid.bash

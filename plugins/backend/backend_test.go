@@ -350,7 +350,29 @@ func TestCheckBinaryRefusesWritableOrSymlink(t *testing.T) {
 	if err := os.Symlink(p, dir+"/link"); err != nil {
 		t.Fatal(err)
 	}
-	if err := CheckBinary(dir + "/link"); err == nil {
-		t.Fatal("symlink accepted")
+	if err := CheckBinary(dir + "/link"); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Fatalf("symlink accepted: %v", err)
+	}
+	// A directory anybody in the group can write to: the binary could be
+	// replaced by a rename.
+	sub := dir + "/plugins"
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	q := sub + "/fabraid-plugin-y"
+	if err := os.WriteFile(q, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckBinary(q); err != nil {
+		t.Fatalf("plugin in a 0755 directory refused: %v", err)
+	}
+	if err := os.Chmod(sub, 0o775); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckBinary(q); err == nil || !strings.Contains(err.Error(), "directory "+sub) {
+		t.Fatalf("plugin in a group-writable directory: %v, want a refusal naming the directory", err)
+	}
+	if err := CheckBinary("fabraid-plugin-y"); err == nil {
+		t.Fatal("relative path accepted")
 	}
 }

@@ -53,25 +53,59 @@ func Binary(dir, name string) string {
 	return filepath.Join(dir, "fabraid-plugin-"+name)
 }
 
-// CheckBinary refuses a plugin binary that anybody but root or the
-// daemon's own user could have replaced: it must be a regular file owned
-// by uid 0 or os.Getuid(), not writable by group or others, executable.
+// CheckBinary refuses a plugin binary that anybody but root (or the
+// daemon's own user, for a daemon not run as root: tests) could have
+// replaced: it must be a regular file (no symlink), executable by its
+// owner, owned by uid 0 or os.Getuid() and not writable by group or others,
+// and so must every directory above it (a directory with the sticky bit,
+// like /tmp, may be writable by others: they cannot rename what is not
+// theirs). Refusals say which path is wrong and why.
 func CheckBinary(path string) error {
+	if !filepath.IsAbs(path) {
+		return fmt.Errorf("plugin %s: not an absolute path", path)
+	}
 	st, err := os.Lstat(path)
 	if err != nil {
 		return fmt.Errorf("plugin %s: %w", path, err)
 	}
 	if !st.Mode().IsRegular() {
-		return fmt.Errorf("plugin %s: not a regular file (%s)", path, st.Mode().Type())
-	}
-	if st.Mode().Perm()&0o022 != 0 {
-		return fmt.Errorf("plugin %s: mode %v is writable by group or others", path, st.Mode().Perm())
+		return fmt.Errorf("plugin %s: not a regular file (%s); refusing to run it", path, st.Mode().Type())
 	}
 	if st.Mode().Perm()&0o100 == 0 {
 		return fmt.Errorf("plugin %s: not executable by its owner", path)
 	}
+	if err := checkOwnerMode(path, st, false); err != nil {
+		return err
+	}
+	for dir := filepath.Dir(path); ; dir = filepath.Dir(dir) {
+		dst, err := os.Lstat(dir)
+		if err != nil {
+			return fmt.Errorf("plugin %s: directory %s: %w", path, dir, err)
+		}
+		if dst.Mode()&os.ModeSymlink != 0 {
+			if dst, err = os.Stat(dir); err != nil { // /lib -> usr/lib style links are root's
+				return fmt.Errorf("plugin %s: directory %s: %w", path, dir, err)
+			}
+		}
+		if err := checkOwnerMode(path+": directory "+dir, dst, true); err != nil {
+			return err
+		}
+		if dir == "/" {
+			return nil
+		}
+	}
+}
+
+// checkOwnerMode refuses st unless it is owned by root or the daemon's user
+// and not writable by group or others (sticky directories excepted from
+// the mode check only).
+func checkOwnerMode(what string, st os.FileInfo, dir bool) error {
+	sticky := dir && st.Mode()&os.ModeSticky != 0
+	if st.Mode().Perm()&0o022 != 0 && !sticky {
+		return fmt.Errorf("plugin %s: mode %v is writable by group or others; refusing to run it", what, st.Mode().Perm())
+	}
 	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Uid != 0 && int(sys.Uid) != os.Getuid() {
-		return fmt.Errorf("plugin %s: owned by uid %d, want root or %d", path, sys.Uid, os.Getuid())
+		return fmt.Errorf("plugin %s: owned by uid %d, want root (0) or %d; refusing to run it", what, sys.Uid, os.Getuid())
 	}
 	return nil
 }
@@ -198,7 +232,7 @@ func explainStart(err error) error {
 func (h *Runner) Do(fn func(Backend) error) error {
 	be, err := h.Backend()
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrTransient, err)
+		return fmt.Errorf("%w: %w", ErrTransient, &startError{err})
 	}
 	err = fn(be)
 	if errors.Is(err, errConnection) {
@@ -221,14 +255,22 @@ func (h *Runner) Close() {
 
 var _ Backend = (*Runner)(nil)
 
-// call runs fn on the plugin and, when the plugin died during the call,
-// once more on a restarted plugin: every Backend method is idempotent and
-// a restarted plugin derives everything from the target's actual state,
-// so the second run finishes what the first one started.
+// startError marks a Do that failed to start the plugin.
+type startError struct{ err error }
+
+func (e *startError) Error() string { return e.err.Error() }
+func (e *startError) Unwrap() error { return e.err }
+
+// call runs fn on the plugin and, when the plugin died during the call (or
+// while it was being started), once more on a restarted plugin: every
+// Backend method is idempotent and a restarted plugin derives everything
+// from the target's actual state, so the second run finishes what the
+// first one started. A plugin that cannot start at all fails twice.
 func (h *Runner) call(fn func(Backend) error) error {
 	err := h.Do(fn)
-	if errors.Is(err, errConnection) {
-		h.cfg.Logger.Warn("backend plugin died during a call; restarting it", "plugin", h.cfg.Path, "error", err)
+	var se *startError
+	if errors.Is(err, errConnection) || errors.As(err, &se) {
+		h.cfg.Logger.Warn("backend plugin died or failed to start; restarting it", "plugin", h.cfg.Path, "error", err)
 		err = h.Do(fn)
 	}
 	return err

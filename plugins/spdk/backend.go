@@ -155,6 +155,9 @@ func validate(req backend.ApplyRequest) error {
 			if ns.NSID == 0 || !strings.HasPrefix(ns.Device, "/") {
 				return fmt.Errorf("export %s namespace %d: want an nsid and an absolute device: %w", e.NQN, ns.NSID, backend.ErrInvalid)
 			}
+			if _, err := hex.DecodeString(ns.NGUID); err != nil || (ns.NGUID != "" && len(ns.NGUID) != 32) {
+				return fmt.Errorf("export %s namespace %d: NGUID %q: want 32 hex digits: %w", e.NQN, ns.NSID, ns.NGUID, backend.ErrInvalid)
+			}
 		}
 	}
 	return nil
@@ -290,6 +293,9 @@ func (a *applier) namespaces(e backend.Export, cur *subsystem) error {
 		if ns.UUID != "" {
 			spec["uuid"] = strings.ToLower(ns.UUID)
 		}
+		if ns.NGUID != "" {
+			spec["nguid"] = strings.ToUpper(ns.NGUID) // as nvmf_get_subsystems reports it
+		}
 		if ns.ANAGroup > 1 {
 			spec["anagrpid"] = ns.ANAGroup
 		}
@@ -303,7 +309,8 @@ func (a *applier) namespaces(e backend.Export, cur *subsystem) error {
 func nsDiffers(nqn string, d backend.Namespace, a namespace) bool {
 	g := max(d.ANAGroup, 1)
 	ag := max(a.ANAGroup, 1)
-	return a.BdevName != bdevName(nqn, d.NSID, d.Device) || (d.UUID != "" && !strings.EqualFold(d.UUID, a.UUID)) || g != ag
+	return a.BdevName != bdevName(nqn, d.NSID, d.Device) || (d.UUID != "" && !strings.EqualFold(d.UUID, a.UUID)) ||
+		(d.NGUID != "" && !strings.EqualFold(d.NGUID, a.NGUID)) || g != ag
 }
 
 // bdev creates the bdev for device unless it exists.

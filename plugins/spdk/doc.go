@@ -8,14 +8,19 @@
 // (bdev_uring_create where rpc_get_methods lists it, else bdev_aio_create;
 // the bdev name is derived from the device path, so a changed device is a
 // changed bdev), subsystems with allow_any_host false and ana_reporting
-// true, namespaces with nsid, uuid and ANA group, listeners, hosts and
-// per-listener ANA states. Subsystems of the scope that are not desired
-// are deleted with their bdevs.
+// true, namespaces with nsid, uuid, nguid and ANA group, listeners, hosts
+// and per-listener ANA states. Subsystems of the scope that are not
+// desired are deleted with their bdevs.
 //
-// Limits of this version: DH-HMAC-CHAP keys (SPDK keyring_file_add_key +
-// add_host dhchap_key) and the namespace NGUID are not sent, because the
-// recorded exchanges this backend is tested against
-// (../shared/spdk/rpc-transcript.jsonl, a real SPDK v26.05) contain no
-// such request; a host with a key is refused with ErrNotSupported, and
-// SPDK picks the NGUID (List reports it). The bdev block size is 4096.
+// The NGUID is sent as 32 upper-case hex digits (the form
+// nvmf_get_subsystems reports; SPDK's nvmf_subsystem_add_ns decodes
+// exactly 32 hex digits). No recorded exchange carries it: the test double
+// accepts it as the one parameter taken from SPDK's documentation rather
+// than from the record (see double_test.go).
+//
+// Limit of this version: DH-HMAC-CHAP keys (SPDK keyring_file_add_key +
+// add_host dhchap_key) are not sent: rpc_get_methods of the recorded target
+// lists the keyring methods, but no recorded exchange shows how it answers
+// them, so a host with a key is refused with ErrNotSupported. The bdev
+// block size is 4096.
 package spdk

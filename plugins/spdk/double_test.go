@@ -2,6 +2,7 @@ package spdk
 
 import (
 	"bufio"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -67,6 +68,12 @@ func loadTranscript(t *testing.T) *transcript {
 			tr.accepted[m][k] = true
 		}
 	}
+	// The one parameter taken from SPDK's documentation (doc/jsonrpc.md,
+	// nvmf_subsystem_add_ns: "nguid", 16-byte NGUID as 32 hex digits)
+	// instead of a recorded request: without it a volume exported from
+	// two SPDK nodes would show hosts two NGUIDs and native multipath
+	// would not join the paths. Nothing else is accepted unrecorded.
+	tr.accepted["nvmf_subsystem_add_ns"]["namespace.nguid:string"] = true
 	if len(tr.ex) != 119 {
 		t.Fatalf("transcript has %d exchanges, want 119", len(tr.ex))
 	}
@@ -358,7 +365,16 @@ func (d *double) model(method string, p map[string]any) (any, string) {
 		if u == "" {
 			u = "463de09e-f5eb-4b58-ab5e-10af33c65995"
 		}
-		s.NS = append(s.NS, dns{NSID: id, Bdev: bdev, UUID: u, NGUID: "C448BDC32CE94058A7C740311F2AFADF", ANAGroup: num(ns["anagrpid"])})
+		g := "C448BDC32CE94058A7C740311F2AFADF" // the recorded target's pick
+		if v, ok := ns["nguid"]; ok {
+			// SPDK decodes exactly 32 hex digits; anything else fails to
+			// decode, answered like every decode failure.
+			if b, err := hex.DecodeString(str(v)); err != nil || len(b) != 16 {
+				return nil, "expect-error: unknown param key"
+			}
+			g = strings.ToUpper(str(v))
+		}
+		s.NS = append(s.NS, dns{NSID: id, Bdev: bdev, UUID: u, NGUID: g, ANAGroup: num(ns["anagrpid"])})
 		return id, ""
 	case "nvmf_subsystem_remove_ns":
 		if s == nil || !slices.ContainsFunc(s.NS, func(n dns) bool { return n.NSID == num(p["nsid"]) }) {

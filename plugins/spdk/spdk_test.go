@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -29,7 +30,7 @@ func device(t *testing.T) string {
 func desired(dev string) backend.Export {
 	return backend.Export{
 		NQN: scope + "v0", Serial: "fabraid0001", Model: "fabraid volume",
-		Namespaces: []backend.Namespace{{NSID: 1, Device: dev, UUID: "3b1f0e5c-8a5d-4c1e-9a0b-1c2d3e4f5a6b"}},
+		Namespaces: []backend.Namespace{{NSID: 1, Device: dev, UUID: "3b1f0e5c-8a5d-4c1e-9a0b-1c2d3e4f5a6b", NGUID: "3b1f0e5c8a5d4c1e9a0b1c2d3e4f5a6b"}},
 		Listeners:  []backend.Listener{{Transport: "tcp", Address: "127.0.0.1", ServiceID: "4420", ANAStates: map[uint32]string{1: "optimized"}}},
 		Hosts:      []backend.Host{{NQN: host1}},
 	}
@@ -73,7 +74,7 @@ func TestApplyAgainstRecordedTarget(t *testing.T) {
 		t.Fatalf("List = %+v, %v", got, err)
 	}
 	g := got[0]
-	if g.Serial != want.Serial || g.Namespaces[0].UUID != want.Namespaces[0].UUID || g.Listeners[0].ANAStates[1] != "optimized" || g.Hosts[0].NQN != host1 {
+	if g.Serial != want.Serial || g.Namespaces[0].UUID != want.Namespaces[0].UUID || g.Namespaces[0].NGUID != want.Namespaces[0].NGUID || g.Listeners[0].ANAStates[1] != "optimized" || g.Hosts[0].NQN != host1 {
 		t.Fatalf("List = %+v", g)
 	}
 
@@ -105,6 +106,22 @@ func TestApplyAgainstRecordedTarget(t *testing.T) {
 	}
 	if len(d.bdevs) != 1 || d.bdevs[bdevName(want.NQN, 1, want.Namespaces[0].Device)] == "" {
 		t.Fatalf("bdevs after device change: %v", d.bdevs)
+	}
+
+	// A changed NGUID is a new namespace carrying it (SPDK cannot change
+	// the NGUID of a namespace in place).
+	want.Namespaces[0].NGUID = "5e0b1c2d3e4f5a6b3b1f0e5c8a5d4c1e"
+	res, err = b.Apply(ctx, backend.ApplyRequest{Scope: scope, Exports: []backend.Export{want}})
+	if err != nil || !slices.ContainsFunc(res.Ops, func(o string) bool { return strings.HasPrefix(o, "add namespace 1") }) {
+		t.Fatalf("NGUID change: %q, %v", res.Ops, err)
+	}
+	if got, _ = b.List(ctx, scope); got[0].Namespaces[0].NGUID != want.Namespaces[0].NGUID {
+		t.Fatalf("after NGUID change List = %+v", got[0].Namespaces)
+	}
+	bad := want
+	bad.Namespaces = []backend.Namespace{{NSID: 1, Device: want.Namespaces[0].Device, NGUID: "3b1f0e5c-8a5d-4c1e-9a0b-1c2d3e4f5a6b"}}
+	if _, err := b.Apply(ctx, backend.ApplyRequest{Scope: scope, Exports: []backend.Export{bad}}); !errors.Is(err, backend.ErrInvalid) {
+		t.Fatalf("dashed NGUID: %v, want ErrInvalid", err)
 	}
 
 	// Remove, and an empty desired state of the scope leaves foreign
