@@ -57,6 +57,8 @@ type ServeOptions struct {
 	// is kept current (the ublk id once the device exists, the member list
 	// after a replace), so a restart by systemd serves the same device.
 	SpecPath string
+	// OwnerDomain is engine.Options.OwnerDomain ("" off).
+	OwnerDomain string
 	// Queues is the number of ublk queues (0: one per CPU this process may
 	// run on).
 	Queues int
@@ -158,7 +160,7 @@ func ServeEngine(ctx context.Context, o ServeOptions) error {
 		members = presentMembers(members, log)
 	}
 	exec := newExecutor(log)
-	vol, err := assemble(members, exec, log)
+	vol, err := assemble(members, o.OwnerDomain, exec, log)
 	if err != nil {
 		closeExecutor(exec)
 		return fmt.Errorf("assemble: %w", err)
@@ -336,10 +338,22 @@ func (c *child) Stop() error {
 	return fmt.Errorf("engine pid %d did not stop within 30s", st.PID)
 }
 
+// childArgs is the command line of s's engine child after the binary;
+// --owner-domain only when set, so that the command line of an engine
+// without it is what an older daemon ran.
+func childArgs(s EngineSpec, sock string) []string {
+	args := []string{"engine", "--uuid", FormatUUID(s.UUID), "--members", strings.Join(s.Members, ","),
+		"--ublk-id", strconv.Itoa(s.UblkID), "--socket", sock}
+	if s.OwnerDomain != "" {
+		args = append(args, "--owner-domain", s.OwnerDomain)
+	}
+	return args
+}
+
 // ChildStarter starts engines as child processes of binary ("fabraidd"),
-// run as "binary engine --uuid U --members a,b --ublk-id N --socket S". A
-// child already serving the volume (its socket answers with this UUID) is
-// adopted. onExit is called when a child started here exits.
+// run as "binary engine --uuid U --members a,b --ublk-id N --socket S
+// [--owner-domain D]". A child already serving the volume (its socket
+// answers with this UUID) is adopted. onExit is called when a child started here exits.
 func ChildStarter(binary, runDir string, log *slog.Logger, onExit func(u [16]byte, e Engine, err error)) StartFunc {
 	return func(ctx context.Context, s EngineSpec) (Engine, error) {
 		sock := EngineSocket(runDir, s.UUID)
@@ -357,8 +371,7 @@ func ChildStarter(binary, runDir string, log *slog.Logger, onExit func(u [16]byt
 		if err := os.MkdirAll(runDir, 0o700); err != nil {
 			return nil, err
 		}
-		cmd := exec.Command(binary, "engine", "--uuid", FormatUUID(s.UUID), "--members", strings.Join(s.Members, ","),
-			"--ublk-id", strconv.Itoa(s.UblkID), "--socket", sock)
+		cmd := exec.Command(binary, childArgs(s, sock)...)
 		// Logs go to a file, not a pipe: a child writing to a pipe whose
 		// reader (a previous daemon) is gone would die of SIGPIPE.
 		logPath := strings.TrimSuffix(sock, ".sock") + ".log"

@@ -85,7 +85,7 @@ func (m *Manager) ensureEngine(ctx context.Context, u [16]byte, v *onDisk, gateM
 		return nil
 	}
 	rec := m.loadRecord(u)
-	e, err := m.opts.Start(ctx, EngineSpec{UUID: u, Name: v.name, Members: v.members, UblkID: rec.UblkID})
+	e, err := m.opts.Start(ctx, EngineSpec{UUID: u, Name: v.name, Members: v.members, UblkID: rec.UblkID, OwnerDomain: v.ownerDomain})
 	m.mu.Lock()
 	m.errs[u] = err
 	if err == nil {

@@ -30,6 +30,9 @@ type EngineSpec struct {
 	Name    string
 	Members []string // member device paths (current view only)
 	UblkID  int      // device to re-attach or create; ublk.AnyID: any
+	// OwnerDomain is engine.Options.OwnerDomain: this node's failure
+	// domain for a cluster volume (owner-domain journaling), "" otherwise.
+	OwnerDomain string
 }
 
 // StartFunc starts the engine of a volume.
@@ -63,7 +66,7 @@ type Options struct {
 func StartInProcess(log *slog.Logger) StartFunc {
 	return func(_ context.Context, s EngineSpec) (Engine, error) {
 		exec := newExecutor(log)
-		vol, err := assemble(s.Members, exec, log)
+		vol, err := assemble(s.Members, s.OwnerDomain, exec, log)
 		if err != nil {
 			closeExecutor(exec)
 			return nil, fmt.Errorf("assemble volume %s: %w", s.Name, err)
@@ -156,6 +159,8 @@ type onDisk struct {
 	// present are the slots of the newest view whose drive was found.
 	present map[int]bool
 	sb      *superblock.Superblock
+	// ownerDomain is the plan's PlannedVolume.OwnerDomain (cluster mode).
+	ownerDomain string
 }
 
 // scanned is a claimed drive and the superblock read from it.

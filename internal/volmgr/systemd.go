@@ -194,9 +194,7 @@ func (sc *systemdConn) start(ctx context.Context, runDir string, s EngineSpec, l
 			return nil, fmt.Errorf("volmgr: reset-failed %s: %w", unit, err)
 		}
 	}
-	if err := WriteSpec(specPath, mergeSpec(specPath, SpecFile{
-		UUID: FormatUUID(s.UUID), Name: s.Name, Members: s.Members, UblkID: s.UblkID, Socket: sock,
-	})); err != nil {
+	if err := WriteSpec(specPath, mergeSpec(specPath, specFile(s, sock))); err != nil {
 		return nil, fmt.Errorf("volmgr: start %s: %w", unit, err)
 	}
 	t0 := time.Now()
@@ -221,6 +219,11 @@ func (sc *systemdConn) start(ctx context.Context, runDir string, s EngineSpec, l
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// specFile is the spec file of s's engine unit, answering on sock.
+func specFile(s EngineSpec, sock string) SpecFile {
+	return SpecFile{UUID: FormatUUID(s.UUID), Name: s.Name, Members: s.Members, UblkID: s.UblkID, Socket: sock, OwnerDomain: s.OwnerDomain}
 }
 
 // mergeSpec returns want, except that the ublk device id of the spec file
