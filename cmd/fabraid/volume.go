@@ -206,6 +206,9 @@ func newVolumeShowCmd() *cobra.Command {
 			}
 			if v.State != "stopped" && v.State != "waiting" {
 				fmt.Fprintf(w, "journal:  %s\n", journalText(v.Journal))
+				if v.OwnerJournal > 0 {
+					fmt.Fprintf(w, "          owner-domain journaling on: writes to the owner's %d member(s) survive the owner's loss with them\n", v.OwnerJournal)
+				}
 			}
 			if v.WriteHoleStripes > 0 {
 				fmt.Fprintf(w, "WARNING:  up to %d stripe(s) could not be made consistent after an unclean stop with a member lost\n"+

@@ -6,7 +6,7 @@
 //
 //	fabraidd [--config /etc/fabraid/fabraid.conf]
 //	fabraidd engine --volume NAME [--config PATH]                        (systemd unit fabraid-engine@NAME)
-//	fabraidd engine --uuid U --members A,B,... --ublk-id N --socket S   (child process of fabraidd)
+//	fabraidd engine --uuid U --members A,B,... --ublk-id N --socket S [--owner-domain D]   (child process of fabraidd)
 //
 // Exit codes: 0 stopped by SIGINT/SIGTERM, 1 failed, 2 bad usage or
 // configuration.
@@ -84,7 +84,7 @@ func newRootCmd(log *slog.Logger) *cobra.Command {
 }
 
 func newEngineCmd(log *slog.Logger) *cobra.Command {
-	var uuid, members, socket, volume, cfgPath string
+	var uuid, members, socket, volume, cfgPath, ownerDomain string
 	var ublkID, queues int
 	cmd := &cobra.Command{
 		Use: "engine (--volume NAME [--config PATH] | --uuid U --members A,B,... --ublk-id N --socket PATH)",
@@ -102,7 +102,7 @@ func newEngineCmd(log *slog.Logger) *cobra.Command {
 				return usageError{errors.New("--volume, or --members and --socket, are required")}
 			}
 			return volmgr.ServeEngine(ctx, volmgr.ServeOptions{Members: strings.Split(members, ","), UblkID: ublkID, Socket: socket,
-				Queues: queues, Log: log.With("engine", uuid, "pid", os.Getpid())})
+				OwnerDomain: ownerDomain, Queues: queues, Version: version, Log: log.With("engine", uuid, "pid", os.Getpid())})
 		},
 	}
 	f := cmd.Flags()
@@ -112,6 +112,7 @@ func newEngineCmd(log *slog.Logger) *cobra.Command {
 	f.StringVar(&members, "members", "", "member devices, comma-separated")
 	f.IntVar(&ublkID, "ublk-id", -1, "ublk device to re-attach (user recovery) or create; -1: any")
 	f.StringVar(&socket, "socket", "", "control socket")
+	f.StringVar(&ownerDomain, "owner-domain", "", "failure domain of this node: journal the data chunks on its members (owner-domain journaling); empty: off")
 	f.IntVar(&queues, "queues", 0, "ublk queues (0: one per CPU the engine may run on)")
 	return cmd
 }
@@ -135,7 +136,8 @@ func serveUnit(ctx context.Context, cmd *cobra.Command, volume, cfgPath string, 
 	sddaemon.SdNotify(false, "STATUS=assembling "+volume)
 	defer sddaemon.SdNotify(false, sddaemon.SdNotifyStopping)
 	err = volmgr.ServeEngine(ctx, volmgr.ServeOptions{
-		Members: spec.Members, UblkID: spec.UblkID, Socket: spec.Socket, SpecPath: path, Log: log,
+		Members: spec.Members, UblkID: spec.UblkID, Socket: spec.Socket, SpecPath: path, OwnerDomain: spec.OwnerDomain,
+		Log: log, Version: version,
 		Ready: func(ublkPath string) {
 			sddaemon.SdNotify(false, sddaemon.SdNotifyReady+"\nSTATUS=serving "+volume+" on "+ublkPath)
 		},

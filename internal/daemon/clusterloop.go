@@ -100,6 +100,15 @@ func (v *clusterView) node(name string) (model.NodeStatus, bool) {
 	return model.NodeStatus{}, false
 }
 
+// selfDomain is this node's failure domain: its registry record's
+// (failure_domain, default the node name), the node name without one.
+func (v *clusterView) selfDomain() string {
+	if n, ok := v.node(v.Self); ok && n.Domain != "" {
+		return n.Domain
+	}
+	return v.Self
+}
+
 // owned are the volumes this node owns.
 func (v *clusterView) owned() []model.Volume {
 	var out []model.Volume
@@ -200,7 +209,7 @@ func managerPlan(v *clusterView, imp plan.Import, paths map[[16]byte][]string) v
 		if vol.State == model.VolumeDeleting {
 			continue
 		}
-		pv := volmgr.PlannedVolume{UUID: o.UUID, Name: vol.Name, State: vol.State, Members: paths[o.UUID]}
+		pv := volmgr.PlannedVolume{UUID: o.UUID, Name: vol.Name, State: vol.State, Members: paths[o.UUID], OwnerDomain: v.selfDomain()}
 		pv.Config.K, pv.Config.M, pv.Config.Groups, pv.Config.ChunkSize = vol.K, vol.M, vol.Groups, vol.ChunkSize
 		pv.Config.MemberSize = vol.MemberSize
 		for _, m := range vol.Members {

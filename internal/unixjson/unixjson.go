@@ -55,6 +55,11 @@ func (c *Client) Socket() string { return c.socket }
 // out (when not nil). A transport failure wraps ErrUnreachable; a non-2xx
 // answer is a *StatusError.
 func (c *Client) Do(method, path string, in, out any) error {
+	return c.DoContext(context.Background(), method, path, in, out)
+}
+
+// DoContext is Do bounded by ctx as well as by the client's timeout.
+func (c *Client) DoContext(ctx context.Context, method, path string, in, out any) error {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -63,7 +68,7 @@ func (c *Client) Do(method, path string, in, out any) error {
 		}
 		body = bytes.NewReader(b)
 	}
-	req, err := http.NewRequest(method, "http://"+c.host+path, body)
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+c.host+path, body)
 	if err != nil {
 		return err
 	}

@@ -57,12 +57,93 @@ type ServeOptions struct {
 	// is kept current (the ublk id once the device exists, the member list
 	// after a replace), so a restart by systemd serves the same device.
 	SpecPath string
+	// OwnerDomain is engine.Options.OwnerDomain ("" off).
+	OwnerDomain string
 	// Queues is the number of ublk queues (0: one per CPU this process may
 	// run on).
 	Queues int
 	// Ready, when set, is called once the socket answers.
 	Ready func(ublkPath string)
 	Log   *slog.Logger
+	// Version is the binary version the engine reports (EngineVersion).
+	Version string
+}
+
+// servedEngine is what the engine socket serves.
+type servedEngine interface {
+	Engine
+	memberRemover
+}
+
+// engineMux serves the engine protocol (engineproto.go) for e: stop is
+// called on a stop request, changed after the member list changed.
+func engineMux(e servedEngine, version string, stop, changed func()) *http.ServeMux {
+	mux := http.NewServeMux()
+	reply := func(w http.ResponseWriter, v any, err error) {
+		w.Header().Set("Content-Type", "application/json")
+		if err != nil {
+			code := http.StatusInternalServerError
+			if errors.Is(err, ErrBusy) {
+				code = http.StatusConflict
+			}
+			w.WriteHeader(code)
+			json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+			return
+		}
+		json.NewEncoder(w).Encode(v)
+	}
+	mux.HandleFunc("GET /v1/version", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, EngineVersion{Protocol: EngineProtocol, MinProtocol: EngineProtocolMin, Version: version, PID: pid()}, nil)
+	})
+	handleVersions(mux, "GET", "/status", func(w http.ResponseWriter, r *http.Request) {
+		st, err := e.Status()
+		reply(w, st, err)
+	})
+	// Requests decode with unknown fields ignored: a newer daemon's
+	// additions do not break an older engine.
+	post := func(path string, f func(engineReq) error) {
+		handleVersions(mux, "POST", path, func(w http.ResponseWriter, r *http.Request) {
+			var q engineReq
+			if err := json.NewDecoder(r.Body).Decode(&q); err != nil && err != io.EOF {
+				reply(w, nil, err)
+				return
+			}
+			reply(w, map[string]bool{"ok": true}, f(q))
+		})
+	}
+	post("/fail", func(q engineReq) error { return e.Fail(q.Slot, q.Force) })
+	post("/removed", func(q engineReq) error {
+		err := e.Removed(q.Slot)
+		changed()
+		return err
+	})
+	post("/readd", func(q engineReq) error {
+		err := e.ReAdd(q.Slot, q.Path, q.Rate)
+		if err == nil {
+			changed()
+		}
+		return err
+	})
+	post("/replace", func(q engineReq) error {
+		err := e.Replace(q.Slot, q.Path, q.Rate)
+		if err == nil {
+			changed()
+		}
+		return err
+	})
+	post("/rebuild", func(q engineReq) error { return e.Rebuild(q.Rate) })
+	post("/scrub", func(q engineReq) error { return e.Scrub(q.Repair, q.Rate) })
+	post("/stop", func(engineReq) error {
+		stop()
+		return nil
+	})
+	// Profiles of the engine process (the socket is root-only):
+	// go tool pprof over the socket, e.g. curl --unix-socket S
+	// http://engine/debug/pprof/profile?seconds=10 > cpu.pprof.
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	return mux
 }
 
 // ServeEngine assembles the volume from o.Members, serves it as a ublk
@@ -79,7 +160,7 @@ func ServeEngine(ctx context.Context, o ServeOptions) error {
 		members = presentMembers(members, log)
 	}
 	exec := newExecutor(log)
-	vol, err := assemble(members, exec, log)
+	vol, err := assemble(members, o.OwnerDomain, exec, log)
 	if err != nil {
 		closeExecutor(exec)
 		return fmt.Errorf("assemble: %w", err)
@@ -106,69 +187,12 @@ func ServeEngine(ctx context.Context, o ServeOptions) error {
 		return fmt.Errorf("engine socket: %w", err)
 	}
 	stop := make(chan struct{}, 1)
-	mux := http.NewServeMux()
-	reply := func(w http.ResponseWriter, v any, err error) {
-		w.Header().Set("Content-Type", "application/json")
-		if err != nil {
-			code := http.StatusInternalServerError
-			if errors.Is(err, ErrBusy) {
-				code = http.StatusConflict
-			}
-			w.WriteHeader(code)
-			json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
-			return
-		}
-		json.NewEncoder(w).Encode(v)
-	}
-	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
-		st, err := l.Status()
-		reply(w, st, err)
-	})
-	post := func(path string, f func(engineReq) error) {
-		mux.HandleFunc("POST "+path, func(w http.ResponseWriter, r *http.Request) {
-			var q engineReq
-			if err := json.NewDecoder(r.Body).Decode(&q); err != nil && err != io.EOF {
-				reply(w, nil, err)
-				return
-			}
-			reply(w, map[string]bool{"ok": true}, f(q))
-		})
-	}
-	post("/fail", func(q engineReq) error { return l.Fail(q.Slot, q.Force) })
-	post("/removed", func(q engineReq) error {
-		err := l.Removed(q.Slot)
-		saveSpec(func(s *SpecFile) { s.Members = specMembers(vol.Status()) })
-		return err
-	})
-	post("/readd", func(q engineReq) error {
-		err := l.ReAdd(q.Slot, q.Path, q.Rate)
-		if err == nil {
-			saveSpec(func(s *SpecFile) { s.Members = specMembers(vol.Status()) })
-		}
-		return err
-	})
-	post("/replace", func(q engineReq) error {
-		err := l.Replace(q.Slot, q.Path, q.Rate)
-		if err == nil {
-			saveSpec(func(s *SpecFile) { s.Members = specMembers(vol.Status()) })
-		}
-		return err
-	})
-	post("/rebuild", func(q engineReq) error { return l.Rebuild(q.Rate) })
-	post("/scrub", func(q engineReq) error { return l.Scrub(q.Repair, q.Rate) })
-	post("/stop", func(engineReq) error {
+	mux := engineMux(l, o.Version, func() {
 		select {
 		case stop <- struct{}{}:
 		default:
 		}
-		return nil
-	})
-	// Profiles of the engine process (the socket is root-only):
-	// go tool pprof over the socket, e.g. curl --unix-socket S
-	// http://engine/debug/pprof/profile?seconds=10 > cpu.pprof.
-	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	}, func() { saveSpec(func(s *SpecFile) { s.Members = specMembers(vol.Status()) }) })
 	srv := &http.Server{Handler: mux}
 	go srv.Serve(ln)
 	log.Info("engine serving", "volume", vol.Name(), "ublk", l.Device().BlockPath(), "socket", socket)
@@ -230,20 +254,41 @@ func specMembers(st engine.Status) []string {
 	return out
 }
 
-// child is an Engine in another process, reached through its socket.
+// child is an Engine in another process, reached through its socket with
+// the negotiated protocol (engineproto.go).
 type child struct {
-	uc *unixjson.Client
+	uc    *unixjson.Client
+	proto *engineProto
 }
 
 func newChild(socket string) *child {
-	return &child{uc: unixjson.New(socket, "engine", 30*time.Second)}
+	return newChildProto(socket, daemonProtocols, func(ev EngineVersion) string {
+		if ev.PID > 0 {
+			return fmt.Sprintf("`kill %d` (the daemon starts a new one)", ev.PID)
+		}
+		return "a restart of its process (the daemon starts a new one)"
+	})
+}
+
+func newChildProto(socket string, r protoRange, restart func(EngineVersion) string) *child {
+	return &child{uc: unixjson.New(socket, "engine", engineCallTimeout), proto: &engineProto{r: r, restart: restart}}
 }
 
 func (c *child) call(method, path string, in, out any) error {
-	err := c.uc.Do(method, path, in, out)
+	timeout := engineCallTimeout
+	if method == "GET" {
+		timeout = engineStatusTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	p, err := c.proto.path(ctx, c.uc, path)
+	if err == nil {
+		err = c.uc.DoContext(ctx, method, p, in, out)
+	}
 	var se *unixjson.StatusError
 	switch {
 	case errors.Is(err, unixjson.ErrUnreachable):
+		c.proto.reset()
 		return fmt.Errorf("engine: %w", err)
 	case errors.As(err, &se) && se.Status == http.StatusConflict:
 		return fmt.Errorf("%w: %s", ErrBusy, se.Message)
@@ -293,23 +338,40 @@ func (c *child) Stop() error {
 	return fmt.Errorf("engine pid %d did not stop within 30s", st.PID)
 }
 
+// childArgs is the command line of s's engine child after the binary;
+// --owner-domain only when set, so that the command line of an engine
+// without it is what an older daemon ran.
+func childArgs(s EngineSpec, sock string) []string {
+	args := []string{"engine", "--uuid", FormatUUID(s.UUID), "--members", strings.Join(s.Members, ","),
+		"--ublk-id", strconv.Itoa(s.UblkID), "--socket", sock}
+	if s.OwnerDomain != "" {
+		args = append(args, "--owner-domain", s.OwnerDomain)
+	}
+	return args
+}
+
 // ChildStarter starts engines as child processes of binary ("fabraidd"),
-// run as "binary engine --uuid U --members a,b --ublk-id N --socket S". A
-// child already serving the volume (its socket answers with this UUID) is
-// adopted. onExit is called when a child started here exits.
+// run as "binary engine --uuid U --members a,b --ublk-id N --socket S
+// [--owner-domain D]". A child already serving the volume (its socket
+// answers with this UUID) is adopted. onExit is called when a child started here exits.
 func ChildStarter(binary, runDir string, log *slog.Logger, onExit func(u [16]byte, e Engine, err error)) StartFunc {
 	return func(ctx context.Context, s EngineSpec) (Engine, error) {
 		sock := EngineSocket(runDir, s.UUID)
 		c := newChild(sock)
-		if st, err := c.Status(); err == nil && st.Engine.UUID == s.UUID {
+		st, err := c.Status()
+		if err == nil && st.Engine.UUID == s.UUID {
 			log.Info("adopted running engine", "volume", s.Name, "pid", st.PID, "ublk", st.UblkPath)
 			return c, nil
+		}
+		if errors.Is(err, ErrEngineProtocol) {
+			// It serves the volume, in a protocol we cannot speak: a
+			// second engine would not get the ublk device.
+			return nil, fmt.Errorf("volume %s: %w", s.Name, err)
 		}
 		if err := os.MkdirAll(runDir, 0o700); err != nil {
 			return nil, err
 		}
-		cmd := exec.Command(binary, "engine", "--uuid", FormatUUID(s.UUID), "--members", strings.Join(s.Members, ","),
-			"--ublk-id", strconv.Itoa(s.UblkID), "--socket", sock)
+		cmd := exec.Command(binary, childArgs(s, sock)...)
 		// Logs go to a file, not a pipe: a child writing to a pipe whose
 		// reader (a previous daemon) is gone would die of SIGPIPE.
 		logPath := strings.TrimSuffix(sock, ".sock") + ".log"

@@ -73,6 +73,11 @@ type PlannedVolume struct {
 	// Force creates over members that carry a filesystem or another
 	// volume's superblock.
 	Force bool
+	// OwnerDomain is this node's failure domain: the engine journals
+	// the data chunks on the members there (engine.Options.OwnerDomain,
+	// owner-domain journaling), so a new owner repairs the stripes this
+	// node was writing when it died with them. "": off.
+	OwnerDomain string
 }
 
 // ExportHost is a host allowed on the volume exports.
@@ -197,7 +202,7 @@ func (m *Manager) createPlanned(v PlannedVolume) ([][16]byte, error) {
 	}
 	exec := newExecutor(m.log)
 	defer closeExecutor(exec)
-	vol, err := engine.Create(cfg, devs, v.Members, engine.Options{Logger: m.log, Executor: exec})
+	vol, err := engine.Create(cfg, devs, v.Members, engine.Options{Logger: m.log, Executor: exec, OwnerDomain: v.OwnerDomain})
 	if err != nil {
 		return nil, fmt.Errorf("create volume %s: %w", v.Name, err)
 	}
@@ -300,7 +305,7 @@ func (m *Manager) planVolumes(p *ClusterPlan) map[[16]byte]*onDisk {
 		if d == nil {
 			d = &onDisk{uuid: v.UUID, failed: map[int]string{}, returning: map[int]bool{}}
 		}
-		d.name = v.Name
+		d.name, d.ownerDomain = v.Name, v.OwnerDomain
 		out[v.UUID] = d
 	}
 	return out

@@ -12,7 +12,8 @@
 // running engines, /sys/kernel/config/nvmet and the NVMe controllers in sysfs.
 // Missing engines are assembled and started (a ublk device left by a dead
 // engine is re-attached with user recovery, so consumers see a pause, not an
-// error), the exports are converged with the target backend's Apply
+// error; the engines of different volumes start concurrently, see
+// engines.go for the locking rule), the exports are converged with the target backend's Apply
 // (plugins/backend, scope NQNPrefix: Options.Target, by default the kernel
 // nvmet backend in this process) and connections with nvmf.PlanConnections.
 //
@@ -35,5 +36,8 @@
 // interface: in this process (Local), in a supervised child process
 // (ChildStarter), or as the systemd unit fabraid-engine@<volume> started over
 // D-Bus (SystemdStarter, reading its spec file, see SpecFile).
-// ChooseEngineMode picks between the last two.
+// ChooseEngineMode picks between the last two. The daemon talks to engine
+// processes with a versioned protocol (engineproto.go): the daemon and an
+// engine of another version talk when their protocol ranges overlap, and
+// never otherwise.
 package volmgr

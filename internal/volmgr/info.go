@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/fabraid/fabraid/engine"
 	"github.com/fabraid/fabraid/engine/superblock"
@@ -42,6 +43,10 @@ type Info struct {
 	// wrong after the last unclean stop (a member lost at the crash
 	// itself; docs/engine.md, "write hole"). 0 is the normal case.
 	WriteHoleStripes int64 `json:"write_hole_stripes,omitempty"`
+	// OwnerJournal counts the members covered by owner-domain journaling
+	// (engine Status.OwnerJournal): writes to their data chunks survive
+	// the owner's loss with them. 0: off.
+	OwnerJournal int `json:"owner_journal,omitempty"`
 	// Rebuild is how much the running or last rebuild (or resync of
 	// returning members) rewrites (rebuildbytes.go).
 	Rebuild *RebuildBytes `json:"rebuild_bytes,omitempty"`
@@ -109,7 +114,7 @@ func (m *Manager) Info(ref string) (Info, error) {
 	in := Info{Name: s.Name, UUID: FormatUUID(u), State: State(s), Size: s.Size, K: s.Geometry.K, M: s.Geometry.M,
 		Groups: s.Geometry.Groups, ChunkSize: s.Geometry.ChunkSize, Device: head, NQN: NQN(u), Ublk: st.UblkPath,
 		EnginePID: st.PID, Task: st.Task, LastTask: st.LastTask, IO: &st.IO,
-		Journal: s.Journal, WriteHoleStripes: s.WriteHoleStripes, Rebuild: rebuildBytes(s)}
+		Journal: s.Journal, WriteHoleStripes: s.WriteHoleStripes, OwnerJournal: s.OwnerJournal, Rebuild: rebuildBytes(s)}
 	for _, ms := range s.Members {
 		role := strings.ToLower(ms.Role.String())
 		mi := MemberInfo{Slot: ms.Slot, Device: ms.Device, Domain: ms.Domain, Role: role, Resync: ms.Resync, Checkpoint: ms.Checkpoint}
@@ -141,10 +146,26 @@ func (m *Manager) List() []Info {
 		refs = append(refs, FormatUUID(u))
 	}
 	m.mu.Unlock()
+	// Concurrently: a slow engine costs List one call's time, not one
+	// per volume.
+	infos := make([]*Info, len(refs))
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, maxParallelStarts)
+	for i, r := range refs {
+		wg.Add(1)
+		slots <- struct{}{}
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			if in, err := m.Info(r); err == nil {
+				infos[i] = &in
+			}
+		}()
+	}
+	wg.Wait()
 	var out []Info
-	for _, r := range refs {
-		if in, err := m.Info(r); err == nil {
-			out = append(out, in)
+	for _, in := range infos {
+		if in != nil {
+			out = append(out, *in)
 		}
 	}
 	slices.SortFunc(out, func(a, b Info) int { return strings.Compare(a.Name, b.Name) })

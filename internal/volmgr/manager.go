@@ -30,6 +30,9 @@ type EngineSpec struct {
 	Name    string
 	Members []string // member device paths (current view only)
 	UblkID  int      // device to re-attach or create; ublk.AnyID: any
+	// OwnerDomain is engine.Options.OwnerDomain: this node's failure
+	// domain for a cluster volume (owner-domain journaling), "" otherwise.
+	OwnerDomain string
 }
 
 // StartFunc starts the engine of a volume.
@@ -63,7 +66,7 @@ type Options struct {
 func StartInProcess(log *slog.Logger) StartFunc {
 	return func(_ context.Context, s EngineSpec) (Engine, error) {
 		exec := newExecutor(log)
-		vol, err := assemble(s.Members, exec, log)
+		vol, err := assemble(s.Members, s.OwnerDomain, exec, log)
 		if err != nil {
 			closeExecutor(exec)
 			return nil, fmt.Errorf("assemble volume %s: %w", s.Name, err)
@@ -156,6 +159,8 @@ type onDisk struct {
 	// present are the slots of the newest view whose drive was found.
 	present map[int]bool
 	sb      *superblock.Superblock
+	// ownerDomain is the plan's PlannedVolume.OwnerDomain (cluster mode).
+	ownerDomain string
 }
 
 // scanned is a claimed drive and the superblock read from it.
@@ -276,52 +281,7 @@ func (m *Manager) reconcileLocked(ctx context.Context, skip map[[16]byte]bool) e
 	if err != nil {
 		return err
 	}
-	var errs []error
-	for u, v := range vols {
-		if skip[u] {
-			continue
-		}
-		m.mu.Lock()
-		e := m.engines[u]
-		m.names[u] = v.name
-		m.mu.Unlock()
-		if e != nil {
-			if st, err := e.Status(); err == nil {
-				if err := m.reAddReturning(e, st, v); err != nil {
-					errs = append(errs, err)
-				}
-				continue
-			}
-			m.log.Warn("engine does not answer; starting a new one", "volume", v.name)
-			m.Forget(u, e)
-		}
-		if !m.mayStart(u, v) {
-			continue
-		}
-		rec := m.loadRecord(u)
-		e, err := m.opts.Start(ctx, EngineSpec{UUID: u, Name: v.name, Members: v.members, UblkID: rec.UblkID})
-		m.mu.Lock()
-		m.errs[u] = err
-		if err == nil {
-			m.engines[u] = e
-		}
-		m.mu.Unlock()
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		st, err := e.Status()
-		if err == nil && st.UblkID != rec.UblkID {
-			if err := m.saveRecord(record{UUID: FormatUUID(u), Name: v.name, UblkID: st.UblkID}, u); err != nil {
-				errs = append(errs, fmt.Errorf("volume %s: save record: %w", v.name, err))
-			}
-		}
-		if err == nil {
-			if err := m.resyncReturning(e, st, v); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
+	errs := m.startEngines(ctx, vols, skip)
 	exports, xerrs := m.desiredExports(vols, skip)
 	errs = append(errs, xerrs...)
 	var heads map[string]string
@@ -496,15 +456,13 @@ func (m *Manager) freeDrives(vols map[[16]byte]*onDisk) ([]drive.Drive, error) {
 			used[p] = true
 		}
 	}
-	m.mu.Lock()
-	for _, e := range m.engines {
+	for _, e := range m.engineSnapshot() {
 		if st, err := e.Status(); err == nil {
 			for _, ms := range st.Engine.Members {
 				used[ms.Device] = true
 			}
 		}
 	}
-	m.mu.Unlock()
 	var out []drive.Drive
 	for _, d := range ds {
 		if !used[d.Path] {
@@ -788,8 +746,10 @@ func (m *Manager) Shutdown(ctx context.Context, stop bool) error {
 		}
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	for u, e := range m.engines {
+	engines := m.engines
+	m.engines = map[[16]byte]Engine{}
+	m.mu.Unlock()
+	for _, e := range engines {
 		if stop {
 			if err := e.Stop(); err != nil {
 				errs = append(errs, err)
@@ -797,7 +757,6 @@ func (m *Manager) Shutdown(ctx context.Context, stop bool) error {
 		} else if l, ok := e.(interface{ Abandon() }); ok {
 			l.Abandon()
 		}
-		delete(m.engines, u)
 	}
 	return errors.Join(errs...)
 }

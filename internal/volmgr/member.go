@@ -60,8 +60,9 @@ func closeExecutor(e engine.Executor) {
 	}
 }
 
-// assemble opens the members exclusively and assembles the volume with exec.
-func assemble(paths []string, exec engine.Executor, log *slog.Logger) (*engine.Volume, error) {
+// assemble opens the members exclusively and assembles the volume with exec
+// and owner-domain journaling for ownerDomain ("" off).
+func assemble(paths []string, ownerDomain string, exec engine.Executor, log *slog.Logger) (*engine.Volume, error) {
 	var devs []engine.Member
 	for _, p := range paths {
 		m, err := openMemberWait(p, log)
@@ -73,5 +74,5 @@ func assemble(paths []string, exec engine.Executor, log *slog.Logger) (*engine.V
 		}
 		devs = append(devs, m)
 	}
-	return engine.Assemble(devs, paths, engine.Options{Logger: log, Executor: exec})
+	return engine.Assemble(devs, paths, engine.Options{Logger: log, Executor: exec, OwnerDomain: ownerDomain})
 }

@@ -29,6 +29,8 @@ type SpecFile struct {
 	Members []string `json:"members"`
 	UblkID  int      `json:"ublk_id"` // ublk.AnyID: none yet
 	Socket  string   `json:"socket"`
+	// OwnerDomain is engine.Options.OwnerDomain; absent (older files): off.
+	OwnerDomain string `json:"owner_domain,omitempty"`
 }
 
 // SpecDir is the directory of the engine spec files.
@@ -101,7 +103,7 @@ func UpdateSpec(path string, f func(*SpecFile)) error {
 	old := s
 	old.Members = slices.Clone(s.Members)
 	f(&s)
-	if old.UblkID == s.UblkID && old.Name == s.Name && old.UUID == s.UUID && old.Socket == s.Socket &&
+	if old.UblkID == s.UblkID && old.Name == s.Name && old.UUID == s.UUID && old.Socket == s.Socket && old.OwnerDomain == s.OwnerDomain &&
 		slices.Equal(old.Members, s.Members) {
 		return nil
 	}

@@ -2,6 +2,7 @@ package volmgr
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -161,10 +162,16 @@ func (sc *systemdConn) start(ctx context.Context, runDir string, s EngineSpec, l
 		return nil, fmt.Errorf("volmgr: start %s: connect to systemd: %w", unit, err)
 	}
 	sock := EngineSocket(runDir, s.UUID)
-	ch := newChild(sock)
+	ch := newChildProto(sock, daemonProtocols, func(EngineVersion) string {
+		return fmt.Sprintf("`systemctl restart %s`", unit)
+	})
 	specPath := SpecPath(runDir, s.Name)
 	ue := &unitEngine{child: ch, unit: unit, spec: specPath, sc: sc}
-	if st, err := ch.Status(); err == nil && st.Engine.UUID == s.UUID {
+	st, err := ch.Status()
+	if errors.Is(err, ErrEngineProtocol) {
+		return nil, fmt.Errorf("volume %s: %w", s.Name, err)
+	}
+	if err == nil && st.Engine.UUID == s.UUID {
 		owner, err := c.GetUnitNameByPID(ctx, uint32(st.PID))
 		if err == nil && owner == unit {
 			log.Info("adopted engine unit", "volume", s.Name, "unit", unit, "pid", st.PID, "ublk", st.UblkPath)
@@ -187,9 +194,7 @@ func (sc *systemdConn) start(ctx context.Context, runDir string, s EngineSpec, l
 			return nil, fmt.Errorf("volmgr: reset-failed %s: %w", unit, err)
 		}
 	}
-	if err := WriteSpec(specPath, mergeSpec(specPath, SpecFile{
-		UUID: FormatUUID(s.UUID), Name: s.Name, Members: s.Members, UblkID: s.UblkID, Socket: sock,
-	})); err != nil {
+	if err := WriteSpec(specPath, mergeSpec(specPath, specFile(s, sock))); err != nil {
 		return nil, fmt.Errorf("volmgr: start %s: %w", unit, err)
 	}
 	t0 := time.Now()
@@ -214,6 +219,11 @@ func (sc *systemdConn) start(ctx context.Context, runDir string, s EngineSpec, l
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// specFile is the spec file of s's engine unit, answering on sock.
+func specFile(s EngineSpec, sock string) SpecFile {
+	return SpecFile{UUID: FormatUUID(s.UUID), Name: s.Name, Members: s.Members, UblkID: s.UblkID, Socket: sock, OwnerDomain: s.OwnerDomain}
 }
 
 // mergeSpec returns want, except that the ublk device id of the spec file
