@@ -192,3 +192,28 @@ func TestEngineProtocolUnknownFields(t *testing.T) {
 		t.Fatalf("answer with unknown fields: %+v, %v", st, err)
 	}
 }
+
+// volume show of a volume whose running engine speaks no protocol of
+// this daemon says so and how to restart it; the reconcile starts no
+// second engine.
+func TestEngineProtocolErrorInVolumeShow(t *testing.T) {
+	dir := t.TempDir()
+	u := [16]byte{3}
+	_, seen := serveSocketAt(t, EngineSocket(dir, u), versionDouble(EngineVersion{Protocol: 9, MinProtocol: 9, Version: "v9", PID: 77}))
+	m := lockManager(t, ChildStarter("/nonexistent/fabraidd", dir, slog.New(slog.DiscardHandler), nil))
+	errs := m.startEngines(t.Context(), map[[16]byte]*onDisk{u: completeVolume(u, "c")}, nil)
+	if len(errs) != 1 || !errors.Is(errs[0], ErrEngineProtocol) {
+		t.Fatalf("reconcile errors %v, want one ErrEngineProtocol", errs)
+	}
+	in, err := m.Info("c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.State != "stopped" || !strings.Contains(in.Error, "engine protocol 9..9 (binary v9) is newer than this fabraidd understands") ||
+		!strings.Contains(in.Error, "`kill 77`") {
+		t.Fatalf("volume show: state %q, error %q", in.State, in.Error)
+	}
+	if got := seen(); slices.ContainsFunc(got, func(r string) bool { return r != "GET /v1/version" }) {
+		t.Fatalf("the daemon sent %q to an engine it cannot speak to", got)
+	}
+}
