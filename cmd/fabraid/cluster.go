@@ -137,6 +137,9 @@ func printClusterStatus(out io.Writer, s api.ClusterStatus) {
 		health = "UNHEALTHY"
 	}
 	fmt.Fprintf(out, "cluster %s (%s etcd): %s, leader %s\n\n", s.Cluster, s.Etcd, health, orDash(s.Leader))
+	if s.Problem != "" {
+		fmt.Fprintf(out, "problem: %s\n\n", s.Problem)
+	}
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "MEMBER\tID\tROLE\tHEALTH\tPEER")
 	for _, m := range s.Members {

@@ -329,3 +329,33 @@ func TestExternalEtcd(t *testing.T) {
 		t.Errorf("status: %+v %v", st, err)
 	}
 }
+
+// TestStatusWithoutQuorum: with two of three etcd members dead, Status on
+// the survivor answers (members as it sees them, the reason in Problem)
+// instead of waiting for a leader; the context is only a watchdog.
+func TestStatusWithoutQuorum(t *testing.T) {
+	ctx := ctxT(t)
+	var c clock
+	n1, n2, n3 := newNode(t, "n1", &c), newNode(t, "n2", &c), newNode(t, "n3", &c)
+	if err := n1.Init(ctx, "test"); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*Node{n2, n3} {
+		if err := n.Join(ctx, joinAddr(n1), mustToken(t, n1, time.Hour)); err != nil {
+			t.Fatalf("join %s: %v", n.o.Name, err)
+		}
+	}
+	for _, n := range []*Node{n2, n3} {
+		n.crash = true
+		n.Close()
+	}
+	st, err := n1.Status(ctx)
+	if err != nil {
+		t.Fatalf("status without quorum: %v, want an answer", err)
+	}
+	if st.Healthy || st.Leader != "" || !strings.Contains(st.Problem, "no leader") || len(st.Members) != 3 {
+		t.Fatalf("status without quorum: healthy %v leader %q problem %q, %d members; want unhealthy, no leader, a problem, 3 members",
+			st.Healthy, st.Leader, st.Problem, len(st.Members))
+	}
+	t.Log(st.Problem)
+}

@@ -7,6 +7,8 @@ import (
 	"os"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/fabraid/fabraid/internal/cluster/model"
 	"github.com/fabraid/fabraid/internal/cluster/registry"
 	"github.com/fabraid/fabraid/internal/cluster/store"
@@ -16,8 +18,15 @@ import (
 // Status is the cluster as one node sees it (package model).
 type Status = model.Status
 
+// statusReadTimeout bounds the reads of Status that need a quorum (the
+// registry, the volumes): without one, a linearizable read waits for a
+// leader that may never come.
+const statusReadTimeout = 5 * time.Second
+
 // Status reads the members, their health, the node registry and the
-// volumes with their owners' statuses.
+// volumes with their owners' statuses. Without an etcd leader it returns
+// the members as this node sees them and says in Problem why the rest is
+// missing, instead of waiting for a quorum.
 func (n *Node) Status(ctx context.Context) (Status, error) {
 	n.mu.Lock()
 	cli, st := n.cli, n.st
@@ -46,19 +55,55 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 	if s.Leader == "" {
 		s.Healthy = false
 	}
+	if err := n.readRecords(ctx, cli, &s); err != nil {
+		if s.Leader != "" || ctx.Err() != nil {
+			return Status{}, err
+		}
+		s.Problem = fmt.Sprintf("etcd has no leader (%d of %d voting members answer): nodes and volumes cannot be read until a quorum is back: %v",
+			answering(s.Members), voters(s.Members), err)
+	}
+	return s, nil
+}
+
+// readRecords fills the registry and volume parts of s, each read bounded
+// by statusReadTimeout.
+func (n *Node) readRecords(ctx context.Context, cli *clientv3.Client, s *Status) error {
+	ctx, cancel := context.WithTimeout(ctx, statusReadTimeout)
+	defer cancel()
+	var err error
 	if s.Nodes, err = registry.List(ctx, cli); err != nil {
-		return Status{}, err
+		return err
 	}
 	vols, err := volumes.List(ctx, cli)
 	if err != nil {
-		return Status{}, err
+		return err
 	}
 	vs, err := volumes.ListStatus(ctx, cli)
 	if err != nil {
-		return Status{}, err
+		return err
 	}
 	s.Volumes = volumes.Summary(vols, vs)
-	return s, nil
+	return nil
+}
+
+func voters(ms []model.MemberStatus) int {
+	n := 0
+	for _, m := range ms {
+		if !m.Learner {
+			n++
+		}
+	}
+	return n
+}
+
+func answering(ms []model.MemberStatus) int {
+	n := 0
+	for _, m := range ms {
+		if !m.Learner && m.RaftIndex > 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // Leave takes this node out of its cluster: its registry record goes, its

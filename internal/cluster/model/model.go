@@ -72,7 +72,10 @@ type Status struct {
 	Members       []MemberStatus `json:"members"`
 	Leader        string         `json:"leader,omitempty"`
 	// Healthy: a leader is known and every voting member answers.
-	Healthy bool         `json:"healthy"`
+	Healthy bool `json:"healthy"`
+	// Problem says why part of the status could not be read (no etcd
+	// leader: the registry and volumes need a quorum).
+	Problem string       `json:"problem,omitempty"`
 	Nodes   []NodeStatus `json:"nodes"`
 	// Volumes are every volume record with its owner's status, by name.
 	Volumes []VolumeInfo `json:"volumes"`

@@ -262,7 +262,10 @@ type MemberStatus = model.MemberStatus
 // Members lists the members with their health: a member is healthy when
 // its client URL answers a status request within timeout.
 func Members(ctx context.Context, cli *clientv3.Client, timeout time.Duration) ([]MemberStatus, error) {
-	ml, err := cli.MemberList(ctx)
+	// Serializable: the member this client talks to answers from its own
+	// state, so the list (and each member's health) is available without a
+	// quorum, which is when an admin needs it most.
+	ml, err := cli.MemberList(ctx, clientv3.WithSerializable())
 	if err != nil {
 		return nil, fmt.Errorf("store: member list: %w", err)
 	}
