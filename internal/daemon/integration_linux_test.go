@@ -33,10 +33,16 @@ import (
 // create 4+2, kill -9 the engine (supervisor restarts it, ublk user
 // recovery), restart the daemon (engine adopted, same device identity),
 // fail a member and replace it with a rate-limited rebuild whose progress
-// the metrics endpoint shows, scrub clean, delete.
+// the metrics endpoint shows, scrub clean, delete. fabraidd runs with
+// target_backend = nvmet-plugin: every export goes through the
+// fabraid-plugin-nvmet process it started (checked after create and after
+// the daemon restart; none is left when it stops). The in-process default
+// stays covered by the volmgr, systemd and cluster guest tests.
 func TestIntegrationDaemon(t *testing.T) {
+	g := oneNode(t, "/usr/bin/fabraidd")
+	g.Files[nvmetPlugin] = vmtest.BuildBinary(t, "github.com/fabraid/fabraid/cmd/fabraid-plugin-nvmet")
 	vmtest.Run(t, vmtest.Options{
-		Guests:  []vmtest.GuestConfig{oneNode(t, "/usr/bin/fabraidd")},
+		Guests:  []vmtest.GuestConfig{g},
 		Timeout: 170 * time.Second,
 	}, daemonGuest)
 }
@@ -269,7 +275,7 @@ func metric(t *testing.T, name string) (string, bool) {
 
 func daemonGuest(t *testing.T, g *vmtest.Env) {
 	os.MkdirAll("/etc/fabraid", 0o755)
-	conf := "node_name = a\nstate_dir = /var/lib/fabraid\napi_socket = /run/fabraid/api.sock\nmetrics_address = 127.0.0.1:9436\n"
+	conf := "node_name = a\nstate_dir = /var/lib/fabraid\napi_socket = /run/fabraid/api.sock\nmetrics_address = 127.0.0.1:9436\ntarget_backend = nvmet-plugin\n"
 	if err := os.WriteFile("/etc/fabraid/fabraid.conf", []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -301,6 +307,8 @@ func daemonGuest(t *testing.T, g *vmtest.Env) {
 	if !strings.HasPrefix(in.Device, "/dev/nvme") || in.State != "optimal" || in.EnginePID == 0 {
 		t.Fatalf("created: %+v", in)
 	}
+	plugin := pluginChild(t, d)
+	t.Logf("export of %s through plugin process %d", in.UUID, plugin)
 	v := startVerifier(t, in.Device)
 	f := v.f
 
@@ -349,6 +357,9 @@ func daemonGuest(t *testing.T, g *vmtest.Env) {
 	re := show(t)
 	if re.EnginePID != after.EnginePID || re.UUID != in.UUID || re.Device != in.Device || re.NQN != in.NQN {
 		t.Errorf("after daemon restart: %+v, want engine %d and device %s", re, after.EnginePID, in.Device)
+	}
+	if p := pluginChild(t, d); p == plugin {
+		t.Errorf("plugin %d survived the daemon restart", p)
 	}
 	time.Sleep(time.Second)
 	v.check(t)
@@ -462,4 +473,36 @@ func daemonGuest(t *testing.T, g *vmtest.Env) {
 		t.Errorf("reconcile errors: %q", line)
 	}
 	d.stop(t)
+	if p := pluginPids(t); len(p) != 0 {
+		t.Errorf("plugin processes after fabraidd stopped: %v", p)
+	}
+}
+
+// pluginChild waits up to 30 s until exactly one nvmet plugin process runs
+// and it is d's child, and returns its pid.
+func pluginChild(t *testing.T, d *daemonProc) int {
+	t.Helper()
+	var pids []int
+	for t0 := time.Now(); time.Since(t0) < 30*time.Second; time.Sleep(100 * time.Millisecond) {
+		if pids = pluginPids(t); len(pids) == 1 && parentOf(pids[0]) == d.cmd.Process.Pid {
+			return pids[0]
+		}
+	}
+	t.Fatalf("plugin processes %v, want one child of fabraidd %d", pids, d.cmd.Process.Pid)
+	return 0
+}
+
+// parentOf returns pid's parent from /proc/pid/stat, 0 if unreadable.
+func parentOf(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// pid (comm) state ppid ...; comm may hold spaces and parentheses.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
 }
