@@ -24,9 +24,10 @@ type Status = model.Status
 const statusReadTimeout = 5 * time.Second
 
 // Status reads the members, their health, the node registry and the
-// volumes with their owners' statuses. Without an etcd leader it returns
-// the members as this node sees them and says in Problem why the rest is
-// missing, instead of waiting for a quorum.
+// volumes with their owners' statuses. When the registry cannot be read
+// in statusReadTimeout (no quorum; a member may still believe in a leader
+// for a while after losing it) it returns the members as this node sees
+// them and says in Problem why the rest is missing, instead of waiting.
 func (n *Node) Status(ctx context.Context) (Status, error) {
 	n.mu.Lock()
 	cli, st := n.cli, n.st
@@ -56,10 +57,11 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		s.Healthy = false
 	}
 	if err := n.readRecords(ctx, cli, &s); err != nil {
-		if s.Leader != "" || ctx.Err() != nil {
+		if ctx.Err() != nil {
 			return Status{}, err
 		}
-		s.Problem = fmt.Sprintf("etcd has no leader (%d of %d voting members answer): nodes and volumes cannot be read until a quorum is back: %v",
+		s.Healthy = false
+		s.Problem = fmt.Sprintf("nodes and volumes cannot be read: etcd needs a quorum for them (%d of %d voting members answer): %v",
 			answering(s.Members), voters(s.Members), err)
 	}
 	return s, nil
