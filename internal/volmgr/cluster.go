@@ -50,6 +50,10 @@ type ClusterPlan struct {
 	// Addresses are this node's storage addresses (one export port each).
 	Addresses []string
 	Port      int // default DefaultClusterExportPort
+	// CntlIDMin..CntlIDMax are the controller ids this node's volume
+	// exports hand out (CntlIDRange of the node's index); 0 and 0: the
+	// target's default.
+	CntlIDMin, CntlIDMax uint16
 	// Consumers are the volumes this node connects to (every ready
 	// volume, at its owner's addresses).
 	Consumers []Consumer
@@ -339,6 +343,9 @@ func ClusterExportSpec(exports []Export, hosts []ExportHost, auth bool, addrs []
 	for i := range out {
 		out[i].Hosts = slices.Clone(hs)
 		out[i].Listeners = slices.Clone(ls)
+		for j := range out[i].Listeners {
+			out[i].Listeners[j].ANAStates = exportOf(exports, out[i].NQN).anaStates()
+		}
 	}
 	return out
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fabraid/fabraid/kernel/nvmf"
@@ -24,6 +25,14 @@ const ExportPortID = 18000
 type Export struct {
 	UUID   [16]byte
 	Device string // /dev/ublkbN
+	// ANAGroup is the volume's ANA group on this node's export ports
+	// (AssignANAGroups; 0: the shared group 1) and ANAState its state
+	// there ("": the backend's default, optimized for group 1).
+	ANAGroup uint32
+	ANAState string
+	// CntlIDMin..CntlIDMax are this node's controller ids
+	// (CntlIDRange); 0 and 0: the target's default.
+	CntlIDMin, CntlIDMax uint16
 }
 
 // FormatUUID formats a UUID in the dashed lowercase form.
@@ -61,9 +70,9 @@ func ExportSpec(exports []Export, hostNQN, addr string, port int) []backend.Expo
 	for _, e := range exports {
 		h := hex.EncodeToString(e.UUID[:])
 		out = append(out, backend.Export{
-			NQN: NQN(e.UUID), Serial: h[:20], Model: "fabraid volume",
-			Namespaces: []backend.Namespace{{NSID: 1, Device: e.Device, UUID: FormatUUID(e.UUID), NGUID: h}},
-			Listeners:  []backend.Listener{{Transport: "tcp", Address: addr, ServiceID: strconv.Itoa(port), PortID: ExportPortID}},
+			NQN: NQN(e.UUID), Serial: h[:20], Model: "fabraid volume", CntlIDMin: e.CntlIDMin, CntlIDMax: e.CntlIDMax,
+			Namespaces: []backend.Namespace{{NSID: 1, Device: e.Device, UUID: FormatUUID(e.UUID), NGUID: h, ANAGroup: e.ANAGroup}},
+			Listeners:  []backend.Listener{{Transport: "tcp", Address: addr, ServiceID: strconv.Itoa(port), PortID: ExportPortID, ANAStates: e.anaStates()}},
 			Hosts:      []backend.Host{{NQN: hostNQN}},
 		})
 	}
@@ -97,6 +106,13 @@ type exporter struct {
 	id     nvmf.HostIdentity
 	addr   string
 	port   int
+
+	// anaMu guards groups (the ANA group of every exported NQN, ana.go)
+	// and ana (SetANAState's state per volume; absent: optimized).
+	anaMu  sync.Mutex
+	groups map[string]uint32
+	ana    map[[16]byte]string
+	ranges *bool // the backend applies controller id ranges (read once)
 }
 
 // reconcile converges the exports and connections and returns the consumer
@@ -115,6 +131,9 @@ func (x *exporter) reconcile(ctx context.Context, exports []Export) (map[string]
 func (x *exporter) reconcileCluster(ctx context.Context, exports []Export, p *ClusterPlan) (map[string]string, error) {
 	desired, err := ConsumerConnections(p.Consumers, x.id, p.Secret)
 	if err != nil {
+		return nil, err
+	}
+	if exports, err = x.withANA(ctx, exports, p.CntlIDMin, p.CntlIDMax); err != nil {
 		return nil, err
 	}
 	return x.converge(ctx, ClusterExportSpec(exports, p.Hosts, p.Auth, p.Addresses, p.Port), desired, true)

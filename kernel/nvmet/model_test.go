@@ -135,6 +135,25 @@ func (m *model) exec(o Op) error {
 			s.Model = o.Value
 		case "attr_firmware":
 			s.Firmware = o.Value
+		case "attr_cntlid_min", "attr_cntlid_max":
+			// EINVAL when the write would leave min > max.
+			n, err := strconv.ParseUint(o.Value, 10, 16)
+			if err != nil || n == 0 || n > MaxCntlID {
+				return fail(o, "EINVAL")
+			}
+			lo, hi := cntlMin(s), cntlMax(s)
+			if p[2] == "attr_cntlid_min" {
+				lo = uint16(n)
+			} else {
+				hi = uint16(n)
+			}
+			if lo > hi {
+				return fail(o, "EINVAL: min > max")
+			}
+			s.CntlIDMin, s.CntlIDMax = lo, hi
+			if lo == 1 && hi == MaxCntlID {
+				s.CntlIDMin, s.CntlIDMax = 0, 0
+			}
 		case "attr_allow_any_host":
 			if o.Value == "1" && len(s.AllowedHosts) > 0 {
 				return fail(o, "hosts listed")
@@ -348,6 +367,11 @@ func randSpec(r *rand.Rand) Spec {
 			continue
 		}
 		sub := Subsystem{NQN: n, Model: []string{"", "fabraid"}[r.IntN(2)]}
+		if r.IntN(2) == 0 {
+			// Ranges that overlap, lie above and below each other.
+			lo := []uint16{1, 1001, 2001}[r.IntN(3)]
+			sub.CntlIDMin, sub.CntlIDMax = lo, lo+999
+		}
 		for _, h := range s.Hosts {
 			if r.IntN(2) == 0 {
 				sub.AllowedHosts = append(sub.AllowedHosts, h.NQN)

@@ -289,6 +289,19 @@ func Diff(desired Spec, actual State, own Ownership) (Plan, error) {
 		if ds.Firmware != "" && ds.Firmware != as.Firmware && (created || actual.Features.Firmware) {
 			add(Op{Kind: OpWrite, Path: path.Join(sdir, "attr_firmware"), Value: ds.Firmware, Optional: true})
 		}
+		if ds.CntlIDMin != 0 && (ds.CntlIDMin != cntlMin(as) || ds.CntlIDMax != cntlMax(as)) {
+			// The kernel refuses min > max at every write (EINVAL):
+			// raise max first when the new range lies above the old.
+			wmin := Op{Kind: OpWrite, Path: path.Join(sdir, "attr_cntlid_min"), Value: strconv.Itoa(int(ds.CntlIDMin))}
+			wmax := Op{Kind: OpWrite, Path: path.Join(sdir, "attr_cntlid_max"), Value: strconv.Itoa(int(ds.CntlIDMax))}
+			if ds.CntlIDMin > cntlMax(as) {
+				add(wmax)
+				add(wmin)
+			} else {
+				add(wmin)
+				add(wmax)
+			}
+		}
 		for _, h := range ds.AllowedHosts {
 			if !slices.Contains(as.AllowedHosts, h) || recreate[h] {
 				add(Op{Kind: OpLink, Path: path.Join(sdir, "allowed_hosts", h), Target: path.Join("hosts", h)})
@@ -442,4 +455,20 @@ func nsDir(nqn string, id uint32) string {
 func portDir(id uint16) string { return path.Join("ports", strconv.Itoa(int(id))) }
 func anaDir(id uint16, g uint32) string {
 	return path.Join(portDir(id), "ana_groups", strconv.FormatUint(uint64(g), 10))
+}
+
+// cntlMin and cntlMax are a subsystem's controller id range with the
+// kernel's defaults for 0.
+func cntlMin(s *Subsystem) uint16 {
+	if s.CntlIDMin == 0 {
+		return 1
+	}
+	return s.CntlIDMin
+}
+
+func cntlMax(s *Subsystem) uint16 {
+	if s.CntlIDMax == 0 {
+		return MaxCntlID
+	}
+	return s.CntlIDMax
 }

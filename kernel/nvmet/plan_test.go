@@ -332,6 +332,10 @@ func TestValidate(t *testing.T) {
 		{"bad key", func(s *Spec) { s.Hosts[0].DHCHAPKey = "secret" }, "DHHC-1"},
 		{"tls on rdma", func(s *Spec) { s.Ports[0].Transport = RDMA; s.Ports[0].TLS = true }, "TLS"},
 		{"duplicate subsystem", func(s *Spec) { s.Subsystems = append(s.Subsystems, s.Subsystems[0]) }, "twice"},
+		{"cntlid range", func(s *Spec) { s.Subsystems[0].CntlIDMin, s.Subsystems[0].CntlIDMax = 1000, 1998 }, ""},
+		{"cntlid min only", func(s *Spec) { s.Subsystems[0].CntlIDMin = 1000 }, "controller id range"},
+		{"cntlid inverted", func(s *Spec) { s.Subsystems[0].CntlIDMin, s.Subsystems[0].CntlIDMax = 2000, 1000 }, "controller id range"},
+		{"cntlid too high", func(s *Spec) { s.Subsystems[0].CntlIDMin, s.Subsystems[0].CntlIDMax = 1, 0xfff0 }, "controller id range"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

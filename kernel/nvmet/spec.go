@@ -28,6 +28,14 @@ type Subsystem struct {
 	Serial   string
 	Model    string
 	Firmware string
+	// CntlIDMin and CntlIDMax bound the controller ids the subsystem hands
+	// out (attr_cntlid_min, attr_cntlid_max); 0 and 0 keep the kernel's
+	// 1..0xffef. A Linux host refuses a second controller of one subsystem
+	// NQN with a controller id it already has ("Duplicate cntlid ...,
+	// rejecting"), so nodes that export the same NQN (a volume's old and
+	// new owner) must hand out disjoint ranges. Set both or neither.
+	CntlIDMin uint16
+	CntlIDMax uint16
 	// AllowedHosts lists host NQNs allowed to connect (allowed_hosts/
 	// symlinks into hosts/). Each must be in Spec.Hosts.
 	AllowedHosts []string
@@ -181,6 +189,9 @@ func (s Spec) Validate(own Ownership) error {
 		if len(sub.Firmware) > 8 || !printable(sub.Firmware) {
 			return fmt.Errorf("subsystem %s: firmware %q: at most 8 printable ASCII characters", sub.NQN, sub.Firmware)
 		}
+		if (sub.CntlIDMin == 0) != (sub.CntlIDMax == 0) || sub.CntlIDMin > sub.CntlIDMax || sub.CntlIDMax > MaxCntlID {
+			return fmt.Errorf("subsystem %s: controller id range %d..%d: want 1 <= min <= max <= %d, or both 0", sub.NQN, sub.CntlIDMin, sub.CntlIDMax, MaxCntlID)
+		}
 		allowed := map[string]bool{}
 		for _, h := range sub.AllowedHosts {
 			if !hosts[h] {
@@ -275,6 +286,10 @@ func (s Spec) Validate(own Ownership) error {
 	}
 	return nil
 }
+
+// MaxCntlID is the highest controller id nvmet hands out (NVME_CNTLID_MAX)
+// and the kernel's default attr_cntlid_max.
+const MaxCntlID = 0xffef
 
 // maxANAGroup is NVMET_MAX_ANAGRPS.
 const maxANAGroup = 128

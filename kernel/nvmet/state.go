@@ -58,6 +58,17 @@ func Read(root string) (State, error) {
 		if s.Firmware, ok = readAttr(root, rel, "attr_firmware"); ok {
 			st.Features.Firmware = true
 		}
+		if v, ok := readAttr(root, rel, "attr_cntlid_min"); ok {
+			n, _ := strconv.ParseUint(v, 10, 16)
+			s.CntlIDMin = uint16(n)
+		}
+		if v, ok := readAttr(root, rel, "attr_cntlid_max"); ok {
+			n, _ := strconv.ParseUint(v, 10, 16)
+			s.CntlIDMax = uint16(n)
+		}
+		if s.CntlIDMin == 1 && s.CntlIDMax == MaxCntlID {
+			s.CntlIDMin, s.CntlIDMax = 0, 0 // the kernel's default reads as unset
+		}
 		if v, _ := readAttr(root, rel, "attr_allow_any_host"); v == "1" {
 			s.AllowAnyHost = true
 		}

@@ -525,6 +525,7 @@ type verifier struct {
 	seed   uint64
 	size   int64
 	quit   chan struct{}
+	done   chan struct{} // closed when the verifier stops (error or stop)
 	wg     sync.WaitGroup
 	n      int64
 	err    error
@@ -532,10 +533,11 @@ type verifier struct {
 }
 
 func startVerifier(dev string, seed uint64, size int64) *verifier {
-	v := &verifier{dev: dev, seed: seed, size: size, quit: make(chan struct{}), blocks: map[int64]bool{}}
+	v := &verifier{dev: dev, seed: seed, size: size, quit: make(chan struct{}), done: make(chan struct{}), blocks: map[int64]bool{}}
 	v.wg.Add(1)
 	go func() {
 		defer v.wg.Done()
+		defer close(v.done)
 		for off := int64(0); ; off = (off + 64<<10) % size {
 			select {
 			case <-v.quit:
@@ -543,11 +545,11 @@ func startVerifier(dev string, seed uint64, size int64) *verifier {
 			default:
 			}
 			if err := nvmetest.WritePattern(dev, seed, off, 64<<10); err != nil {
-				v.err = err
+				v.setErr(err)
 				return
 			}
 			if err := nvmetest.CheckPattern(dev, seed, off, 64<<10); err != nil {
-				v.err = err
+				v.setErr(err)
 				return
 			}
 			v.mu.Lock()
@@ -563,6 +565,19 @@ func (v *verifier) progress() int64 {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.n
+}
+
+func (v *verifier) setErr(err error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.err = err
+}
+
+// error returns the verifier's error so far.
+func (v *verifier) error() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.err
 }
 
 func (v *verifier) stop() (int64, error) {

@@ -33,6 +33,9 @@ type Features struct {
 	Auth bool
 	// ANA: listeners report and change ANA states.
 	ANA bool
+	// CntlIDRange: Export.CntlIDMin/Max are applied (else Apply refuses
+	// an export that sets them with ErrNotSupported).
+	CntlIDRange bool
 	// Transports the target serves ("tcp", "rdma", ...).
 	Transports []string
 }
@@ -55,9 +58,16 @@ type ApplyResult struct {
 // Export is one NVMe subsystem with its namespaces, listeners and allowed
 // hosts. fabraid never exports to any host: Hosts lists them all.
 type Export struct {
-	NQN        string
-	Serial     string // at most 20 printable ASCII characters
-	Model      string // at most 40
+	NQN    string
+	Serial string // at most 20 printable ASCII characters
+	Model  string // at most 40
+	// CntlIDMin..CntlIDMax bound the controller ids the export hands
+	// out; 0 and 0: the target's default (1..0xffef). A Linux host
+	// refuses a second controller of one NQN with a controller id it
+	// already has, so nodes exporting the same NQN (a volume's old and
+	// new owner) use disjoint ranges. Applied when the export is created.
+	CntlIDMin  uint16
+	CntlIDMax  uint16
 	Namespaces []Namespace
 	Listeners  []Listener
 	Hosts      []Host

@@ -103,7 +103,7 @@ func (b *Backend) Features(context.Context) (backend.Features, error) {
 	if err != nil {
 		return backend.Features{}, fmt.Errorf("%w: %w", backend.ErrTransient, err)
 	}
-	out := backend.Features{Name: "nvmet", Auth: f.Auth, ANA: true}
+	out := backend.Features{Name: "nvmet", Auth: f.Auth, ANA: true, CntlIDRange: true}
 	for _, tr := range f.Transports {
 		out.Transports = append(out.Transports, string(tr))
 	}
@@ -122,7 +122,7 @@ func Spec(own nvmet.Ownership, exports []backend.Export, actual nvmet.State) (nv
 		if !strings.HasPrefix(e.NQN, own.SubsystemPrefix) {
 			return spec, fmt.Errorf("export %s outside scope %s: %w", e.NQN, own.SubsystemPrefix, backend.ErrInvalid)
 		}
-		sub := nvmet.Subsystem{NQN: e.NQN, Serial: e.Serial, Model: e.Model}
+		sub := nvmet.Subsystem{NQN: e.NQN, Serial: e.Serial, Model: e.Model, CntlIDMin: e.CntlIDMin, CntlIDMax: e.CntlIDMax}
 		for _, ns := range e.Namespaces {
 			sub.Namespaces = append(sub.Namespaces, nvmet.Namespace{NSID: ns.NSID, DevicePath: ns.Device, UUID: ns.UUID, NGUID: ns.NGUID, ANAGroup: ns.ANAGroup})
 		}
@@ -204,7 +204,7 @@ func Exports(own nvmet.Ownership, st nvmet.State) []backend.Export {
 		if !strings.HasPrefix(s.NQN, own.SubsystemPrefix) {
 			continue
 		}
-		e := backend.Export{NQN: s.NQN, Serial: s.Serial, Model: s.Model}
+		e := backend.Export{NQN: s.NQN, Serial: s.Serial, Model: s.Model, CntlIDMin: s.CntlIDMin, CntlIDMax: s.CntlIDMax}
 		for _, ns := range s.Namespaces {
 			e.Namespaces = append(e.Namespaces, backend.Namespace{NSID: ns.NSID, Device: ns.DevicePath, UUID: ns.UUID, NGUID: ns.NGUID, ANAGroup: max(ns.ANAGroup, 1)})
 		}
@@ -329,7 +329,7 @@ func StateOf(exports []backend.Export) nvmet.State {
 	ports := map[uint16]int{}
 	hosts := map[string]bool{}
 	for _, e := range exports {
-		sub := nvmet.Subsystem{NQN: e.NQN, Serial: e.Serial, Model: e.Model}
+		sub := nvmet.Subsystem{NQN: e.NQN, Serial: e.Serial, Model: e.Model, CntlIDMin: e.CntlIDMin, CntlIDMax: e.CntlIDMax}
 		for _, ns := range e.Namespaces {
 			sub.Namespaces = append(sub.Namespaces, nvmet.Namespace{NSID: ns.NSID, DevicePath: ns.Device, UUID: ns.UUID, NGUID: ns.NGUID, ANAGroup: ns.ANAGroup})
 		}

@@ -63,6 +63,8 @@ type subsystem struct {
 	} `json:"hosts"`
 	Serial     string      `json:"serial_number"`
 	Model      string      `json:"model_number"`
+	MinCntlID  uint16      `json:"min_cntlid"`
+	MaxCntlID  uint16      `json:"max_cntlid"`
 	Namespaces []namespace `json:"namespaces"`
 }
 
@@ -135,6 +137,11 @@ func validate(req backend.ApplyRequest) error {
 		}
 		if len(e.Serial) > 20 || len(e.Model) > 40 {
 			return fmt.Errorf("export %s: serial at most 20, model at most 40 characters: %w", e.NQN, backend.ErrInvalid)
+		}
+		if e.CntlIDMin != 0 || e.CntlIDMax != 0 {
+			// nvmf_create_subsystem documents min_cntlid/max_cntlid, but
+			// no recorded SPDK exchange covers them (plugins/spdk/testdata).
+			return fmt.Errorf("export %s: controller id range %d..%d through SPDK (min_cntlid/max_cntlid untested against a real nvmf_tgt): %w", e.NQN, e.CntlIDMin, e.CntlIDMax, backend.ErrNotSupported)
 		}
 		for _, h := range e.Hosts {
 			if h.DHCHAPKey != "" || h.DHCHAPCtrlKey != "" {
@@ -458,6 +465,9 @@ func (b *Backend) List(ctx context.Context, scope string) ([]backend.Export, err
 			continue
 		}
 		e := backend.Export{NQN: s.NQN, Serial: s.Serial, Model: s.Model}
+		if s.MinCntlID > 1 || s.MaxCntlID != 0 && s.MaxCntlID < 0xffef {
+			e.CntlIDMin, e.CntlIDMax = s.MinCntlID, s.MaxCntlID
+		}
 		for _, ns := range s.Namespaces {
 			e.Namespaces = append(e.Namespaces, backend.Namespace{NSID: ns.NSID, Device: "spdk-bdev:" + ns.BdevName, UUID: ns.UUID, NGUID: strings.ToLower(ns.NGUID), ANAGroup: max(ns.ANAGroup, 1)})
 		}

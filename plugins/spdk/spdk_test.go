@@ -161,6 +161,11 @@ func TestApplyRefusals(t *testing.T) {
 		t.Fatalf("DH-HMAC-CHAP key: %v, want ErrNotSupported without the key", err)
 	}
 	e = desired(device(t))
+	e.CntlIDMin, e.CntlIDMax = 1000, 1998
+	if _, err := b.Apply(ctx, backend.ApplyRequest{Scope: scope, Exports: []backend.Export{e}}); !errors.Is(err, backend.ErrNotSupported) || !strings.Contains(err.Error(), "controller id range") {
+		t.Fatalf("controller id range: %v, want ErrNotSupported naming it", err)
+	}
+	e = desired(device(t))
 	e.Serial = "changed"
 	if _, err := b.Apply(ctx, backend.ApplyRequest{Scope: scope, Exports: []backend.Export{e}}); !errors.Is(err, backend.ErrConflict) {
 		t.Fatalf("changed serial of an existing subsystem: %v, want ErrConflict", err)
