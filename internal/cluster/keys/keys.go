@@ -13,6 +13,7 @@
 //	/fabraid/v1/hostkeys/<node>      model.HostKey: the node's DH-HMAC-CHAP secret (durable)
 //	/fabraid/v1/drive-claims/<node>/<drive>  model.VolumeName: the volume a drive is a member of
 //	/fabraid/v1/owners/<uuid>        owner.Record: the volume's owner, on its owner lease; create revision = epoch
+//	/fabraid/v1/fence/<uuid>/<node>  fence.Record: node's drive exports of the volume allow only the holder of an epoch (on node's lease)
 //
 // Node names are checked by the configuration (letters, digits, '.', '_',
 // '-'), so they never contain '/'; volume names are checked the same way
@@ -42,6 +43,7 @@ const (
 	HostKeysPrefix     = Prefix + "hostkeys/"
 	OwnersPrefix       = Prefix + "owners/"
 	DriveClaimsPrefix  = Prefix + "drive-claims/"
+	FencePrefix        = Prefix + "fence/"
 )
 
 // Node is a node's registry record.
@@ -74,3 +76,10 @@ func Owner(uuid string) string { return OwnersPrefix + uuid }
 func DriveClaim(node, drive string) string {
 	return DriveClaimsPrefix + node + "/" + url.PathEscape(drive)
 }
+
+// FenceVolume is the prefix of a volume's fence acknowledgements, by
+// volume UUID (package cluster/fence).
+func FenceVolume(uuid string) string { return FencePrefix + uuid + "/" }
+
+// Fence is node's fence acknowledgement of a volume, by volume UUID.
+func Fence(uuid, node string) string { return FenceVolume(uuid) + node }
