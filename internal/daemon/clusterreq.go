@@ -58,6 +58,10 @@ const (
 	requestTTL        = time.Hour
 )
 
+// errVolumeState (409) is wrapped by refusals because of the volume's
+// state: not ready, no status of the slot, a slot changed meanwhile.
+var errVolumeState = errors.New("not now")
+
 // ownerError is the owner's error of a request, with its HTTP status.
 type ownerError struct {
 	code int
@@ -110,7 +114,7 @@ func (d *Daemon) clusterOp(ctx context.Context, ref, op string, q api.OpRequest)
 // not ready, without a live owner, or a slot out of range.
 func opUsable(v *clusterView, vol model.Volume, op string, slot int) error {
 	if vol.State != model.VolumeReady {
-		return fmt.Errorf("%w: volume %q is %s: %s waits until it is ready", volmgr.ErrBusy, vol.Name, vol.State, op)
+		return fmt.Errorf("%w: volume %q is %s: %s waits until it is ready", errVolumeState, vol.Name, vol.State, op)
 	}
 	if vol.Owner == "" {
 		return fmt.Errorf("%w: volume %q has no owner now (failover in progress): try again", ErrNotOwner, vol.Name)
@@ -130,7 +134,7 @@ func requestError(err error) error {
 	case errors.Is(err, volumes.ErrNotFound):
 		return fmt.Errorf("%w: %w", volmgr.ErrNotFound, err)
 	case errors.Is(err, volumes.ErrNotReady), errors.Is(err, volumes.ErrExists):
-		return fmt.Errorf("%w: %w", volmgr.ErrBusy, err)
+		return fmt.Errorf("%w: %w", errVolumeState, err)
 	case errors.Is(err, volumes.ErrInvalid), errors.Is(err, plan.ErrNoReplacement):
 		return fmt.Errorf("%w: %w", volmgr.ErrInvalid, err)
 	}
@@ -193,12 +197,12 @@ func (d *Daemon) clusterReplace(ctx context.Context, v *clusterView, vol model.V
 	var err error
 	st, has := v.Status[vol.UUID]
 	if !has {
-		return nil, fmt.Errorf("%w: volume %q: owner %s publishes no status: cannot tell whether slot %d failed", volmgr.ErrBusy, vol.Name, vol.Owner, q.Slot)
+		return nil, fmt.Errorf("%w: volume %q: owner %s publishes no status: cannot tell whether slot %d failed", errVolumeState, vol.Name, vol.Owner, q.Slot)
 	}
 	i := slices.IndexFunc(st.Members, func(m model.VolumeMemberStatus) bool { return m.Slot == q.Slot })
 	switch {
 	case i < 0:
-		return nil, fmt.Errorf("%w: volume %q: owner %s reports no state of slot %d (volume %s %s)", volmgr.ErrBusy, vol.Name, vol.Owner, q.Slot, st.State, st.Error)
+		return nil, fmt.Errorf("%w: volume %q: owner %s reports no state of slot %d (volume %s %s)", errVolumeState, vol.Name, vol.Owner, q.Slot, st.State, st.Error)
 	case st.Members[i].Role == "active":
 		return nil, fmt.Errorf("%w: volume %q slot %d is active: fail it first (fabraid volume fail %s %d)", volmgr.ErrInvalid, vol.Name, q.Slot, vol.Name, q.Slot)
 	}
@@ -217,7 +221,7 @@ func (d *Daemon) clusterReplace(ctx context.Context, v *clusterView, vol model.V
 			return err
 		}
 		if cur.Members[q.Slot] != old {
-			return fmt.Errorf("%w: volume %q slot %d changed meanwhile (now %s:%s): ask again", volmgr.ErrBusy, cur.Name, q.Slot, cur.Members[q.Slot].Node, cur.Members[q.Slot].Drive)
+			return fmt.Errorf("%w: volume %q slot %d changed meanwhile (now %s:%s): ask again", errVolumeState, cur.Name, q.Slot, cur.Members[q.Slot].Node, cur.Members[q.Slot].Drive)
 		}
 		cur.Members[q.Slot] = m
 		return nil

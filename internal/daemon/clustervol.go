@@ -27,7 +27,7 @@ import (
 
 // ErrNotOwner is wrapped by engine operations that no owner can carry out
 // now (the volume has none, or it is down).
-var ErrNotOwner = errors.New("not the owner")
+var ErrNotOwner = errors.New("no running owner")
 
 // createWait bounds how long volume create waits for the owner to report
 // the volume ready.

@@ -419,7 +419,7 @@ func errorCode(err error) int {
 	switch {
 	case errors.Is(err, volmgr.ErrNotFound):
 		code = http.StatusNotFound
-	case errors.Is(err, volmgr.ErrInUse), errors.Is(err, volmgr.ErrBusy), errors.Is(err, ErrNotOwner):
+	case errors.Is(err, volmgr.ErrInUse), errors.Is(err, volmgr.ErrBusy), errors.Is(err, ErrNotOwner), errors.Is(err, errVolumeState):
 		code = http.StatusConflict
 	case errors.Is(err, errBadRequest), errors.Is(err, volmgr.ErrInvalid):
 		code = http.StatusBadRequest
