@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/fabraid/fabraid/internal/cluster/keys"
 	"github.com/fabraid/fabraid/internal/cluster/pki"
 	"github.com/fabraid/fabraid/internal/cluster/registry"
@@ -97,9 +99,12 @@ func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
 
 // admit checks and redeems a join request (see the package documentation).
 func (n *Node) admit(ctx context.Context, q JoinRequest) (*JoinReply, error) {
+	n.admitting.Lock()
+	defer n.admitting.Unlock()
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.cli == nil {
+	cli, st := n.cli, n.st
+	n.mu.Unlock()
+	if cli == nil || st == nil {
 		return nil, &httpError{http.StatusServiceUnavailable, ErrNotInCluster}
 	}
 	if q.Version != StateVersion {
@@ -110,7 +115,7 @@ func (n *Node) admit(ctx context.Context, q JoinRequest) (*JoinReply, error) {
 		return nil, &httpError{http.StatusForbidden, err}
 	}
 	now := n.o.Now()
-	if err := token.Check(ctx, n.cli, tok, now); err != nil {
+	if err := token.Check(ctx, cli, tok, now); err != nil {
 		return nil, &httpError{http.StatusForbidden, err}
 	}
 	ip := net.ParseIP(q.Address)
@@ -121,23 +126,23 @@ func (n *Node) admit(ctx context.Context, q JoinRequest) (*JoinReply, error) {
 	if err != nil {
 		return nil, &httpError{http.StatusBadRequest, err}
 	}
-	if _, ok, err := registry.Get(ctx, n.cli, q.Node); err != nil {
+	if _, ok, err := registry.Get(ctx, cli, q.Node); err != nil {
 		return nil, err
 	} else if ok {
 		return nil, &httpError{http.StatusConflict, fmt.Errorf("a node named %s is in the cluster already (fabraid cluster remove %s first, or set another node_name)", q.Node, q.Node)}
 	}
-	if err := token.Redeem(ctx, n.cli, tok, q.Node, now); err != nil {
+	if err := token.Redeem(ctx, cli, tok, q.Node, now); err != nil {
 		return nil, &httpError{http.StatusForbidden, err}
 	}
-	rep, err := n.admitRedeemed(ctx, q, ip, pub, now)
+	rep, err := n.admitRedeemed(ctx, cli, st, q, ip, pub, now)
 	if err != nil {
-		token.Release(ctx, n.cli, tok, q.Node)
+		token.Release(ctx, cli, tok, q.Node)
 		return nil, err
 	}
 	return rep, nil
 }
 
-func (n *Node) admitRedeemed(ctx context.Context, q JoinRequest, ip net.IP, pub any, now time.Time) (*JoinReply, error) {
+func (n *Node) admitRedeemed(ctx context.Context, cli *clientv3.Client, st *State, q JoinRequest, ip net.IP, pub any, now time.Time) (*JoinReply, error) {
 	ca, err := n.files.LoadCA()
 	if err != nil {
 		return nil, err
@@ -146,8 +151,8 @@ func (n *Node) admitRedeemed(ctx context.Context, q JoinRequest, ip net.IP, pub 
 	if err != nil {
 		return nil, err
 	}
-	rep := &JoinReply{Version: StateVersion, Cluster: n.st.Cluster, CAFingerprint: n.st.CAFingerprint, CACert: string(ca.CertPEM), NodeCert: string(cert)}
-	ml, err := n.cli.MemberList(ctx)
+	rep := &JoinReply{Version: StateVersion, Cluster: st.Cluster, CAFingerprint: st.CAFingerprint, CACert: string(ca.CertPEM), NodeCert: string(cert)}
+	ml, err := cli.MemberList(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: member list: %w", err)
 	}
@@ -158,9 +163,9 @@ func (n *Node) admitRedeemed(ctx context.Context, q JoinRequest, ip net.IP, pub 
 			rep.Endpoints = append(rep.Endpoints, m.ClientURLs...)
 		}
 	}
-	if voting < n.members(ctx) {
+	if voting < n.members(ctx, cli) {
 		peer := "https://" + net.JoinHostPort(q.Address, strconv.Itoa(q.PeerPort))
-		id, initial, err := store.AddLearner(ctx, n.cli, q.Node, peer)
+		id, initial, err := store.AddLearner(ctx, cli, q.Node, peer)
 		if err != nil {
 			return nil, &httpError{http.StatusConflict, err}
 		}
@@ -170,8 +175,8 @@ func (n *Node) admitRedeemed(ctx context.Context, q JoinRequest, ip net.IP, pub 
 }
 
 // members is the voting-member target: the cluster record's, else ours.
-func (n *Node) members(ctx context.Context) int {
-	resp, err := n.cli.Get(ctx, keys.Cluster)
+func (n *Node) members(ctx context.Context, cli *clientv3.Client) int {
+	resp, err := cli.Get(ctx, keys.Cluster)
 	if err == nil && len(resp.Kvs) == 1 {
 		var r Record
 		if json.Unmarshal(resp.Kvs[0].Value, &r) == nil && r.Members > 0 {
@@ -184,8 +189,8 @@ func (n *Node) members(ctx context.Context) int {
 // Join joins the cluster whose join service is at addr (host:port; the
 // port defaults to 9437) with the token tok.
 func (n *Node) Join(ctx context.Context, addr, tok string) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	n.life.Lock()
+	defer n.life.Unlock()
 	if err := n.checkFree(); err != nil {
 		return err
 	}
@@ -217,7 +222,9 @@ func (n *Node) Join(ctx context.Context, addr, tok string) error {
 		return err
 	}
 	st := &State{Cluster: rep.Cluster, CAFingerprint: rep.CAFingerprint, Member: rep.MemberID != "", MemberID: rep.MemberID, InitialCluster: rep.InitialCluster, Endpoints: rep.Endpoints, Joined: n.o.Now().UTC()}
+	n.mu.Lock()
 	n.st = st
+	n.mu.Unlock()
 	if st.Member {
 		if err := n.becomeMember(ctx, rep); err != nil {
 			n.undo()
@@ -245,7 +252,7 @@ func (n *Node) becomeMember(ctx context.Context, rep *JoinReply) error {
 	if err != nil {
 		return err
 	}
-	peers, err := store.Connect(rep.Endpoints, t)
+	peers, err := store.Connect(rep.Endpoints, t, n.o.Log)
 	if err != nil {
 		return err
 	}
@@ -261,7 +268,11 @@ func (n *Node) becomeMember(ctx context.Context, rep *JoinReply) error {
 	if err := n.startMember(ctx, rep.InitialCluster); err != nil {
 		return fail(err)
 	}
-	if err := store.Promote(ctx, peers, id); err != nil {
+	// The learner has just served: its log catches up in a few
+	// round-trips, so the member bound covers the promotion too.
+	pctx, cancel := context.WithTimeout(ctx, n.o.ReadyTimeout)
+	defer cancel()
+	if err := store.Promote(pctx, peers, id); err != nil {
 		return fail(err)
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -65,6 +66,11 @@ type Options struct {
 	External    []string
 	ExternalTLS *tls.Config
 	LeaseTTL    int // seconds; default 10
+	// ReadyTimeout bounds the wait for the node's etcd member to serve at
+	// Start, Init and Join (default store.DefaultReadyTimeout, 2 min);
+	// StepTimeout bounds each etcd request of the registration (member
+	// list, registry record, host key, lease; default 15 s).
+	ReadyTimeout, StepTimeout time.Duration
 	// TickMs and ElectionMs tune the embedded etcd (tests); 0: defaults.
 	TickMs, ElectionMs uint
 	Inventory          func() Inventory // nil: nothing to report
@@ -73,22 +79,40 @@ type Options struct {
 }
 
 // Node is this node's membership. See the package documentation.
+//
+// Locking: life serializes the lifecycle (Start, Init, Join, Leave,
+// Close) and Refresh's registry writes, and is held across their etcd
+// waits. mu guards the fields below it and is held only to read or write
+// them, never across a wait, so InCluster, Client, Status and HostSecret
+// answer at once while a Start waits for etcd. The fields are written
+// only by a holder of life, under mu; a holder of life reads them without
+// mu.
 type Node struct {
 	o     Options
 	files pki.Files
-	mu    sync.Mutex
-	st    *State
-	srv   *store.Server
-	cli   *clientv3.Client
-	join  *http.Server
-	stop  context.CancelFunc // ends the heartbeat loop
+	life  sync.Mutex
+	// admitting serializes join admissions (one membership change at a
+	// time from this node).
+	admitting sync.Mutex
+
+	mu   sync.Mutex
+	st   *State
+	srv  *store.Server
+	cli  *clientv3.Client // set once the node is registered
+	join *http.Server
+	stop context.CancelFunc // ends the heartbeat loop
+	// cancelStart ends the Start in progress (Close calls it); phase says
+	// what the membership is waiting for while it is not up (Status).
+	cancelStart context.CancelFunc
+	phase       string
+	// secret is the node's DH-HMAC-CHAP host secret, published at
+	// registration (see hostKey); zero before.
+	secret nvmf.Secret
+
 	loops sync.WaitGroup
 	// crash makes the heartbeat loop stop renewing without revoking
 	// the lease (tests: what a killed node looks like).
 	crash bool
-	// secret is the node's DH-HMAC-CHAP host secret, published at
-	// registration (see hostKey); zero before.
-	secret nvmf.Secret
 }
 
 // New prepares a Node; nothing runs until Start, Init or Join.
@@ -111,6 +135,12 @@ func New(o Options) (*Node, error) {
 	if o.LeaseTTL == 0 {
 		o.LeaseTTL = 10
 	}
+	if o.ReadyTimeout <= 0 {
+		o.ReadyTimeout = store.DefaultReadyTimeout
+	}
+	if o.StepTimeout <= 0 {
+		o.StepTimeout = 15 * time.Second
+	}
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
@@ -129,7 +159,8 @@ func (n *Node) url(port int) string {
 
 func (n *Node) etcdDir() string { return filepath.Join(n.o.Dir, "etcd") }
 
-// InCluster says whether the node has cluster state (or uses external etcd).
+// InCluster says whether the node has cluster state (or uses external
+// etcd), whether or not its membership is up yet.
 func (n *Node) InCluster() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -147,54 +178,103 @@ func (n *Node) Client() *clientv3.Client {
 
 // Start brings up what the node's state asks for: its etcd member, the
 // client, its registration and heartbeat, the join service. A node in no
-// cluster starts nothing.
+// cluster starts nothing. Each wait is bounded (ReadyTimeout for the
+// member, StepTimeout for each request) and a failed Start stops what it
+// started, so the caller can retry; Close ends a Start in progress.
 func (n *Node) Start(ctx context.Context) error {
+	n.life.Lock()
+	defer n.life.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	n.mu.Lock()
-	defer n.mu.Unlock()
+	n.cancelStart = cancel
+	n.mu.Unlock()
+	defer func() {
+		n.mu.Lock()
+		n.cancelStart = nil
+		n.mu.Unlock()
+	}()
+	var err error
 	if len(n.o.External) > 0 {
-		return n.startExternal(ctx)
-	}
-	st, err := loadState(n.o.Dir)
-	if err != nil || st == nil {
-		return err
-	}
-	n.st = st
-	if st.Member {
-		err = n.startMember(ctx, st.InitialCluster)
-	}
-	if err == nil {
-		err = n.connect(ctx)
+		err = n.startExternal(ctx)
+	} else {
+		var st *State
+		if st, err = loadState(n.o.Dir); err != nil || st == nil {
+			return err
+		}
+		n.mu.Lock()
+		n.st = st
+		n.mu.Unlock()
+		if st.Member {
+			err = n.startMember(ctx, st.InitialCluster)
+		}
+		if err == nil {
+			err = n.connect(ctx)
+		}
 	}
 	if err != nil {
 		n.shutdown() // a later Start begins again from the state on disk
+		n.setPhase("the last start failed (retried): " + err.Error())
 	}
 	return err
 }
 
+// setPhase records what the membership is doing while it is not up.
+func (n *Node) setPhase(p string) {
+	n.mu.Lock()
+	n.phase = p
+	n.mu.Unlock()
+}
+
+// step runs one etcd request of the registration, bounded by
+// StepTimeout; its error names the step.
+func (n *Node) step(ctx context.Context, what string, f func(context.Context) error) error {
+	n.setPhase(what)
+	sctx, cancel := context.WithTimeout(ctx, n.o.StepTimeout)
+	defer cancel()
+	err := f(sctx)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() == nil && errors.Is(sctx.Err(), context.DeadlineExceeded):
+		return fmt.Errorf("cluster: %s: no answer from etcd in %s: %w", what, n.o.StepTimeout, err)
+	}
+	return fmt.Errorf("cluster: %s: %w", what, err)
+}
+
 func (n *Node) startExternal(ctx context.Context) error {
-	cli, err := store.Connect(n.o.External, n.o.ExternalTLS)
+	cli, err := store.Connect(n.o.External, n.o.ExternalTLS, n.o.Log)
 	if err != nil {
 		return err
 	}
-	n.cli = cli
 	rec, _ := json.Marshal(Record{Version: StateVersion, Name: "fabraid", Created: n.o.Now().UTC()})
-	if _, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(keys.Cluster), "=", 0)).
-		Then(clientv3.OpPut(keys.Cluster, string(rec))).Commit(); err != nil {
-		return fmt.Errorf("cluster: external etcd %v: %w", n.o.External, err)
+	if err := n.step(ctx, "write the cluster record to external etcd "+strings.Join(n.o.External, ","), func(ctx context.Context) error {
+		_, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(keys.Cluster), "=", 0)).
+			Then(clientv3.OpPut(keys.Cluster, string(rec))).Commit()
+		return err
+	}); err != nil {
+		cli.Close()
+		return err
 	}
+	n.mu.Lock()
 	n.st = &State{Version: StateVersion, Cluster: "fabraid", Endpoints: n.o.External}
-	return n.register(ctx)
+	n.mu.Unlock()
+	return n.register(ctx, cli)
 }
 
 func (n *Node) startMember(ctx context.Context, initial string) error {
+	n.setPhase(fmt.Sprintf("waiting for the etcd member to serve (at most %s; the daemon log says what it waits for)", n.o.ReadyTimeout))
 	srv, err := store.Start(ctx, store.Config{
 		Name: n.o.Name, Dir: n.etcdDir(), PeerURL: n.url(n.o.PeerPort), ClientURL: n.url(n.o.ClientPort),
 		InitialCluster: initial, TLS: n.files, TickMs: n.o.TickMs, ElectionMs: n.o.ElectionMs,
+		ReadyTimeout: n.o.ReadyTimeout, Log: n.o.Log,
 	})
 	if err != nil {
 		return err
 	}
+	n.mu.Lock()
 	n.srv = srv
+	n.mu.Unlock()
 	return nil
 }
 
@@ -209,12 +289,20 @@ func (n *Node) connect(ctx context.Context) error {
 	if n.st.Member {
 		eps = append([]string{n.url(n.o.ClientPort)}, eps...)
 	}
-	cli, err := store.Connect(dedup(eps), t)
+	cli, err := store.Connect(dedup(eps), t, n.o.Log)
 	if err != nil {
 		return err
 	}
-	n.cli = cli
-	if ml, err := cli.MemberList(ctx); err == nil {
+	// Serializable: the member list as the member the client reaches
+	// knows it, without a round through the leader; it only refreshes
+	// the endpoints to dial next time.
+	var ml *clientv3.MemberListResponse
+	if err := n.step(ctx, "read the etcd member list", func(ctx context.Context) (err error) {
+		ml, err = cli.MemberList(ctx, clientv3.WithSerializable())
+		return err
+	}); err != nil {
+		n.o.Log.Warn("cluster: endpoints not refreshed", "err", err)
+	} else {
 		var fresh []string
 		for _, m := range ml.Members {
 			if !m.IsLearner {
@@ -222,11 +310,13 @@ func (n *Node) connect(ctx context.Context) error {
 			}
 		}
 		if len(fresh) > 0 {
+			n.mu.Lock()
 			n.st.Endpoints = fresh
+			n.mu.Unlock()
 			saveState(n.o.Dir, n.st)
 		}
 	}
-	if err := n.register(ctx); err != nil {
+	if err := n.register(ctx, cli); err != nil {
 		return err
 	}
 	if n.st.Member {
@@ -248,29 +338,37 @@ func dedup(s []string) []string {
 }
 
 // register writes the node's record and host key and starts the
-// heartbeat loop.
-func (n *Node) register(ctx context.Context) error {
-	if err := n.putRecord(ctx); err != nil {
-		return err
+// heartbeat loop with cli, then makes cli the node's client (Client). On
+// an error cli is closed.
+func (n *Node) register(ctx context.Context, cli *clientv3.Client) error {
+	var hb *registry.Heartbeat
+	err := n.step(ctx, "write the registry record", func(ctx context.Context) error { return n.putRecord(ctx, cli) })
+	if err == nil {
+		err = n.step(ctx, "publish the host key", func(ctx context.Context) error { return n.publishHostKey(ctx, cli) })
 	}
-	if err := n.publishHostKey(ctx); err != nil {
+	if err == nil {
+		err = n.step(ctx, "take the heartbeat lease", func(ctx context.Context) (err error) {
+			hb, err = registry.StartHeartbeat(ctx, cli, n.o.Name, n.o.LeaseTTL, os.Getpid(), n.o.Now())
+			return err
+		})
+	}
+	if err != nil {
+		cli.Close()
 		return err
 	}
 	hctx, cancel := context.WithCancel(context.Background())
-	n.stop = cancel
-	hb, err := registry.StartHeartbeat(ctx, n.cli, n.o.Name, n.o.LeaseTTL, os.Getpid(), n.o.Now())
-	if err != nil {
-		cancel()
-		return err
-	}
 	n.loops.Add(1)
-	go n.heartbeatLoop(hctx, hb)
+	go n.heartbeatLoop(hctx, cli, hb)
+	n.mu.Lock()
+	n.cli, n.stop, n.phase = cli, cancel, ""
+	n.mu.Unlock()
+	n.o.Log.Info("cluster: registered", "node", n.o.Name, "lease_ttl_s", n.o.LeaseTTL)
 	return nil
 }
 
 // heartbeatLoop renews the node's liveness, taking a new lease whenever
 // the old one is lost (etcd unreachable for longer than the TTL).
-func (n *Node) heartbeatLoop(ctx context.Context, hb *registry.Heartbeat) {
+func (n *Node) heartbeatLoop(ctx context.Context, cli *clientv3.Client, hb *registry.Heartbeat) {
 	defer n.loops.Done()
 	for {
 		select {
@@ -285,11 +383,15 @@ func (n *Node) heartbeatLoop(ctx context.Context, hb *registry.Heartbeat) {
 		}
 		n.o.Log.Warn("cluster: node lease lost; taking a new one")
 		for {
+			sctx, cancel := context.WithTimeout(ctx, n.o.StepTimeout)
 			var err error
-			hb, err = registry.StartHeartbeat(ctx, n.cli, n.o.Name, n.o.LeaseTTL, os.Getpid(), n.o.Now())
+			hb, err = registry.StartHeartbeat(sctx, cli, n.o.Name, n.o.LeaseTTL, os.Getpid(), n.o.Now())
+			cancel()
 			if err == nil {
+				n.o.Log.Info("cluster: node lease taken again")
 				break
 			}
+			n.o.Log.Warn("cluster: cannot take a new node lease; retrying", "err", err)
 			select {
 			case <-ctx.Done():
 				return
@@ -299,7 +401,7 @@ func (n *Node) heartbeatLoop(ctx context.Context, hb *registry.Heartbeat) {
 	}
 }
 
-func (n *Node) putRecord(ctx context.Context) error {
+func (n *Node) putRecord(ctx context.Context, cli *clientv3.Client) error {
 	inv := n.o.Inventory()
 	now := n.o.Now().UTC()
 	rec := registry.Node{
@@ -309,27 +411,32 @@ func (n *Node) putRecord(ctx context.Context) error {
 	if n.srv != nil {
 		rec.EtcdMember = fmt.Sprintf("%x", n.srv.ID())
 	}
-	if old, ok, err := registry.Get(ctx, n.cli, n.o.Name); err == nil && ok {
+	if old, ok, err := registry.Get(ctx, cli, n.o.Name); err == nil && ok {
 		rec.Joined = old.Joined
 		if sameRecord(old.Node, rec) {
 			return nil // no new etcd revision every reconcile
 		}
 	}
-	return registry.Put(ctx, n.cli, rec)
+	return registry.Put(ctx, cli, rec)
 }
 
 // Refresh rewrites the node's registry record from Inventory (drives
-// claimed or released since); a node in no cluster does nothing.
+// claimed or released since). It does nothing while the node is in no
+// cluster or its membership is not up, and while a lifecycle change
+// (Start, Leave, ...) is in progress: that one writes the record itself,
+// and Refresh must not wait for it (the daemon's reconcile calls it).
 func (n *Node) Refresh(ctx context.Context) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	if !n.life.TryLock() {
+		return nil
+	}
+	defer n.life.Unlock()
 	if n.cli == nil {
 		return nil
 	}
-	if err := n.putRecord(ctx); err != nil {
+	if err := n.step(ctx, "refresh the registry record", func(ctx context.Context) error { return n.putRecord(ctx, n.cli) }); err != nil {
 		return err
 	}
-	return n.publishHostKey(ctx)
+	return n.step(ctx, "refresh the host key", func(ctx context.Context) error { return n.publishHostKey(ctx, n.cli) })
 }
 
 // HostKeyFile is the node's DH-HMAC-CHAP host secret (DHHC-1 form, 0600)
@@ -341,7 +448,7 @@ const HostKeyFile = "dhchap.key"
 // exporter that allows this node's host NQN, drive exports and volume
 // exports alike, takes the key from there, and the node presents it when
 // it connects. The secret is never logged.
-func (n *Node) publishHostKey(ctx context.Context) error {
+func (n *Node) publishHostKey(ctx context.Context, cli *clientv3.Client) error {
 	path := filepath.Join(n.o.Dir, HostKeyFile)
 	var sec nvmf.Secret
 	local := func() (string, error) {
@@ -357,10 +464,12 @@ func (n *Node) publishHostKey(ctx context.Context) error {
 		sec = s
 		return s.Reveal(), nil
 	}
-	if _, err := volumes.EnsureHostKey(ctx, n.cli, n.o.Name, local); err != nil {
-		return fmt.Errorf("cluster: %w", err)
+	if _, err := volumes.EnsureHostKey(ctx, cli, n.o.Name, local); err != nil {
+		return err
 	}
+	n.mu.Lock()
 	n.secret = sec
+	n.mu.Unlock()
 	return nil
 }
 
@@ -376,8 +485,8 @@ func (n *Node) HostSecret() (nvmf.Secret, bool) {
 // Init makes a new cluster named name with this node as its first etcd
 // member.
 func (n *Node) Init(ctx context.Context, name string) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	n.life.Lock()
+	defer n.life.Unlock()
 	if err := n.checkFree(); err != nil {
 		return err
 	}
@@ -407,7 +516,9 @@ func (n *Node) Init(ctx context.Context, name string) error {
 	}
 	st.MemberID = fmt.Sprintf("%x", n.srv.ID())
 	st.InitialCluster = n.o.Name + "=" + n.url(n.o.PeerPort)
+	n.mu.Lock()
 	n.st = st
+	n.mu.Unlock()
 	if err := n.bootstrap(ctx, Record{Version: StateVersion, Name: name, CAFingerprint: st.CAFingerprint, Members: n.o.Members, Created: now.UTC()}); err != nil {
 		n.undo()
 		return err
@@ -421,8 +532,11 @@ func (n *Node) bootstrap(ctx context.Context, rec Record) error {
 		return err
 	}
 	b, _ := json.Marshal(rec)
-	if _, err := n.cli.Put(ctx, keys.Cluster, string(b)); err != nil {
-		return fmt.Errorf("cluster: write the cluster record: %w", err)
+	if err := n.step(ctx, "write the cluster record", func(ctx context.Context) error {
+		_, err := n.cli.Put(ctx, keys.Cluster, string(b))
+		return err
+	}); err != nil {
+		return err
 	}
 	return saveState(n.o.Dir, n.st)
 }
@@ -449,56 +563,77 @@ func (n *Node) checkFree() error {
 // undo stops what a failed Init or Join started and removes its files.
 func (n *Node) undo() {
 	n.shutdown()
+	n.mu.Lock()
 	n.st = nil
+	n.mu.Unlock()
 	os.RemoveAll(n.o.Dir)
 }
 
 // shutdown stops the heartbeat (revoking the lease), the join service,
-// the client and the member; the state on disk is kept.
+// the client and the member; the state on disk is kept. The caller holds
+// life.
 func (n *Node) shutdown() {
-	if n.stop != nil {
-		n.stop()
-		n.loops.Wait()
-		n.stop = nil
-	}
-	if n.join != nil {
-		n.join.Close()
-		n.join = nil
-	}
-	if n.cli != nil {
-		n.cli.Close()
-		n.cli = nil
-	}
-	if n.srv != nil {
-		n.srv.Close()
-		n.srv = nil
-	}
+	n.stopHeartbeat()
+	n.mu.Lock()
+	join, cli, srv := n.join, n.cli, n.srv
+	n.join, n.cli, n.srv = nil, nil, nil
 	n.secret = nvmf.Secret{}
+	n.mu.Unlock()
+	if join != nil {
+		join.Close()
+	}
+	if cli != nil {
+		cli.Close()
+	}
+	if srv != nil {
+		srv.Close()
+	}
 }
 
-// Close stops everything the node runs; the node stays in its cluster
-// (its lease is revoked: it shows as dead until it starts again).
+// stopHeartbeat ends the heartbeat loop, which revokes the lease (unless
+// crash). The caller holds life.
+func (n *Node) stopHeartbeat() {
+	n.mu.Lock()
+	stop := n.stop
+	n.stop = nil
+	n.mu.Unlock()
+	if stop != nil {
+		stop()
+		n.loops.Wait()
+	}
+}
+
+// Close stops everything the node runs, ending a Start in progress first;
+// the node stays in its cluster (its lease is revoked: it shows as dead
+// until it starts again).
 func (n *Node) Close() {
 	n.mu.Lock()
-	defer n.mu.Unlock()
+	cancel := n.cancelStart
+	n.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	n.life.Lock()
+	defer n.life.Unlock()
 	n.shutdown()
 }
 
 // Token makes a join token valid for ttl.
 func (n *Node) Token(ctx context.Context, ttl time.Duration) (token.Token, error) {
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.cli == nil {
+	cli, st := n.cli, n.st
+	n.mu.Unlock()
+	if cli == nil {
 		return token.Token{}, ErrNotInCluster
 	}
 	if len(n.o.External) > 0 {
 		return token.Token{}, ErrExternal
 	}
-	t, err := token.New(n.st.CAFingerprint)
+	t, err := token.New(st.CAFingerprint)
 	if err != nil {
 		return token.Token{}, err
 	}
-	if err := token.Issue(ctx, n.cli, t, ttl, n.o.Now()); err != nil {
+	if err := token.Issue(ctx, cli, t, ttl, n.o.Now()); err != nil {
 		return token.Token{}, err
 	}
 	n.o.Log.Info("cluster: join token made", "token", t, "ttl", ttl.String())

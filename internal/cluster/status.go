@@ -30,14 +30,21 @@ const statusReadTimeout = 5 * time.Second
 // them and says in Problem why the rest is missing, instead of waiting.
 func (n *Node) Status(ctx context.Context) (Status, error) {
 	n.mu.Lock()
-	cli, st := n.cli, n.st
+	cli, st, phase := n.cli, n.st, n.phase
 	n.mu.Unlock()
-	if cli == nil || st == nil {
+	if st == nil {
 		return Status{}, ErrNotInCluster
 	}
 	s := Status{Version: StateVersion, Cluster: st.Cluster, CAFingerprint: st.CAFingerprint, Etcd: "embedded", Node: n.o.Name}
 	if len(n.o.External) > 0 {
 		s.Etcd = "external"
+	}
+	if cli == nil {
+		if phase == "" {
+			phase = "starting"
+		}
+		s.Problem = "this node's cluster membership is not up: " + phase
+		return s, nil
 	}
 	ms, err := store.Members(ctx, cli, 2*time.Second)
 	if err != nil {
@@ -113,8 +120,8 @@ func answering(ms []model.MemberStatus) int {
 // refuses to remove the last etcd member or to shrink two members to one
 // unless force.
 func (n *Node) Leave(ctx context.Context, force bool) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	n.life.Lock()
+	defer n.life.Unlock()
 	if n.cli == nil || n.st == nil {
 		return ErrNotInCluster
 	}
@@ -125,11 +132,7 @@ func (n *Node) Leave(ctx context.Context, force bool) error {
 			return err
 		}
 	}
-	if n.stop != nil { // revoke the lease first: the node is dead at once
-		n.stop()
-		n.loops.Wait()
-		n.stop = nil
-	}
+	n.stopHeartbeat() // revoke the lease first: the node is dead at once
 	if err := registry.Delete(ctx, n.cli, n.o.Name); err != nil {
 		return err
 	}
@@ -140,7 +143,9 @@ func (n *Node) Leave(ctx context.Context, force bool) error {
 	}
 	n.o.Log.Info("cluster: left", "cluster", n.st.Cluster, "node", n.o.Name)
 	n.shutdown()
+	n.mu.Lock()
 	n.st = nil
+	n.mu.Unlock()
 	if len(n.o.External) == 0 {
 		if err := os.RemoveAll(n.o.Dir); err != nil {
 			return fmt.Errorf("cluster: remove state: %w", err)
@@ -154,14 +159,15 @@ func (n *Node) Leave(ctx context.Context, force bool) error {
 // leave by itself (fabraid cluster leave on it).
 func (n *Node) Remove(ctx context.Context, name string) error {
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.cli == nil {
+	cli := n.cli
+	n.mu.Unlock()
+	if cli == nil {
 		return ErrNotInCluster
 	}
 	if name == n.o.Name {
 		return fmt.Errorf("cluster: %s is this node; use fabraid cluster leave", name)
 	}
-	ns, ok, err := registry.Get(ctx, n.cli, name)
+	ns, ok, err := registry.Get(ctx, cli, name)
 	if err != nil {
 		return err
 	}
@@ -170,13 +176,13 @@ func (n *Node) Remove(ctx context.Context, name string) error {
 	}
 	// A node may be an etcd member without a record (it died while
 	// joining): find it by member name too.
-	ml, err := n.cli.MemberList(ctx)
+	ml, err := cli.MemberList(ctx)
 	if err != nil {
 		return fmt.Errorf("cluster: member list: %w", err)
 	}
 	for _, m := range ml.Members {
 		if m.Name == name || (ok && fmt.Sprintf("%x", m.ID) == ns.EtcdMember) {
-			if err := store.Remove(ctx, n.cli, m.ID, false); err != nil {
+			if err := store.Remove(ctx, cli, m.ID, false); err != nil {
 				return err
 			}
 			ok = true
@@ -185,7 +191,7 @@ func (n *Node) Remove(ctx context.Context, name string) error {
 	if !ok {
 		return fmt.Errorf("cluster: no node %s", name)
 	}
-	if err := registry.Delete(ctx, n.cli, name); err != nil {
+	if err := registry.Delete(ctx, cli, name); err != nil {
 		return err
 	}
 	n.o.Log.Info("cluster: node removed", "node", name)
@@ -212,7 +218,7 @@ func (n *Node) removeSelf(ctx context.Context, id uint64, force bool) error {
 		if err != nil {
 			return err
 		}
-		if cli, err = store.Connect(others, t); err != nil {
+		if cli, err = store.Connect(others, t, n.o.Log); err != nil {
 			return err
 		}
 		defer cli.Close()

@@ -109,10 +109,16 @@ func claimedDrives(stateDir string) []registry.Drive {
 
 // startCluster brings up the node's membership, retrying every interval
 // while it fails (etcd peers not up yet); volumes are served meanwhile.
+// Each Start is bounded (cluster.Options ReadyTimeout, StepTimeout) and
+// stops what it started when it fails, so a retry binds the ports again.
 func (d *Daemon) startCluster(ctx context.Context) {
+	began := time.Now()
 	for {
 		err := d.cluster.Start(ctx)
 		if err == nil {
+			if d.cluster.InCluster() {
+				d.log.Info("cluster: membership up", "took", time.Since(began).Round(time.Millisecond).String())
+			}
 			return
 		}
 		d.log.Error("cluster: cannot start; retrying", "err", err, "in", d.opts.Interval.String())

@@ -128,12 +128,23 @@ type Heartbeat struct {
 	name string
 }
 
-// StartHeartbeat puts name's alive key on a new session lease. Done fires
+// StartHeartbeat puts name's alive key on a new session lease. ctx bounds
+// the lease grant and the put only: the lease is kept alive until Close
+// or Abandon (or the client closes), whatever becomes of ctx. Done fires
 // when the lease is lost (expired, revoked, or no longer renewed).
 func StartHeartbeat(ctx context.Context, cli *clientv3.Client, name string, ttl int, pid int, now time.Time) (*Heartbeat, error) {
-	s, err := concurrency.NewSession(cli, concurrency.WithTTL(ttl), concurrency.WithContext(ctx))
+	g, err := cli.Grant(ctx, int64(ttl))
 	if err != nil {
-		return nil, fmt.Errorf("registry: heartbeat session: %w", err)
+		return nil, fmt.Errorf("registry: heartbeat lease of %s: %w", name, err)
+	}
+	// The session's context is also the one its Close revokes with: it
+	// must outlive ctx (a request's or a start step's deadline).
+	s, err := concurrency.NewSession(cli, concurrency.WithTTL(ttl), concurrency.WithLease(g.ID), concurrency.WithContext(context.WithoutCancel(ctx)))
+	if err != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(ttl)*time.Second)
+		cli.Revoke(rctx, g.ID)
+		cancel()
+		return nil, fmt.Errorf("registry: heartbeat session of %s: %w", name, err)
 	}
 	b, _ := json.Marshal(Alive{Version: AliveVersion, Since: now.UTC(), PID: pid, Lease: fmt.Sprintf("%x", s.Lease())})
 	if _, err := cli.Put(ctx, keys.Alive(name), string(b), clientv3.WithLease(s.Lease())); err != nil {

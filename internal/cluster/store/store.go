@@ -29,11 +29,14 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -58,16 +61,34 @@ type Config struct {
 	// TickMs and ElectionMs are etcd's heartbeat and election timeout;
 	// 0 keeps etcd's defaults (100 ms, 1000 ms).
 	TickMs, ElectionMs uint
-	Log                *zap.Logger // nil: no etcd log
+	// ReadyTimeout bounds Start's wait for the member to serve
+	// (DefaultReadyTimeout when 0); ProgressEvery is how often Start logs
+	// what the member is waiting for meanwhile (15 s when 0).
+	ReadyTimeout, ProgressEvery time.Duration
+	// Log receives Start's progress and etcd's own warnings and errors
+	// (rate-limited, see EtcdLogger); nil: slog.Default().
+	Log *slog.Logger
 }
+
+// DefaultReadyTimeout is how long Start waits for a member to serve: a
+// restarted member needs a leader and one committed proposal (etcd
+// publishes the member's attributes through raft before it serves).
+const DefaultReadyTimeout = 2 * time.Minute
 
 // Server is a running embedded member.
 type Server struct {
 	e *embed.Etcd
 }
 
-// Start starts the member and waits until it serves or ctx ends.
+// Start starts the member and waits until it serves, at most
+// ReadyTimeout, logging every ProgressEvery what it waits for. A member
+// that does not serve in time, or whose ctx ends, is stopped and its
+// ports are closed before Start returns, so a retry can bind them again.
 func Start(ctx context.Context, c Config) (*Server, error) {
+	log := c.Log
+	if log == nil {
+		log = slog.Default()
+	}
 	cfg := embed.NewConfig()
 	cfg.Name = c.Name
 	cfg.Dir = c.Dir
@@ -95,26 +116,133 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	if c.TickMs != 0 {
 		cfg.TickMs, cfg.ElectionMs = c.TickMs, c.ElectionMs
 	}
-	lg := c.Log
-	if lg == nil {
-		lg = zap.NewNop()
-	}
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg)
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(EtcdLogger(log))
 	cfg.Logger = "zap"
+	began := time.Now()
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("store: start etcd member %s: %w", c.Name, err)
 	}
-	select {
-	case <-e.Server.ReadyNotify():
-		return &Server{e: e}, nil
-	case err := <-e.Err():
-		e.Close()
-		return nil, fmt.Errorf("store: etcd member %s: %w", c.Name, err)
-	case <-ctx.Done():
-		e.Close()
-		return nil, fmt.Errorf("store: etcd member %s not ready: %w", c.Name, ctx.Err())
+	timeout, every := c.ReadyTimeout, c.ProgressEvery
+	if timeout <= 0 {
+		timeout = DefaultReadyTimeout
 	}
+	if every <= 0 {
+		every = 15 * time.Second
+	}
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-e.Server.ReadyNotify():
+			log.Info("cluster: etcd member serving", "member", c.Name, "took", time.Since(began).Round(time.Millisecond).String())
+			return &Server{e: e}, nil
+		case err := <-e.Err():
+			stop(e)
+			return nil, fmt.Errorf("store: etcd member %s: %w", c.Name, err)
+		case <-tick.C:
+			log.Warn("cluster: etcd member not serving yet", append([]any{"member", c.Name, "waited", time.Since(began).Round(time.Second).String()}, progress(e)...)...)
+		case <-deadline.C:
+			p := progress(e)
+			stop(e)
+			return nil, fmt.Errorf("store: etcd member %s not serving after %s (%s): %w", c.Name, timeout, describe(p), ErrNotReady)
+		case <-ctx.Done():
+			stop(e)
+			return nil, fmt.Errorf("store: etcd member %s not serving: %w", c.Name, ctx.Err())
+		}
+	}
+}
+
+// ErrNotReady is wrapped by Start when the member did not serve within
+// its ReadyTimeout.
+var ErrNotReady = errors.New("etcd member not ready")
+
+// stop stops a member whether or not it became ready. embed.Etcd.Close
+// alone waits for the client servers, which start only once the member
+// is ready (etcd #9533): stopping the server first releases them.
+func stop(e *embed.Etcd) {
+	e.Server.Stop()
+	e.Close()
+}
+
+// progress is what a member that does not serve yet is waiting for, as
+// slog key/value pairs: the leader it knows (none: it has not heard from
+// a quorum), raft term and indexes (applied behind committed: replaying
+// or catching up; equal with a leader: its publish proposal has not
+// committed), the peers its raft transport reaches, and the members.
+func progress(e *embed.Etcd) []any {
+	s := e.Server
+	lead := "none"
+	if l := s.Leader(); l != 0 {
+		lead = l.String()
+	}
+	self := s.MemberID()
+	var members []string
+	for _, m := range s.Cluster().Members() {
+		n := m.Name
+		if n == "" {
+			n = "(unstarted)"
+		}
+		if m.IsLearner {
+			n += "(learner)"
+		}
+		if m.ID == self {
+			n += "(self)"
+		}
+		members = append(members, n+"="+m.ID.String())
+	}
+	sort.Strings(members)
+	return []any{"leader", lead, "term", s.Term(), "committed", s.CommittedIndex(), "applied", s.AppliedIndex(),
+		"peers_active", activePeers(self.String()), "members", strings.Join(members, ",")}
+}
+
+// activePeers lists the peers (IDs) whose raft streams are up from member
+// local, from rafthttp's etcd_network_active_peers gauge (the transport
+// itself is not exported).
+func activePeers(local string) string {
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		return "unknown"
+	}
+	var out []string
+	for _, mf := range mfs {
+		if mf.GetName() != "etcd_network_active_peers" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var l, r string
+			for _, lp := range m.GetLabel() {
+				switch lp.GetName() {
+				case "Local":
+					l = lp.GetValue()
+				case "Remote":
+					r = lp.GetValue()
+				}
+			}
+			if l == local && m.GetGauge().GetValue() > 0 {
+				out = append(out, r)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	sort.Strings(out)
+	return strings.Join(out, ",")
+}
+
+// describe renders progress pairs as "k v, k v" for an error message.
+func describe(kv []any) string {
+	var b strings.Builder
+	for i := 0; i+1 < len(kv); i += 2 {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%v %v", kv[i], kv[i+1])
+	}
+	return b.String()
 }
 
 // ID is the member's etcd ID.
@@ -124,16 +252,21 @@ func (s *Server) ID() uint64 { return uint64(s.e.Server.MemberID()) }
 func (s *Server) Err() <-chan error { return s.e.Err() }
 
 // Close stops the member.
-func (s *Server) Close() { s.e.Close() }
+func (s *Server) Close() { stop(s.e) }
 
-// Connect returns a client of endpoints that presents the node certificate.
-func Connect(endpoints []string, t *tls.Config) (*clientv3.Client, error) {
+// Connect returns a client of endpoints that presents the node
+// certificate; its warnings go to log (rate-limited; nil: none).
+func Connect(endpoints []string, t *tls.Config, log *slog.Logger) (*clientv3.Client, error) {
+	zl := zap.NewNop()
+	if log != nil {
+		zl = EtcdLogger(log)
+	}
 	// Keep-alive pings find a connection to a member whose node lost
 	// power (no RST ever comes): without them a request balanced onto it
 	// hangs until TCP gives up, minutes later. 5 s is the least etcd's
 	// server accepts (GRPCKeepAliveMinTime) before it sends GOAWAY.
 	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, TLS: t, DialTimeout: 5 * time.Second, AutoSyncInterval: 30 * time.Second,
-		DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: 3 * time.Second, Logger: zap.NewNop()})
+		DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: 3 * time.Second, Logger: zl})
 	if err != nil {
 		return nil, fmt.Errorf("store: connect %v: %w", endpoints, err)
 	}
