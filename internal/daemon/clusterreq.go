@@ -330,23 +330,39 @@ func (d *Daemon) requestWorker(cli *clientv3.Client, kick chan struct{}) {
 func (d *Daemon) carryOutRequests(ctx context.Context, cli *clientv3.Client, first bool) error {
 	rctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 	defer cancel()
-	v, err := readView(rctx, cli, d.opts.Config.NodeName)
-	if err != nil {
-		return err
-	}
+	self := d.opts.Config.NodeName
+	// Idle cost, every reconcile: one read of the request keys (usually
+	// none); the records only when there are requests, the whole view
+	// only when one is carried out.
 	rs, lerr := volumes.Requests(rctx, cli)
+	if lerr == nil && len(rs) == 0 {
+		return nil
+	}
 	var errs []error
 	if lerr != nil {
 		errs = append(errs, lerr)
 	}
-	now := time.Now()
-	var mine []volumes.StoredRequest
-	for _, r := range rs {
-		if vol, ok := v.volume(r.Volume); ok && vol.Owner == v.Self && (first || r.State != model.RequestRunning) {
-			mine = append(mine, r)
+	vols, err := volumes.List(rctx, cli)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	owned := map[string]model.Volume{}
+	for _, vol := range vols {
+		if vol.Owner == self {
+			owned[vol.UUID] = vol
 		}
 	}
-	if err := volumes.FailStale(rctx, cli, mine, v.Self, now, requestPendingTTL); err != nil {
+	now := time.Now()
+	var mine, todo []volumes.StoredRequest
+	for _, r := range rs {
+		if _, ok := owned[r.Volume]; ok && (first || r.State != model.RequestRunning) {
+			mine = append(mine, r)
+			if r.State == model.RequestPending && r.Op != "replace" && now.Sub(r.Created) <= requestPendingTTL {
+				todo = append(todo, r)
+			}
+		}
+	}
+	if err := volumes.FailStale(rctx, cli, mine, self, now, requestPendingTTL); err != nil {
 		errs = append(errs, err)
 	}
 	w := &d.loop.req
@@ -357,18 +373,22 @@ func (d *Daemon) carryOutRequests(ctx context.Context, cli *clientv3.Client, fir
 	}
 	w.mu.Unlock()
 	if sweep {
-		if n, err := volumes.CleanupRequests(rctx, cli, rs, v.Volumes, now, requestTTL); err != nil {
+		if n, err := volumes.CleanupRequests(rctx, cli, rs, vols, now, requestTTL); err != nil {
 			errs = append(errs, err)
 		} else if n > 0 {
 			d.log.Info("volume requests expired", "deleted", n)
 		}
 	}
-	for _, r := range mine {
-		vol, _ := v.volume(r.Volume)
-		if r.State != model.RequestPending || r.Op == "replace" || now.Sub(r.Created) > requestPendingTTL {
-			continue
-		}
-		c, ok, err := volumes.Claim(rctx, cli, r, v.Self)
+	if len(todo) == 0 {
+		return errors.Join(errs...)
+	}
+	v, err := readView(rctx, cli, self)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	for _, r := range todo {
+		vol := owned[r.Volume]
+		c, ok, err := volumes.Claim(rctx, cli, r, self)
 		if err != nil || !ok {
 			errs = append(errs, err)
 			continue
