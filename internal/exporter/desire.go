@@ -72,9 +72,16 @@ type Host struct {
 // Volume is one volume as the exporter needs it.
 type Volume struct {
 	UUID string // for messages and Export.Volume
-	// Owner is the node running the volume's engine. An empty NQN (no
-	// owner: a failover in progress) exports the members to nobody.
-	Owner   Host
+	// Owner is the node holding the volume's owner key (package
+	// cluster/owner), the only node that may run its engine: not the
+	// record's desired owner, which may not have acquired the key yet or
+	// may have lost it. An empty NQN (no owner key: a failover in
+	// progress) exports the members to nobody.
+	Owner Host
+	// Epoch is the owner key's epoch (its create revision), 0 without a
+	// key. Desire does not use it; the caller acknowledges "fenced for
+	// Epoch" after a Reconcile of this Input succeeded.
+	Epoch   uint64
 	Members []string // drive ids of every member, on any node
 }
 
@@ -222,12 +229,43 @@ func Desire(in Input, f nvmet.Features) Desired {
 }
 
 // Fence returns the spec to apply before desired so that no controller of
-// a host that loses access survives: desired with every drive subsystem
-// unlinked from all ports whose actual state is linked on a port and
-// allows a host that desired does not allow, or a host whose DH-HMAC-CHAP
-// key changes. fenced lists those drive ids; when it is empty, step is
-// desired and there is nothing to fence. Pure.
+// a host that loses access survives, and nothing new is reachable before
+// that: stale (see Stale) drive subsystems are unlinked from every port,
+// and the step links no subsystem that actual does not link already on
+// that port (new exports wait for the second step). fenced lists the
+// stale drive ids; when it is empty, step is desired and there is nothing
+// to fence. Pure.
 func Fence(desired nvmet.Spec, actual nvmet.State) (step nvmet.Spec, fenced []string) {
+	cut := Stale(desired, actual)
+	if len(cut) == 0 {
+		return desired, nil
+	}
+	linked := map[uint16]map[string]bool{}
+	for _, p := range actual.Ports {
+		linked[p.ID] = map[string]bool{}
+		for _, n := range p.Subsystems {
+			linked[p.ID][n] = true
+		}
+	}
+	step = desired
+	step.Ports = nil
+	for _, p := range desired.Ports {
+		p.Subsystems = slices.DeleteFunc(slices.Clone(p.Subsystems), func(n string) bool { return cut[n] || !linked[p.ID][n] })
+		step.Ports = append(step.Ports, p)
+	}
+	for n := range cut {
+		fenced = append(fenced, strings.TrimPrefix(n, NQNPrefix))
+	}
+	slices.Sort(fenced)
+	return step, fenced
+}
+
+// Stale returns the drive subsystems (NQNPrefix) that actual links on a
+// port although desired does not export them, or that allow a host
+// desired does not allow for them, or a host whose DH-HMAC-CHAP key
+// changes: the exports whose hosts may hold controllers they must not
+// keep. Empty when actual serves only what desired allows. Pure.
+func Stale(desired nvmet.Spec, actual nvmet.State) map[string]bool {
 	want := map[string]map[string]bool{}
 	for _, s := range desired.Subsystems {
 		want[s.NQN] = map[string]bool{}
@@ -251,9 +289,13 @@ func Fence(desired nvmet.Spec, actual nvmet.State) (step nvmet.Spec, fenced []st
 	}
 	cut := map[string]bool{}
 	for _, s := range actual.Subsystems {
+		if !linked[s.NQN] || !strings.HasPrefix(s.NQN, NQNPrefix) {
+			continue
+		}
 		w, ok := want[s.NQN]
-		if !ok || !linked[s.NQN] || !strings.HasPrefix(s.NQN, NQNPrefix) {
-			continue // removed subsystems are unlinked by Diff anyway
+		if !ok || s.AllowAnyHost {
+			cut[s.NQN] = true
+			continue
 		}
 		for _, h := range s.AllowedHosts {
 			if !w[h] || wantKey[h] != haveKey[h] {
@@ -261,18 +303,5 @@ func Fence(desired nvmet.Spec, actual nvmet.State) (step nvmet.Spec, fenced []st
 			}
 		}
 	}
-	if len(cut) == 0 {
-		return desired, nil
-	}
-	step = desired
-	step.Ports = nil
-	for _, p := range desired.Ports {
-		p.Subsystems = slices.DeleteFunc(slices.Clone(p.Subsystems), func(n string) bool { return cut[n] })
-		step.Ports = append(step.Ports, p)
-	}
-	for n := range cut {
-		fenced = append(fenced, strings.TrimPrefix(n, NQNPrefix))
-	}
-	slices.Sort(fenced)
-	return step, fenced
+	return cut
 }

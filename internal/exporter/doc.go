@@ -34,22 +34,34 @@
 // backend maps it to kernel/nvmet's DriveOwnership: the volume manager's
 // …:vol:* subsystems and ports are left alone). Desire and Fence reason on
 // kernel/nvmet's Spec and State; plugins/nvmet FromSpec and StateOf convert
-// to and from the backend's exports. Removing a host from allowed_hosts does not end the
-// controllers it already has, so a changed owner (or a changed secret)
-// would leave the old owner writing. Fence finds those subsystems in the
-// actual state (linked on a port, and allowing a host or key the desired
-// state does not); Reconcile first applies the desired state with them
-// unlinked from every port, which makes the kernel tear down their
-// controllers, then the desired state, which links them again for the new
-// owner only. A crash between the two steps is finished by the next
-// Reconcile: the subsystem is then unlinked and already re-pointed, and the
-// second step links it. Result.Fenced names the drives fenced this time
-// (for logs). The acknowledgement does not depend on it: every Reconcile
-// that returns without error leaves no controller of a host other than
-// each drive's current owner on the drive ports (as long as nothing but the
-// exporter changes the drive subsystems), so the caller may then
-// acknowledge "fenced for epoch E" in the cluster store for every volume of
-// the Input, also after a restart that found the fence already done.
+// to and from the backend's exports. Removing a host from allowed_hosts
+// does not end the controllers it already has, so a changed owner (or a
+// changed secret) would leave the old owner writing. Stale finds the drive
+// subsystems whose hosts may hold controllers they must not keep (linked
+// on a port, and not to be exported any more, or allowing a host or key
+// the desired state does not). When there are any, Reconcile first applies
+// the fence step: the desired state with them unlinked from every port,
+// which makes the kernel tear down their controllers, and with nothing
+// linked that was not linked already (so nothing becomes reachable before
+// the teardown: after a daemon restart, configfs still holding exports
+// for an old owner, these go first). Then it applies the desired state,
+// which links the drives again for their owners only, and reads the state
+// back: a Reconcile returns nil only when no export is Stale. A crash
+// between the steps is finished by the next Reconcile. Result.Fenced names
+// the drives fenced this time (for logs).
+//
+// # Owner and acknowledgement
+//
+// Volume.Owner is the node holding the volume's owner key (cluster/owner;
+// plan.FencedExporterInput), not the record's desired owner, and
+// Volume.Epoch its epoch; without a key the drives go to nobody. Every
+// Reconcile that returns without error leaves no controller of a host
+// other than each drive's Owner on the drive ports (as long as nothing but
+// the exporter changes the drive subsystems), so the caller may then
+// acknowledge "fenced for Epoch" (cluster/fence.Ack) for every volume of
+// the Input, also after a restart that found the fence already done. An
+// error means no acknowledgement. A node that reboots has empty configfs
+// and exports nothing until its daemon has read the owner keys from etcd.
 //
 // # What it does not do
 //

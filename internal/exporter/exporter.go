@@ -3,6 +3,9 @@ package exporter
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
 	"github.com/fabraid/fabraid/kernel/nvmet"
 	"github.com/fabraid/fabraid/plugins/backend"
@@ -48,8 +51,9 @@ func (x *Exporter) Features(ctx context.Context) (backend.Features, error) {
 type Result struct {
 	Exports  []Export // the drives exported now
 	Problems []error  // drives or volumes left out (see Desired)
-	// Fenced lists the drives whose old hosts' controllers were torn down
-	// this time (owner or secret changed).
+	// Fenced lists the drives unlinked from the ports before anything
+	// else this time, which tore down their hosts' controllers: the owner
+	// or its secret changed, or the drive is not to be exported any more.
 	Fenced []string
 	// Done lists the target operations carried out (no secrets); empty
 	// when nothing changed.
@@ -58,8 +62,12 @@ type Result struct {
 }
 
 // Reconcile converges the node's drive exports to in: Desire, then (when
-// Fence finds controllers to end) the fence step, then the desired state.
-// On error, calling Reconcile again finishes the job.
+// Fence finds controllers to end) the fence step, then the desired state,
+// then it reads the target's state back and checks that no drive export
+// is Stale. It returns nil only after that check: every drive of in's
+// volumes is then exported to its volume's Owner at most, so the caller
+// may acknowledge the fence for each volume's Epoch. On error, calling
+// Reconcile again finishes the job.
 func (x *Exporter) Reconcile(ctx context.Context, in Input) (Result, error) {
 	f, err := x.Features(ctx)
 	if err != nil {
@@ -84,6 +92,13 @@ func (x *Exporter) Reconcile(ctx context.Context, in Input) (Result, error) {
 	res.Done = append(res.Done, done...)
 	if err != nil {
 		return res, fmt.Errorf("drive exporter: %w", err)
+	}
+	back, err := x.Target.List(ctx, NQNPrefix)
+	if err != nil {
+		return res, fmt.Errorf("drive exporter: read back: %w", err)
+	}
+	if stale := Stale(d.Spec, pnvmet.StateOf(back)); len(stale) > 0 {
+		return res, fmt.Errorf("drive exporter: read back after apply: %s still allow hosts other than their owners", strings.Join(slices.Sorted(maps.Keys(stale)), ", "))
 	}
 	return res, nil
 }

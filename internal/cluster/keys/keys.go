@@ -14,6 +14,7 @@
 //	/fabraid/v1/drive-claims/<node>/<drive>  model.VolumeName: the volume a drive is a member of
 //	/fabraid/v1/owners/<uuid>        owner.Record: the volume's owner, on its owner lease; create revision = epoch
 //	/fabraid/v1/requests/<uuid>/<id> model.Request: an engine operation for the owner to carry out, and its result
+//	/fabraid/v1/fence/<uuid>/<node>  fence.Record: node's drive exports of the volume allow only the holder of an epoch (on node's lease)
 //
 // Node names are checked by the configuration (letters, digits, '.', '_',
 // '-'), so they never contain '/'; volume names are checked the same way
@@ -44,6 +45,7 @@ const (
 	OwnersPrefix       = Prefix + "owners/"
 	DriveClaimsPrefix  = Prefix + "drive-claims/"
 	RequestsPrefix     = Prefix + "requests/"
+	FencePrefix        = Prefix + "fence/"
 )
 
 // Node is a node's registry record.
@@ -80,3 +82,10 @@ func DriveClaim(node, drive string) string {
 // Request is engine operation request id of volume uuid (package volumes,
 // requests.go); ids are hex, so the key needs no escaping.
 func Request(uuid, id string) string { return RequestsPrefix + uuid + "/" + id }
+
+// FenceVolume is the prefix of a volume's fence acknowledgements, by
+// volume UUID (package cluster/fence).
+func FenceVolume(uuid string) string { return FencePrefix + uuid + "/" }
+
+// Fence is node's fence acknowledgement of a volume, by volume UUID.
+func Fence(uuid, node string) string { return FenceVolume(uuid) + node }
