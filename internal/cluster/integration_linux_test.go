@@ -131,16 +131,7 @@ func clusterGuest(t *testing.T, g *vmtest.Env) {
 		}
 		tok, _ := os.ReadFile(tokFile("c"))
 		mustFabraid(t, "cluster", "join", g.Addr("b"), "--token", string(tok))
-		var st api.ClusterStatus
-		if err := json.Unmarshal([]byte(mustFabraid(t, "cluster", "status", "--json")), &st); err != nil {
-			t.Fatal(err)
-		}
-		voters := 0
-		for _, m := range st.Members {
-			if !m.Learner && m.Healthy {
-				voters++
-			}
-		}
+		st, voters := waitHealthyMembers(t, 3, 2*time.Minute)
 		if voters != 3 || !st.Healthy || st.Leader == "" {
 			t.Errorf("status: %d healthy voting members, healthy %v, leader %q; want 3, true, a leader", voters, st.Healthy, st.Leader)
 		}
@@ -160,6 +151,31 @@ func clusterGuest(t *testing.T, g *vmtest.Env) {
 
 // noCertRefused: a TLS client that trusts the cluster CA but presents no
 // certificate is refused by a's etcd client port.
+// waitHealthyMembers polls cluster status until want voting members are
+// healthy with a leader, or until limit: right after a join on a starved
+// TCG host the members' health probes can time out for a while although
+// the cluster converges. It returns the last status and its healthy voters.
+func waitHealthyMembers(t *testing.T, want int, limit time.Duration) (api.ClusterStatus, int) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		var st api.ClusterStatus
+		if err := json.Unmarshal([]byte(mustFabraid(t, "cluster", "status", "--json")), &st); err != nil {
+			t.Fatal(err)
+		}
+		voters := 0
+		for _, m := range st.Members {
+			if !m.Learner && m.Healthy {
+				voters++
+			}
+		}
+		if (voters == want && st.Healthy && st.Leader != "") || time.Now().After(deadline) {
+			return st, voters
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
 func noCertRefused(t *testing.T, addr string) {
 	ca, err := os.ReadFile("/var/lib/fabraid/cluster/pki/ca.crt")
 	if err != nil {
