@@ -456,6 +456,12 @@ func (d *Daemon) replaceMembers(ctx context.Context, cli *clientv3.Client, imp p
 				continue
 			}
 			mu, started, err := d.mgr.ReplacePlanned(o.UUID, s.Slot, p, rate)
+			if errors.Is(err, volmgr.ErrNotRunning) {
+				// The engine is not started yet (start gate, restart): the
+				// request waits for it (up to requestPendingTTL).
+				errs = append(errs, fmt.Errorf("volume %s: replace slot %d with %s:%s: %w", o.Volume.Name, s.Slot, s.Node, s.Drive, err))
+				continue
+			}
 			w.mu.Lock()
 			if w.refused == nil {
 				w.refused = map[string]bool{}

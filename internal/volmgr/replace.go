@@ -1,10 +1,15 @@
 package volmgr
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/fabraid/fabraid/engine/superblock"
 )
+
+// ErrNotRunning is wrapped by ReplacePlanned when the volume has no
+// running engine (yet): nothing was tried.
+var ErrNotRunning = errors.New("engine not running")
 
 // ReplacePlanned puts the device at path into failed slot of cluster
 // volume u and starts the rebuild: path is the slot's new member, the
@@ -17,8 +22,8 @@ import (
 func (m *Manager) ReplacePlanned(u [16]byte, slot int, path string, rate int64) ([16]byte, bool, error) {
 	ref := FormatUUID(u)
 	_, e, err := m.resolve(ref)
-	if err != nil {
-		return [16]byte{}, false, err
+	if e == nil {
+		return [16]byte{}, false, fmt.Errorf("%w: %w", ErrNotRunning, err)
 	}
 	st, err := e.Status()
 	if err != nil {
