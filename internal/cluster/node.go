@@ -294,8 +294,11 @@ func (n *Node) connect(ctx context.Context) error {
 		return err
 	}
 	// Serializable: the member list as the member the client reaches
-	// knows it, without a round through the leader; it only refreshes
-	// the endpoints to dial next time.
+	// knows it, without a read index from the leader; it only refreshes
+	// the endpoints to dial next time. A linearizable MemberList that
+	// gets "request timed out" is retried by the client (repeatable
+	// policy, 100 attempts of up to etcd's request timeout each), so only
+	// the step's deadline would end it.
 	var ml *clientv3.MemberListResponse
 	if err := n.step(ctx, "read the etcd member list", func(ctx context.Context) (err error) {
 		ml, err = cli.MemberList(ctx, clientv3.WithSerializable())
