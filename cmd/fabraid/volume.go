@@ -433,11 +433,23 @@ func runOp(cmd *cobra.Command, c *api.Client, ref, op string, q api.OpRequest) (
 
 // waitTask polls until the volume's background task of kind has finished.
 func waitTask(cmd *cobra.Command, c *api.Client, ref, kind string) error {
+	var failingSince time.Time
 	for {
 		v, err := c.Volume(ref)
+		if transientStatusError(err) && (failingSince.IsZero() || time.Since(failingSince) < waitTransientLimit) {
+			// The task runs on regardless of one slow status read (in a
+			// cluster: an etcd read past the daemon's bound).
+			if failingSince.IsZero() {
+				failingSince = time.Now()
+				fmt.Fprintf(cmd.ErrOrStderr(), "fabraid: status not readable now (%v); still waiting\n", err)
+			}
+			time.Sleep(time.Second)
+			continue
+		}
 		if err != nil {
 			return apiError(err)
 		}
+		failingSince = time.Time{}
 		if v.Task == "" && v.LastTask != nil && v.LastTask.Kind == kind {
 			if v.LastTask.Error != "" {
 				return fmt.Errorf("%s: %s", kind, v.LastTask.Error)
@@ -454,6 +466,18 @@ func waitTask(cmd *cobra.Command, c *api.Client, ref, kind string) error {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+// waitTransientLimit is how long --wait keeps polling through status
+// reads that fail with a server-side error before it gives up.
+const waitTransientLimit = 2 * time.Minute
+
+// transientStatusError: the daemon answered with a server-side error (a
+// 5xx, e.g. an etcd read that timed out), not a refusal such as an
+// unknown volume.
+func transientStatusError(err error) bool {
+	var ae *api.Error
+	return errors.As(err, &ae) && ae.Status >= 500
 }
 
 func newVolumeRebuildCmd() *cobra.Command {

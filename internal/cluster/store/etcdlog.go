@@ -31,9 +31,21 @@ func EtcdLogger(log *slog.Logger) *zap.Logger {
 
 // quiet are etcd warnings of every start that say nothing about a stall
 // (fabraid serves gRPC and HTTP on one port and uses no etcd auth).
+//
+// Also quiet: etcd's per-request slowness warnings. On a CPU-starved host
+// (TCG guests) they come several times a second, say only that requests
+// are slow, and are written synchronously from etcd's own goroutines
+// (the raft loop among them), so a slow log sink would slow etcd further.
+// A stalled start is reported by the member's own progress line instead.
 var quiet = map[string]bool{
 	"Running http and grpc server on single port. This is not recommended for production.": true,
 	"simple token is not cryptographically signed":                                         true,
+	"apply request took too long":                                                          true,
+	"request stats":                                                                        true,
+	"waiting for ReadIndex response took too long, retrying":                               true,
+	"ignored out-of-date read index response; local node read indexes queueing up and waiting to be in sync with leader": true,
+	"leader failed to send out heartbeat on time; took too long, leader is overloaded likely from slow disk":             true,
+	"retrying of unary invoker failed": true,
 }
 
 // redacted are zap field keys never passed on: they are not needed to
