@@ -175,9 +175,8 @@ func verifier(t *testing.T, g *vmtest.Env, start time.Time) {
 	if in.Owner != "a" || in.Device != head {
 		t.Fatalf("volume show on %s: owner %q device %q, want a, %s", g.Name, in.Owner, in.Device, head)
 	}
-	if out, err := fabraid(t, "volume", "scrub", "v"); err == nil || !strings.Contains(out, "run by node a") {
-		t.Errorf("scrub on non-owner %s: %v %s, want refused naming a", g.Name, err, out)
-	}
+	// Engine operations asked on a non-owner are carried out by the owner
+	// (TestIntegrationClusterRequests), not refused.
 	g.Signal(t, "verified")
 }
 
