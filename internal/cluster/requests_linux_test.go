@@ -34,19 +34,7 @@ import (
 //   - b fails one of b's members and asks for a replace: refused, no
 //     drive fits (c's spare is taken); re-add brings it back.
 func TestIntegrationClusterRequests(t *testing.T) {
-	files := map[string]string{
-		"/usr/bin/fabraid":  vmtest.BuildBinary(t, "github.com/fabraid/fabraid/cmd/fabraid"),
-		"/usr/bin/fabraidd": vmtest.BuildBinary(t, "github.com/fabraid/fabraid/cmd/fabraidd"),
-	}
-	mods := []string{"nvmet", "nvmet_tcp", "nvme_tcp", "ublk_drv", "crc32c_generic", "ext4"}
-	var guests []vmtest.GuestConfig
-	for _, n := range []string{"a", "b", "c"} {
-		disks := []vmtest.Disk{{Size: memberBytes}, {Size: memberBytes}, {Size: 32 << 20}}
-		if n == "c" {
-			disks = append(disks, vmtest.Disk{Size: memberBytes})
-		}
-		guests = append(guests, vmtest.GuestConfig{Name: n, Kernel: vmtest.Kernel612, Modules: mods, MemoryMB: 768, Disks: disks, Files: files})
-	}
+	guests := clusterVolumeGuests(t, map[string]int{"c": 1})
 	vmtest.Run(t, vmtest.Options{Guests: guests, Timeout: 1500 * time.Second}, requestsGuest)
 }
 

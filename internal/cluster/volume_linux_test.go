@@ -48,6 +48,13 @@ import (
 // a wrong one, cannot connect to a drive export) is covered by
 // TestIntegrationDriveExportImport in internal/importer.
 func TestIntegrationClusterVolume(t *testing.T) {
+	vmtest.Run(t, vmtest.Options{Guests: clusterVolumeGuests(t, nil), Timeout: 900 * time.Second}, volumeGuest)
+}
+
+// clusterVolumeGuests are the guests a, b and c of the cluster volume
+// tests on 6.12: fabraid and fabraidd, two member disks and a state disk
+// each, plus extra[name] member disks after those.
+func clusterVolumeGuests(t *testing.T, extra map[string]int) []vmtest.GuestConfig {
 	files := map[string]string{
 		"/usr/bin/fabraid":  vmtest.BuildBinary(t, "github.com/fabraid/fabraid/cmd/fabraid"),
 		"/usr/bin/fabraidd": vmtest.BuildBinary(t, "github.com/fabraid/fabraid/cmd/fabraidd"),
@@ -55,10 +62,13 @@ func TestIntegrationClusterVolume(t *testing.T) {
 	mods := []string{"nvmet", "nvmet_tcp", "nvme_tcp", "ublk_drv", "crc32c_generic", "ext4"}
 	var guests []vmtest.GuestConfig
 	for _, n := range []string{"a", "b", "c"} {
-		guests = append(guests, vmtest.GuestConfig{Name: n, Kernel: vmtest.Kernel612, Modules: mods, MemoryMB: 768,
-			Disks: []vmtest.Disk{{Size: memberBytes}, {Size: memberBytes}, {Size: 32 << 20}}, Files: files})
+		disks := []vmtest.Disk{{Size: memberBytes}, {Size: memberBytes}, {Size: 32 << 20}}
+		for range extra[n] {
+			disks = append(disks, vmtest.Disk{Size: memberBytes})
+		}
+		guests = append(guests, vmtest.GuestConfig{Name: n, Kernel: vmtest.Kernel612, Modules: mods, MemoryMB: 768, Disks: disks, Files: files})
 	}
-	vmtest.Run(t, vmtest.Options{Guests: guests, Timeout: 900 * time.Second}, volumeGuest)
+	return guests
 }
 
 const (
