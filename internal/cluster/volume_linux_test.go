@@ -48,17 +48,7 @@ import (
 // a wrong one, cannot connect to a drive export) is covered by
 // TestIntegrationDriveExportImport in internal/importer.
 func TestIntegrationClusterVolume(t *testing.T) {
-	files := map[string]string{
-		"/usr/bin/fabraid":  vmtest.BuildBinary(t, "github.com/fabraid/fabraid/cmd/fabraid"),
-		"/usr/bin/fabraidd": vmtest.BuildBinary(t, "github.com/fabraid/fabraid/cmd/fabraidd"),
-	}
-	mods := []string{"nvmet", "nvmet_tcp", "nvme_tcp", "ublk_drv", "crc32c_generic", "ext4"}
-	var guests []vmtest.GuestConfig
-	for _, n := range []string{"a", "b", "c"} {
-		guests = append(guests, vmtest.GuestConfig{Name: n, Kernel: vmtest.Kernel612, Modules: mods, MemoryMB: 768,
-			Disks: []vmtest.Disk{{Size: memberBytes}, {Size: memberBytes}, {Size: 32 << 20}}, Files: files})
-	}
-	vmtest.Run(t, vmtest.Options{Guests: guests, Timeout: 900 * time.Second}, volumeGuest)
+	vmtest.Run(t, vmtest.Options{Guests: clusterGuests(t), Timeout: 900 * time.Second}, volumeGuest)
 }
 
 const (
@@ -120,20 +110,7 @@ func volumeGuest(t *testing.T, g *vmtest.Env) {
 		// b is powered off by c and booted again.
 		g.Wait(t, "c", "b-degraded")
 		g.Wait(t, "b", "back")
-		in = waitState(t, start, "optimal", 5*time.Minute)
-		if r := in.Rebuild; r == nil || !r.Partial || r.Bytes <= 0 || r.Bytes > r.MemberBytes/8 {
-			t.Errorf("rebuild after b's return: %+v, want a partial resync of at most 1/8 of a member", r)
-		} else {
-			step(t, start, "b's members resynced partially: %d regions, %d bytes of %d per member (%.2f%%)",
-				r.Regions, r.Bytes, r.MemberBytes, 100*float64(r.Bytes)/float64(r.MemberBytes))
-		}
-		step(t, start, "b's members are back; scrubbing")
-		mustFabraid(t, "volume", "scrub", "v", "--wait")
-		in = showVolume(t)
-		if lt := in.LastTask; lt == nil || lt.Kind != "scrub" || lt.Error != "" || lt.Scrub == nil || lt.Scrub.Mismatches != 0 {
-			t.Fatalf("scrub after b's return: %+v", in.LastTask)
-		}
-		step(t, start, "scrub clean: %d stripes, 0 mismatches", in.LastTask.Scrub.Stripes)
+		resyncedAndScrubbed(t, start, "b")
 		g.Signal(t, "healed")
 		g.Wait(t, "c", "intact")
 		g.Wait(t, "b", "measured")

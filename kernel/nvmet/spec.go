@@ -1,6 +1,7 @@
 package nvmet
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -17,6 +18,9 @@ type Spec struct {
 	Hosts      []Host
 }
 
+// CntlIDMax is the largest controller id the kernel allows (NVME_CNTLID_MAX).
+const CntlIDMax = 0xffef
+
 // Subsystem is one NVMe subsystem, configfs subsystems/<NQN>.
 type Subsystem struct {
 	NQN string
@@ -28,6 +32,14 @@ type Subsystem struct {
 	Serial   string
 	Model    string
 	Firmware string
+	// CntlIDMin and CntlIDMax bound the controller ids the kernel hands
+	// out (attr_cntlid_min, attr_cntlid_max), written when the subsystem
+	// is created; 0 is the kernel's default (1, 0xffef). A host rejects a
+	// second controller of one subsystem with a controller id it has
+	// already ("Duplicate cntlid"), so nodes that export one subsystem
+	// (a volume after a failover, both paths of a move) use disjoint
+	// ranges. Not read back.
+	CntlIDMin, CntlIDMax uint16
 	// AllowedHosts lists host NQNs allowed to connect (allowed_hosts/
 	// symlinks into hosts/). Each must be in Spec.Hosts.
 	AllowedHosts []string
@@ -177,6 +189,9 @@ func (s Spec) Validate(own Ownership) error {
 		}
 		if len(sub.Model) > 40 || !printable(sub.Model) {
 			return fmt.Errorf("subsystem %s: model %q: at most 40 printable ASCII characters", sub.NQN, sub.Model)
+		}
+		if lo, hi := max(sub.CntlIDMin, 1), cmp.Or(sub.CntlIDMax, CntlIDMax); lo > hi || hi > CntlIDMax {
+			return fmt.Errorf("subsystem %s: controller ids %d-%d: want 1 <= min <= max <= %d", sub.NQN, sub.CntlIDMin, sub.CntlIDMax, CntlIDMax)
 		}
 		if len(sub.Firmware) > 8 || !printable(sub.Firmware) {
 			return fmt.Errorf("subsystem %s: firmware %q: at most 8 printable ASCII characters", sub.NQN, sub.Firmware)

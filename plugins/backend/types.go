@@ -55,12 +55,17 @@ type ApplyResult struct {
 // Export is one NVMe subsystem with its namespaces, listeners and allowed
 // hosts. fabraid never exports to any host: Hosts lists them all.
 type Export struct {
-	NQN        string
-	Serial     string // at most 20 printable ASCII characters
-	Model      string // at most 40
-	Namespaces []Namespace
-	Listeners  []Listener
-	Hosts      []Host
+	NQN    string
+	Serial string // at most 20 printable ASCII characters
+	Model  string // at most 40
+	// CntlIDMin, CntlIDMax: the controller ids this target hands out for
+	// the export (0: the backend's default); nodes exporting the same
+	// subsystem use disjoint ranges (a host refuses a duplicate id).
+	// Applied when the export is created.
+	CntlIDMin, CntlIDMax uint16
+	Namespaces           []Namespace
+	Listeners            []Listener
+	Hosts                []Host
 }
 
 // Namespace is one namespace of an Export.

@@ -122,7 +122,7 @@ func Spec(own nvmet.Ownership, exports []backend.Export, actual nvmet.State) (nv
 		if !strings.HasPrefix(e.NQN, own.SubsystemPrefix) {
 			return spec, fmt.Errorf("export %s outside scope %s: %w", e.NQN, own.SubsystemPrefix, backend.ErrInvalid)
 		}
-		sub := nvmet.Subsystem{NQN: e.NQN, Serial: e.Serial, Model: e.Model}
+		sub := nvmet.Subsystem{NQN: e.NQN, Serial: e.Serial, Model: e.Model, CntlIDMin: e.CntlIDMin, CntlIDMax: e.CntlIDMax}
 		for _, ns := range e.Namespaces {
 			sub.Namespaces = append(sub.Namespaces, nvmet.Namespace{NSID: ns.NSID, DevicePath: ns.Device, UUID: ns.UUID, NGUID: ns.NGUID, ANAGroup: ns.ANAGroup})
 		}
@@ -329,7 +329,7 @@ func StateOf(exports []backend.Export) nvmet.State {
 	ports := map[uint16]int{}
 	hosts := map[string]bool{}
 	for _, e := range exports {
-		sub := nvmet.Subsystem{NQN: e.NQN, Serial: e.Serial, Model: e.Model}
+		sub := nvmet.Subsystem{NQN: e.NQN, Serial: e.Serial, Model: e.Model, CntlIDMin: e.CntlIDMin, CntlIDMax: e.CntlIDMax}
 		for _, ns := range e.Namespaces {
 			sub.Namespaces = append(sub.Namespaces, nvmet.Namespace{NSID: ns.NSID, DevicePath: ns.Device, UUID: ns.UUID, NGUID: ns.NGUID, ANAGroup: ns.ANAGroup})
 		}
