@@ -6,7 +6,7 @@
 //
 //	fabraidd [--config /etc/fabraid/fabraid.conf]
 //	fabraidd engine --volume NAME [--config PATH]                        (systemd unit fabraid-engine@NAME)
-//	fabraidd engine --uuid U --members A,B,... --ublk-id N --socket S [--owner-domain D]   (child process of fabraidd)
+//	fabraidd engine --uuid U --members A,B,... --ublk-id N --socket S [--owner-domain D] [--epoch E]   (child process of fabraidd)
 //
 // Exit codes: 0 stopped by SIGINT/SIGTERM, 1 failed, 2 bad usage or
 // configuration.
@@ -86,6 +86,7 @@ func newRootCmd(log *slog.Logger) *cobra.Command {
 func newEngineCmd(log *slog.Logger) *cobra.Command {
 	var uuid, members, socket, volume, cfgPath, ownerDomain string
 	var ublkID, queues int
+	var epoch uint64
 	cmd := &cobra.Command{
 		Use: "engine (--volume NAME [--config PATH] | --uuid U --members A,B,... --ublk-id N --socket PATH)",
 		Short: "Serve one volume's engine (run by fabraidd: a systemd unit fabraid-engine@NAME with --volume, " +
@@ -102,7 +103,7 @@ func newEngineCmd(log *slog.Logger) *cobra.Command {
 				return usageError{errors.New("--volume, or --members and --socket, are required")}
 			}
 			return volmgr.ServeEngine(ctx, volmgr.ServeOptions{Members: strings.Split(members, ","), UblkID: ublkID, Socket: socket,
-				OwnerDomain: ownerDomain, Queues: queues, Version: version, Log: log.With("engine", uuid, "pid", os.Getpid())})
+				OwnerDomain: ownerDomain, Epoch: epoch, Queues: queues, Version: version, Log: log.With("engine", uuid, "pid", os.Getpid())})
 		},
 	}
 	f := cmd.Flags()
@@ -113,6 +114,7 @@ func newEngineCmd(log *slog.Logger) *cobra.Command {
 	f.IntVar(&ublkID, "ublk-id", -1, "ublk device to re-attach (user recovery) or create; -1: any")
 	f.StringVar(&socket, "socket", "", "control socket")
 	f.StringVar(&ownerDomain, "owner-domain", "", "failure domain of this node: journal the data chunks on its members (owner-domain journaling); empty: off")
+	f.Uint64Var(&epoch, "epoch", 0, "owner epoch of the assembly (the cluster's owner key); 0: one more than on disk")
 	f.IntVar(&queues, "queues", 0, "ublk queues (0: one per CPU the engine may run on)")
 	return cmd
 }
@@ -136,7 +138,7 @@ func serveUnit(ctx context.Context, cmd *cobra.Command, volume, cfgPath string, 
 	sddaemon.SdNotify(false, "STATUS=assembling "+volume)
 	defer sddaemon.SdNotify(false, sddaemon.SdNotifyStopping)
 	err = volmgr.ServeEngine(ctx, volmgr.ServeOptions{
-		Members: spec.Members, UblkID: spec.UblkID, Socket: spec.Socket, SpecPath: path, OwnerDomain: spec.OwnerDomain,
+		Members: spec.Members, UblkID: spec.UblkID, Socket: spec.Socket, SpecPath: path, OwnerDomain: spec.OwnerDomain, Epoch: spec.Epoch,
 		Log: log, Version: version,
 		Ready: func(ublkPath string) {
 			sddaemon.SdNotify(false, sddaemon.SdNotifyReady+"\nSTATUS=serving "+volume+" on "+ublkPath)

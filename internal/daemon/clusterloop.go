@@ -110,11 +110,12 @@ func (v *clusterView) selfDomain() string {
 	return v.Self
 }
 
-// owned are the volumes this node owns.
+// owned are the volumes this node owns: the record names it and it holds
+// the owner key.
 func (v *clusterView) owned() []model.Volume {
 	var out []model.Volume
 	for _, vol := range v.Volumes {
-		if vol.Owner == v.Self {
+		if _, held := v.Held[vol.UUID]; held && vol.Owner == v.Self {
 			out = append(out, vol)
 		}
 	}
@@ -158,7 +159,7 @@ func (c *clusterLoop) watch(cli *clientv3.Client, kick func()) {
 		for resp := range cli.Watch(clientv3.WithRequireLeader(context.Background()), keys.Prefix, clientv3.WithPrefix()) {
 			for _, ev := range resp.Events {
 				k := string(ev.Kv.Key)
-				for _, p := range []string{keys.VolumesPrefix, keys.NodesPrefix, keys.AlivePrefix, keys.HostKeysPrefix} {
+				for _, p := range []string{keys.VolumesPrefix, keys.NodesPrefix, keys.AlivePrefix, keys.HostKeysPrefix, keys.OwnersPrefix} {
 					if strings.HasPrefix(k, p) {
 						kick()
 					}
@@ -203,6 +204,7 @@ func managerPlan(v *clusterView, imp plan.Import, paths map[[16]byte][]string) v
 			p.Hosts = append(p.Hosts, volmgr.ExportHost{NQN: n.HostNQN, Secret: v.HostKeys[n.Name]})
 		}
 	}
+	p.CntlIDMin, p.CntlIDMax = plan.CntlIDRange(v.View)
 	for _, c := range plan.Consumers(v.View) {
 		p.Consumers = append(p.Consumers, volmgr.Consumer{UUID: c.UUID, Addresses: c.Addresses})
 	}
@@ -211,11 +213,15 @@ func managerPlan(v *clusterView, imp plan.Import, paths map[[16]byte][]string) v
 		if vol.State == model.VolumeDeleting {
 			continue
 		}
-		pv := volmgr.PlannedVolume{UUID: o.UUID, Name: vol.Name, State: vol.State, Members: paths[o.UUID], OwnerDomain: v.selfDomain()}
+		pv := volmgr.PlannedVolume{UUID: o.UUID, Name: vol.Name, State: vol.State, Members: paths[o.UUID], OwnerDomain: v.selfDomain(),
+			Epoch: v.Held[vol.UUID]}
 		pv.Config.K, pv.Config.M, pv.Config.Groups, pv.Config.ChunkSize = vol.K, vol.M, vol.Groups, vol.ChunkSize
 		pv.Config.MemberSize = vol.MemberSize
 		for _, m := range vol.Members {
 			pv.Config.Domains = append(pv.Config.Domains, m.Domain)
+			if n, ok := v.node(m.Node); !ok || !n.Alive {
+				pv.Gone = append(pv.Gone, m.Slot)
+			}
 		}
 		p.Volumes = append(p.Volumes, pv)
 	}

@@ -38,11 +38,16 @@ func (d *Daemon) reconcileCluster(ctx context.Context) error {
 		return err
 	}
 	v.HostKeys[self] = secret // what this node presents, even before etcd has it
+	var errs []error
+	own, err := d.owners.reconcile(ctx, cli, v)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	v.Held = own.Held // only these are imported and assembled here
 	c.mu.Lock()
 	c.view = v
 	c.mu.Unlock()
 
-	var errs []error
 	local, drives := localDrives(d.opts.Config.StateDir)
 	xin := plan.ExporterInput(v.View, drives)
 	xin.HostNQN = d.mgr.HostNQN()
@@ -66,9 +71,15 @@ func (d *Daemon) reconcileCluster(ctx context.Context) error {
 	}
 	paths := imp.Paths(ires)
 	mp := managerPlan(v, imp, paths)
-	mp.Secret, mp.Auth = secret, xres.Auth
+	mp.Secret, mp.Auth, mp.Stop = secret, xres.Auth, own.Stop
 	res, err := d.mgr.ReconcileCluster(ctx, mp)
 	if err != nil {
+		errs = append(errs, err)
+	}
+	if res.Retry {
+		time.AfterFunc(consumerRetry, d.Kick) // a new owner's export may be up by then
+	}
+	if err := d.owners.resignReleased(ctx, cli, own.Release, d.mgr.Running); err != nil {
 		errs = append(errs, err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, etcdTimeout)
@@ -87,6 +98,10 @@ func (d *Daemon) reconcileCluster(ctx context.Context) error {
 	}
 	return errors.Join(errs...)
 }
+
+// consumerRetry is how soon a reconcile whose consumer connection failed
+// runs again (after a takeover the new owner exports within seconds).
+const consumerRetry = time.Second
 
 // errSkip leaves a record unchanged in volumes.Modify.
 var errSkip = errors.New("no change")

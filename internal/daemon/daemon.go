@@ -53,6 +53,8 @@ type Daemon struct {
 	// cluster is the node's cluster membership; in no cluster it runs
 	// nothing and the node is a one-node system.
 	cluster *cluster.Node
+	// owners is the node's owner session and held volumes (clusterowner.go).
+	owners *ownership
 	// loop is the data-plane state in a cluster (clusterloop.go).
 	loop   *clusterLoop
 	kick   chan struct{}
@@ -95,6 +97,7 @@ func New(o Options) (*Daemon, error) {
 		return nil, err
 	}
 	d.mgr = mgr
+	d.owners = newOwnership(o.Config.NodeName, o.Log, mgr.FreezeAll, d.Kick)
 	if d.cluster, err = d.newCluster(); err != nil {
 		return nil, err
 	}
@@ -222,6 +225,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.reconcile(ctx)
 	go d.startCluster(ctx)
 	defer d.cluster.Close()
+	defer func() {
+		// Before the cluster client goes: freeze the engines and revoke
+		// the owner lease (another node may take the volumes over).
+		cctx, cancel := context.WithTimeout(context.Background(), etcdTimeout)
+		d.owners.close(cctx)
+		cancel()
+	}()
 	apiSrv := &http.Server{Handler: d.Handler()}
 	go apiSrv.Serve(ln)
 	defer apiSrv.Close()

@@ -22,6 +22,11 @@ type Remote struct {
 	NQN       string // exporter.NQN(drive id)
 	Address   string // the exporting node's storage address
 	ServiceID string // exporter.DefaultServiceID unless configured
+	// KeepOnly: the exporting node is dead; an existing controller is
+	// kept (it reconnects when the node is back) but no new one is
+	// connected (a connect to a dead address blocks for the TCP SYN
+	// retries, minutes, and would hold up a takeover).
+	KeepOnly bool
 }
 
 // Input is everything the owner node wants imported, for all the volumes
@@ -119,7 +124,17 @@ func (im *Importer) Reconcile(ctx context.Context, in Input) (Result, error) {
 			res.Problems = append(res.Problems, fmt.Errorf("import: %w", err))
 		}
 	}
+	keepOnly := map[string]bool{}
+	for _, r := range in.Remotes {
+		if r.KeepOnly {
+			keepOnly[r.NQN] = true
+		}
+	}
 	for _, o := range plan.Connect {
+		if keepOnly[o.NQN] {
+			res.Problems = append(res.Problems, fmt.Errorf("import %s from %s: its node is dead; not connecting", o.NQN, o.Address))
+			continue
+		}
 		if err := im.connect(ctx, o); err != nil {
 			res.Problems = append(res.Problems, err)
 		}

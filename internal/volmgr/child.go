@@ -41,6 +41,7 @@ func EngineSocket(runDir string, u [16]byte) string {
 
 type engineReq struct {
 	Slot   int    `json:"slot"`
+	Epoch  uint64 `json:"epoch,omitempty"`
 	Path   string `json:"path,omitempty"`
 	Rate   int64  `json:"rate,omitempty"`
 	Repair bool   `json:"repair,omitempty"`
@@ -59,6 +60,8 @@ type ServeOptions struct {
 	SpecPath string
 	// OwnerDomain is engine.Options.OwnerDomain ("" off).
 	OwnerDomain string
+	// Epoch is engine.Options.Epoch (0: one more than on disk).
+	Epoch uint64
 	// Queues is the number of ublk queues (0: one per CPU this process may
 	// run on).
 	Queues int
@@ -133,6 +136,14 @@ func engineMux(e servedEngine, version string, stop, changed func()) *http.Serve
 	})
 	post("/rebuild", func(q engineReq) error { return e.Rebuild(q.Rate) })
 	post("/scrub", func(q engineReq) error { return e.Scrub(q.Repair, q.Rate) })
+	post("/freeze", func(engineReq) error { return e.Freeze() })
+	post("/thaw", func(q engineReq) error {
+		err := e.Thaw(q.Epoch)
+		if err == nil {
+			changed()
+		}
+		return err
+	})
 	post("/stop", func(engineReq) error {
 		stop()
 		return nil
@@ -160,7 +171,7 @@ func ServeEngine(ctx context.Context, o ServeOptions) error {
 		members = presentMembers(members, log)
 	}
 	exec := newExecutor(log)
-	vol, err := assemble(members, o.OwnerDomain, exec, log)
+	vol, err := assemble(members, o.OwnerDomain, o.Epoch, exec, log)
 	if err != nil {
 		closeExecutor(exec)
 		return fmt.Errorf("assemble: %w", err)
@@ -192,7 +203,9 @@ func ServeEngine(ctx context.Context, o ServeOptions) error {
 		case stop <- struct{}{}:
 		default:
 		}
-	}, func() { saveSpec(func(s *SpecFile) { s.Members = specMembers(vol.Status()) }) })
+	}, func() {
+		saveSpec(func(s *SpecFile) { s.Members, s.Epoch = specMembers(vol.Status()), vol.Status().Epoch })
+	})
 	srv := &http.Server{Handler: mux}
 	go srv.Serve(ln)
 	log.Info("engine serving", "volume", vol.Name(), "ublk", l.Device().BlockPath(), "socket", socket)
@@ -316,6 +329,10 @@ func (c *child) Rebuild(rate int64) error {
 func (c *child) Scrub(repair bool, rate int64) error {
 	return c.call("POST", "/scrub", engineReq{Repair: repair, Rate: rate}, nil)
 }
+func (c *child) Freeze() error { return c.call("POST", "/freeze", engineReq{}, nil) }
+func (c *child) Thaw(epoch uint64) error {
+	return c.call("POST", "/thaw", engineReq{Epoch: epoch}, nil)
+}
 
 // Stop asks the child to stop cleanly and waits until its process is gone.
 func (c *child) Stop() error {
@@ -339,13 +356,16 @@ func (c *child) Stop() error {
 }
 
 // childArgs is the command line of s's engine child after the binary;
-// --owner-domain only when set, so that the command line of an engine
-// without it is what an older daemon ran.
+// --owner-domain and --epoch only when set, so that the command line of an
+// engine without them is what an older daemon ran.
 func childArgs(s EngineSpec, sock string) []string {
 	args := []string{"engine", "--uuid", FormatUUID(s.UUID), "--members", strings.Join(s.Members, ","),
 		"--ublk-id", strconv.Itoa(s.UblkID), "--socket", sock}
 	if s.OwnerDomain != "" {
 		args = append(args, "--owner-domain", s.OwnerDomain)
+	}
+	if s.Epoch != 0 {
+		args = append(args, "--epoch", strconv.FormatUint(s.Epoch, 10))
 	}
 	return args
 }

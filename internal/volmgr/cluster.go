@@ -60,6 +60,13 @@ type ClusterPlan struct {
 	// Secret is this host's DH-HMAC-CHAP secret for the consumer
 	// connections; empty: none.
 	Secret string
+	// CntlIDMin, CntlIDMax: the controller ids of this node's volume
+	// exports (backend.Export), disjoint from every other node's so a
+	// consumer can hold paths to two owners of one volume at once.
+	CntlIDMin, CntlIDMax uint16
+	// Stop are the volumes this node must not run (it does not hold
+	// their owner key): an engine of one is unexported and stopped.
+	Stop [][16]byte
 }
 
 // PlannedVolume is one volume this node owns.
@@ -82,6 +89,16 @@ type PlannedVolume struct {
 	// owner-domain journaling), so a new owner repairs the stripes this
 	// node was writing when it died with them. "": off.
 	OwnerDomain string
+	// Epoch is the owner epoch this node holds the volume at (the create
+	// revision of its owner key, package owner): the engine assembles
+	// with it (engine.Options.Epoch), and a running engine at another
+	// epoch is frozen and thawed at it. Only volumes whose key the node
+	// holds are planned; 0 only in tests and the one-node mode.
+	Epoch uint64
+	// Gone are the member slots on nodes that are dead (no alive key):
+	// the start gate does not wait for them (a takeover starts degraded
+	// at once instead of after assembly_timeout).
+	Gone []int
 }
 
 // ExportHost is a host allowed on the volume exports.
@@ -103,6 +120,9 @@ type ClusterResult struct {
 	// its superblock now (created by this or an earlier reconcile) to
 	// its member UUIDs in slot order.
 	Created map[[16]byte][][16]byte
+	// Retry: a consumer connection failed (an owner not exporting yet,
+	// after a takeover); reconcile again soon.
+	Retry bool
 }
 
 // ReconcileCluster converges the node to plan p: volumes in state creating
@@ -137,8 +157,10 @@ func (m *Manager) ReconcileCluster(ctx context.Context, p ClusterPlan) (ClusterR
 		res.Created[v.UUID] = members
 	}
 	if err := m.reconcileLocked(ctx, nil); err != nil {
+		res.Retry = errors.Is(err, errConnect)
 		errs = append(errs, err)
 	}
+	errs = append(errs, m.stopReleased(&p)...)
 	return res, errors.Join(errs...)
 }
 
@@ -309,7 +331,11 @@ func (m *Manager) planVolumes(p *ClusterPlan) map[[16]byte]*onDisk {
 		if d == nil {
 			d = &onDisk{uuid: v.UUID, failed: map[int]string{}, returning: map[int]bool{}}
 		}
-		d.name, d.ownerDomain = v.Name, v.OwnerDomain
+		d.name, d.ownerDomain, d.epoch = v.Name, v.OwnerDomain, v.Epoch
+		d.gone = map[int]bool{}
+		for _, s := range v.Gone {
+			d.gone[s] = true
+		}
 		out[v.UUID] = d
 	}
 	return out

@@ -120,6 +120,11 @@ func TestPlanVolumesGate(t *testing.T) {
 	}
 	check(paths, "")
 	check([]string{paths[0], "", paths[2]}, "waiting")
+	// A member on a dead node (a takeover) is not waited for.
+	v.Gone = []int{1}
+	check([]string{paths[0], "", paths[2]}, "")
+	check([]string{"", "", paths[2]}, "1 of")
+	v.Gone = nil
 	now = now.Add(2 * time.Minute)
 	check([]string{paths[0], "", paths[2]}, "")
 	check([]string{"", "", paths[2]}, "1 of")

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/fabraid/fabraid/engine"
 )
 
 // Engine calls and the Manager's locks
@@ -73,6 +75,15 @@ func (m *Manager) ensureEngine(ctx context.Context, u [16]byte, v *onDisk, gateM
 	m.mu.Unlock()
 	if e != nil {
 		if st, err := e.Status(); err == nil {
+			if err := m.matchEpoch(e, st, v); err != nil {
+				if !errors.Is(err, engine.ErrFenced) {
+					return err
+				}
+				m.log.Error("engine fenced by a newer owner; stopping it", "volume", v.name, "err", err)
+				e.Stop()
+				m.Forget(u, e)
+				return err
+			}
 			return m.reAddReturning(e, st, v)
 		}
 		m.log.Warn("engine does not answer; starting a new one", "volume", v.name)
@@ -85,7 +96,7 @@ func (m *Manager) ensureEngine(ctx context.Context, u [16]byte, v *onDisk, gateM
 		return nil
 	}
 	rec := m.loadRecord(u)
-	e, err := m.opts.Start(ctx, EngineSpec{UUID: u, Name: v.name, Members: v.members, UblkID: rec.UblkID, OwnerDomain: v.ownerDomain})
+	e, err := m.opts.Start(ctx, EngineSpec{UUID: u, Name: v.name, Members: v.members, UblkID: rec.UblkID, OwnerDomain: v.ownerDomain, Epoch: v.epoch})
 	m.mu.Lock()
 	m.errs[u] = err
 	if err == nil {

@@ -164,7 +164,7 @@ func gateInput(v *onDisk, first, now time.Time, timeout time.Duration) assembly.
 		present := v.present[s]
 		in.Slots = append(in.Slots, assembly.Slot{
 			Member:   FormatUUID(ms.UUID),
-			Expected: ms.Role == superblock.RoleActive || ms.Role == superblock.RoleRebuilding,
+			Expected: (ms.Role == superblock.RoleActive || ms.Role == superblock.RoleRebuilding) && !(v.gone[s] && !present),
 			Present:  present,
 			InSync:   present && ms.Role == superblock.RoleActive,
 		})

@@ -33,6 +33,10 @@ type EngineSpec struct {
 	// OwnerDomain is engine.Options.OwnerDomain: this node's failure
 	// domain for a cluster volume (owner-domain journaling), "" otherwise.
 	OwnerDomain string
+	// Epoch is engine.Options.Epoch: the owner epoch the node holds the
+	// volume at (cluster mode); 0 in the one-node mode (one more than on
+	// disk).
+	Epoch uint64
 }
 
 // StartFunc starts the engine of a volume.
@@ -66,7 +70,7 @@ type Options struct {
 func StartInProcess(log *slog.Logger) StartFunc {
 	return func(_ context.Context, s EngineSpec) (Engine, error) {
 		exec := newExecutor(log)
-		vol, err := assemble(s.Members, s.OwnerDomain, exec, log)
+		vol, err := assemble(s.Members, s.OwnerDomain, s.Epoch, exec, log)
 		if err != nil {
 			closeExecutor(exec)
 			return nil, fmt.Errorf("assemble volume %s: %w", s.Name, err)
@@ -161,6 +165,10 @@ type onDisk struct {
 	sb      *superblock.Superblock
 	// ownerDomain is the plan's PlannedVolume.OwnerDomain (cluster mode).
 	ownerDomain string
+	// epoch is the plan's PlannedVolume.Epoch (cluster mode).
+	epoch uint64
+	// gone are the plan's PlannedVolume.Gone slots (cluster mode).
+	gone map[int]bool
 }
 
 // scanned is a claimed drive and the superblock read from it.
@@ -381,8 +389,9 @@ func (m *Manager) desiredExports(vols map[[16]byte]*onDisk, skip map[[16]byte]bo
 	for u := range vols {
 		ids[u] = true
 	}
+	plan := m.currentPlan()
 	for u := range ids {
-		if skip[u] {
+		if skip[u] || plan.stopped(u) {
 			continue
 		}
 		m.mu.Lock()

@@ -60,9 +60,10 @@ func closeExecutor(e engine.Executor) {
 	}
 }
 
-// assemble opens the members exclusively and assembles the volume with exec
-// and owner-domain journaling for ownerDomain ("" off).
-func assemble(paths []string, ownerDomain string, exec engine.Executor, log *slog.Logger) (*engine.Volume, error) {
+// assemble opens the members exclusively and assembles the volume with exec,
+// owner-domain journaling for ownerDomain ("" off) and owner epoch epoch
+// (0: one more than on disk).
+func assemble(paths []string, ownerDomain string, epoch uint64, exec engine.Executor, log *slog.Logger) (*engine.Volume, error) {
 	var devs []engine.Member
 	for _, p := range paths {
 		m, err := openMemberWait(p, log)
@@ -74,5 +75,5 @@ func assemble(paths []string, ownerDomain string, exec engine.Executor, log *slo
 		}
 		devs = append(devs, m)
 	}
-	return engine.Assemble(devs, paths, engine.Options{Logger: log, Executor: exec, OwnerDomain: ownerDomain})
+	return engine.Assemble(devs, paths, engine.Options{Logger: log, Executor: exec, OwnerDomain: ownerDomain, Epoch: epoch})
 }

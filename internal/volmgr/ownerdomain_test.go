@@ -82,7 +82,7 @@ func TestOwnerDomainAssembly(t *testing.T) {
 		want   int
 	}{{d.ownerDomain, 1}, {"", 0}} {
 		exec := engine.ParallelExecutor{}
-		vol, err := assemble(d.members, c.domain, exec, m.log)
+		vol, err := assemble(d.members, c.domain, 0, exec, m.log)
 		if err != nil {
 			t.Fatal(err)
 		}

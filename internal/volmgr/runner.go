@@ -34,6 +34,13 @@ type Engine interface {
 	// Scrub starts a parity check (repairing mismatches when repair) in the
 	// background.
 	Scrub(repair bool, rate int64) error
+	// Freeze stops all member I/O (engine.Volume.Freeze: the owner's
+	// self-fence); requests stay queued, nothing is acknowledged.
+	Freeze() error
+	// Thaw resumes a frozen engine under a newer owner epoch
+	// (engine.Volume.Thaw: refused for good when another owner ran the
+	// volume meanwhile).
+	Thaw(epoch uint64) error
 	// Stop stops the ublk device and closes the volume cleanly.
 	Stop() error
 }
@@ -49,6 +56,8 @@ type EngineStatus struct {
 	StartedAt time.Time     `json:"started_at"`
 	// IO are the volume's request counters since the engine started.
 	IO engine.IOStats `json:"io"`
+	// Frozen: the engine issues no member I/O (Freeze) until a Thaw.
+	Frozen bool `json:"frozen,omitempty"`
 }
 
 // TaskResult is the outcome of the last finished background task.
@@ -212,7 +221,21 @@ func (l *Local) Device() *ublk.Device { return l.dev }
 func (l *Local) Status() (EngineStatus, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return EngineStatus{Engine: l.vol.Status(), UblkID: l.dev.ID(), UblkPath: l.dev.BlockPath(), PID: pid(), Task: l.task, LastTask: l.last, StartedAt: l.started, IO: l.vol.IOStats()}, nil
+	return EngineStatus{Engine: l.vol.Status(), UblkID: l.dev.ID(), UblkPath: l.dev.BlockPath(), PID: pid(), Task: l.task, LastTask: l.last, StartedAt: l.started, IO: l.vol.IOStats(), Frozen: l.vol.Frozen()}, nil
+}
+
+// Freeze implements Engine.
+func (l *Local) Freeze() error {
+	l.vol.Freeze()
+	return nil
+}
+
+// Thaw implements Engine.
+func (l *Local) Thaw(epoch uint64) error {
+	if err := l.vol.Thaw(epoch); err != nil {
+		return fmt.Errorf("volume %s: %w", l.vol.Name(), err)
+	}
+	return nil
 }
 
 // Fail implements Engine.
@@ -332,11 +355,20 @@ func (l *Local) stopTask() {
 
 // Stop implements Engine: it cancels a running task, stops the ublk device and
 // closes the volume cleanly.
+//
+// A frozen volume is closed first (nothing is written to its members; the
+// requests held at its gate fail with engine.ErrClosed), since stopping
+// the ublk device waits for the requests in flight, which a frozen volume
+// never completes. The volume exports are removed before (the manager
+// unexports first), so no consumer sees those errors through this node.
 func (l *Local) Stop() error {
 	l.stopTask()
+	if l.vol.Frozen() {
+		l.vol.Close()
+	}
 	err := l.dev.Close()
 	l.ctl.Close()
-	if cerr := l.vol.Close(); err == nil {
+	if cerr := l.vol.Close(); err == nil && !errors.Is(cerr, engine.ErrClosed) {
 		err = cerr
 	}
 	closeExecutor(l.exec)

@@ -31,6 +31,9 @@ type SpecFile struct {
 	Socket  string   `json:"socket"`
 	// OwnerDomain is engine.Options.OwnerDomain; absent (older files): off.
 	OwnerDomain string `json:"owner_domain,omitempty"`
+	// Epoch is engine.Options.Epoch: the owner epoch of the assembly
+	// (kept current by a thaw); absent: one more than on disk.
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
 // SpecDir is the directory of the engine spec files.
@@ -103,7 +106,7 @@ func UpdateSpec(path string, f func(*SpecFile)) error {
 	old := s
 	old.Members = slices.Clone(s.Members)
 	f(&s)
-	if old.UblkID == s.UblkID && old.Name == s.Name && old.UUID == s.UUID && old.Socket == s.Socket && old.OwnerDomain == s.OwnerDomain &&
+	if old.UblkID == s.UblkID && old.Name == s.Name && old.UUID == s.UUID && old.Socket == s.Socket && old.OwnerDomain == s.OwnerDomain && old.Epoch == s.Epoch &&
 		slices.Equal(old.Members, s.Members) {
 		return nil
 	}

@@ -17,6 +17,10 @@
 //   - A member is found by its member UUID once the record has one; before
 //     that (state creating) a remote member is the head of its drive
 //     export's controller and a local one its claimed device.
+//   - A node imports and assembles a volume only while it holds the
+//     volume's owner key (View.Held), never because the record names it
+//     as owner: the record's owner is the desired owner, the key is the
+//     running one (docs/cluster.md, "Failover").
 package plan
 
 import (
@@ -39,6 +43,11 @@ type View struct {
 	Nodes    []model.NodeStatus // the registry with liveness (registry.List)
 	Volumes  []model.Volume     // every volume record (volumes.List)
 	HostKeys map[string]string  // node -> DH-HMAC-CHAP secret (volumes.HostKeys); never logged
+	// Held are the volumes this node runs: volume UUID -> the epoch of
+	// the owner key it holds on its current owner lease, once the
+	// storage fence for that epoch is acknowledged (the daemon's owner
+	// session). Only these are imported and assembled here.
+	Held map[string]uint64
 }
 
 func (v View) node(name string) (model.NodeStatus, bool) {
@@ -177,17 +186,19 @@ type Import struct {
 	Volumes []Owned
 }
 
-// ImporterInput plans the imports of the volumes this node owns. Remote
+// ImporterInput plans the imports of the volumes this node holds the
+// owner key of (View.Held). Remote
 // members are imported from their node's first storage address (one path
 // per member drive) at exporter.NQN(drive id); local members are opened at
 // local[claim id]. id is this host's identity; the secret is this node's
 // host key from the View. Nodes that are dead are still wanted: a member
-// that comes back is found again by its UUID.
+// that comes back is found again by its UUID; their existing connections
+// are kept, no new one is made (importer.Remote.KeepOnly).
 func ImporterInput(v View, id nvmf.HostIdentity, local map[string]string) Import {
 	imp := Import{Input: importer.Input{Identity: id, Secret: v.HostKeys[v.Self]}}
 	seen := map[string]bool{}
 	for _, vol := range v.Volumes {
-		if vol.Owner != v.Self {
+		if _, held := v.Held[vol.UUID]; !held {
 			continue
 		}
 		u, err := volmgr.ParseUUID(vol.UUID)
@@ -213,7 +224,7 @@ func ImporterInput(v View, id nvmf.HostIdentity, local map[string]string) Import
 				s.Remote = exporter.NQN(m.Drive)
 				if !seen[s.Remote] {
 					seen[s.Remote] = true
-					imp.Input.Remotes = append(imp.Input.Remotes, importer.Remote{NQN: s.Remote, Address: n.StorageAddresses[0]})
+					imp.Input.Remotes = append(imp.Input.Remotes, importer.Remote{NQN: s.Remote, Address: n.StorageAddresses[0], KeepOnly: !n.Alive})
 				}
 			}
 			o.Slots = append(o.Slots, s)
@@ -281,4 +292,66 @@ func Consumers(v View) []Consumer {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
+}
+
+// ChooseOwner is the node that takes volume vol over when its owner is
+// gone: the same answer on every node that reads the same View. The
+// candidates are the alive nodes with a storage address other than
+// vol's record owner; among them it prefers a node with no member of vol
+// (its loss would not take members with it: the owner's write hole),
+// then the one that owns the fewest other volumes (by record), then the
+// smallest name. "" when there is no candidate.
+func ChooseOwner(v View, vol model.Volume) string {
+	owned := map[string]int{}
+	for _, o := range v.Volumes {
+		if o.UUID != vol.UUID && o.Owner != "" {
+			owned[o.Owner]++
+		}
+	}
+	hasMember := func(n string) int {
+		if slices.ContainsFunc(vol.Members, func(m model.VolumeMember) bool { return m.Node == n }) {
+			return 1
+		}
+		return 0
+	}
+	best := ""
+	for _, n := range v.Nodes {
+		if !n.Alive || n.Name == vol.Owner || len(n.StorageAddresses) == 0 {
+			continue
+		}
+		if best == "" {
+			best = n.Name
+			continue
+		}
+		a, b := []int{hasMember(n.Name), owned[n.Name]}, []int{hasMember(best), owned[best]}
+		if c := slices.Compare(a, b); c < 0 || c == 0 && n.Name < best {
+			best = n.Name
+		}
+	}
+	return best
+}
+
+// cntlIDSlots is how many disjoint controller id ranges CntlIDRange
+// deals out; cntlIDWidth ids each (NVME_CNTLID_MAX 0xffef / 64).
+const (
+	cntlIDSlots = 64
+	cntlIDWidth = 0xffef / cntlIDSlots
+)
+
+// CntlIDRange is the range of NVMe controller ids this node's volume
+// exports hand out: slot i (this node's index among the registry's names,
+// sorted, modulo 64) is [1 + i*1023, (i+1)*1023]. A host refuses a second
+// controller of one subsystem with an id it has (it keeps the dead old
+// owner's controller while it connects the new owner's), so two nodes
+// exporting one volume must not share ids. Up to 64 nodes get disjoint
+// ranges; a node that joins with a name sorting before others shifts
+// their ranges, which applies to exports created afterwards.
+func CntlIDRange(v View) (lo, hi uint16) {
+	var names []string
+	for _, n := range v.Nodes {
+		names = append(names, n.Name)
+	}
+	sort.Strings(names)
+	i := max(sort.SearchStrings(names, v.Self), 0) % cntlIDSlots
+	return uint16(1 + i*cntlIDWidth), uint16((i + 1) * cntlIDWidth)
 }

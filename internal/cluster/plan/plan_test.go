@@ -50,8 +50,9 @@ func view(self string) View {
 	}
 	v2 := model.Volume{Version: 1, UUID: us(2), Name: "v2", K: 1, M: 2, Groups: 1, Owner: "b", State: model.VolumeCreating,
 		Members: members("b-d2", "c-d2", "a-d2")}
+	held := map[string]map[string]uint64{"a": {us(1): 7}, "b": {us(2): 8}}[self]
 	return View{Self: self, Nodes: []model.NodeStatus{node("a", true), node("b", true), node("c", true), node("d", false)},
-		Volumes: []model.Volume{v1, v2}, HostKeys: map[string]string{"a": "KEY-a", "b": "KEY-b", "c": "KEY-c", "d": "KEY-d"}}
+		Volumes: []model.Volume{v1, v2}, HostKeys: map[string]string{"a": "KEY-a", "b": "KEY-b", "c": "KEY-c", "d": "KEY-d"}, Held: held}
 }
 
 func TestPlacementNodes(t *testing.T) {
@@ -139,7 +140,7 @@ func TestImporterInput(t *testing.T) {
 	imp := ImporterInput(view("a"), id, local)
 	want := importer.Input{Identity: id, Secret: "KEY-a",
 		Members: [][16]byte{u(0x10), u(0x11), u(0x12), u(0x13)},
-		Remotes: []importer.Remote{{NQN: exporter.NQNPrefix + "b-d1", Address: "10.0.0.b"}, {NQN: exporter.NQNPrefix + "c-d1", Address: "10.0.0.c"}, {NQN: exporter.NQNPrefix + "d-d1", Address: "10.0.0.d"}},
+		Remotes: []importer.Remote{{NQN: exporter.NQNPrefix + "b-d1", Address: "10.0.0.b"}, {NQN: exporter.NQNPrefix + "c-d1", Address: "10.0.0.c"}, {NQN: exporter.NQNPrefix + "d-d1", Address: "10.0.0.d", KeepOnly: true}},
 		Local:   []string{"/dev/vdb"}}
 	if !reflect.DeepEqual(imp.Input, want) {
 		t.Errorf("a:\n got %+v\nwant %+v", imp.Input, want)
@@ -174,6 +175,13 @@ func TestImporterInput(t *testing.T) {
 	if imp := ImporterInput(view("c"), id, nil); len(imp.Volumes) != 0 || len(imp.Input.Remotes)+len(imp.Input.Members)+len(imp.Input.Local) != 0 {
 		t.Errorf("c: %+v, want nothing", imp)
 	}
+	// The record naming a as owner is not enough: without the owner key
+	// a imports nothing.
+	v := view("a")
+	v.Held = nil
+	if imp := ImporterInput(v, id, local); len(imp.Volumes) != 0 || len(imp.Input.Members) != 0 {
+		t.Errorf("a without the owner key: %+v, want nothing", imp)
+	}
 }
 
 func TestConsumers(t *testing.T) {
@@ -190,5 +198,55 @@ func TestConsumers(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Consumers:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+func TestChooseOwner(t *testing.T) {
+	v := view("c")
+	// v1's owner a is gone: b, c and the dead d hold members; b and c
+	// own nothing else but b owns v2: c.
+	v1 := v.Volumes[0]
+	if got := ChooseOwner(v, v1); got != "c" {
+		t.Errorf("v1: %q, want c (fewest owned among member nodes)", got)
+	}
+	// A node without a member of the volume is preferred.
+	v.Nodes = append(v.Nodes, node("e", true))
+	v.Volumes = append(v.Volumes, model.Volume{UUID: us(7), Name: "v7", Owner: "e"}, model.Volume{UUID: us(8), Name: "v8", Owner: "e"})
+	if got := ChooseOwner(v, v1); got != "e" {
+		t.Errorf("v1 with e (no member, owns 2): %q, want e", got)
+	}
+	// Every node computes the same answer, whatever it is.
+	for _, self := range []string{"a", "b", "e"} {
+		w := v
+		w.Self = self
+		if got := ChooseOwner(w, v1); got != "e" {
+			t.Errorf("from %s: %q, want e", self, got)
+		}
+	}
+	// Equal candidates: the smallest name; the dead and the record owner never.
+	v = view("b")
+	v.Volumes = nil
+	if got := ChooseOwner(v, model.Volume{UUID: us(9), Owner: "a"}); got != "b" {
+		t.Errorf("no members anywhere: %q, want b", got)
+	}
+	v.Nodes = []model.NodeStatus{node("a", true), node("d", false)}
+	if got := ChooseOwner(v, model.Volume{UUID: us(9), Owner: "a"}); got != "" {
+		t.Errorf("only the owner and a dead node: %q, want none", got)
+	}
+}
+
+func TestCntlIDRange(t *testing.T) {
+	seen := map[uint16]string{}
+	var prevHi uint16
+	for _, self := range []string{"a", "b", "c", "d"} {
+		v := view(self)
+		lo, hi := CntlIDRange(v)
+		if lo < 1 || hi > 0xffef || lo > hi || lo <= prevHi {
+			t.Fatalf("%s: %d-%d after %d, want disjoint ascending ranges within 1..0xffef", self, lo, hi, prevHi)
+		}
+		if o, ok := seen[lo]; ok {
+			t.Fatalf("%s and %s share range %d", self, o, lo)
+		}
+		seen[lo], prevHi = self, hi
 	}
 }

@@ -1,0 +1,355 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fabraid/fabraid/internal/cluster/model"
+	"github.com/fabraid/fabraid/internal/cluster/owner"
+	"github.com/fabraid/fabraid/internal/cluster/plan"
+	"github.com/fabraid/fabraid/internal/cluster/volumes"
+	"github.com/fabraid/fabraid/internal/volmgr"
+)
+
+// Volume ownership in fabraidd (docs/cluster.md, "Failover")
+//
+// Every node runs one owner.Session (lease owner.DefaultTTL) while it is
+// in a cluster; its OnFence freezes every engine of the node. Each
+// reconcile, before anything is imported or assembled, the node settles
+// the ownership of every volume record:
+//
+//   - owner key on this node's current lease: held. Once the storage fence
+//     for its epoch is acknowledged (fence.Wait over the volume's other
+//     member nodes) the volume is planned at that epoch; before, it is not
+//     run. When the record names another, alive node as owner (a move, or
+//     a lost race), the engine is stopped and the key resigned: the record
+//     owner acquires it next.
+//   - owner key of another node: not run here; an engine of it is
+//     unexported and stopped (volmgr ClusterPlan.Stop).
+//   - owner key of this node's previous, fenced lease (not expired at the
+//     server yet): not planned and not stopped: the frozen engine waits
+//     (exported, requests queued) until the key goes.
+//   - no owner key, record owner this node: Acquire.
+//   - no owner key, ready, record owner dead (no alive key) or the key has
+//     been absent for ownerGrace while this node watched: the takeover,
+//     by the one node plan.ChooseOwner picks (same answer on every node):
+//     CAS the record's owner to this node, Acquire, fence, then import,
+//     assemble degraded at the new epoch, ublk, export on its own address.
+//
+// A node that holds no key for a volume never assembles it: plan's
+// ImporterInput imports only View.Held, and the manager plans only those.
+
+// ownerGrace is how long a ready volume may have no owner key while its
+// record owner is alive before another node takes it over (an owner that
+// keeps its node lease but cannot hold the volume: it cannot import its
+// members, or it was fenced and does not come back). A live owner
+// re-acquires within one reconcile of the deletion (the watch kicks it).
+// It is longer than the node lease TTL (node_lease_ttl, 10 s), so a dead
+// owner is taken over through its alive key's expiry, when its members
+// count as gone (the start gate does not wait for them, the importer
+// makes no connection to its dead address, which would block for the TCP
+// SYN retries), never through the grace.
+const ownerGrace = 15 * time.Second
+
+// fenceTimeout bounds one wait for the storage fence acknowledgements; the
+// next reconcile waits again (the volume is not run meanwhile).
+const fenceTimeout = 20 * time.Second
+
+// fenceWaitFunc is fence.Wait's signature (package internal/cluster/fence).
+type fenceWaitFunc func(ctx context.Context, cli *clientv3.Client, volume string, epoch uint64, exporters []string) error
+
+// noFenceWait stands in for fence.Wait until task fence's package is on
+// main: the drive exporters already re-point and unlink on the record
+// owner's change (which the takeover's CAS makes before it acquires), but
+// do not acknowledge it yet.
+func noFenceWait(context.Context, *clientv3.Client, string, uint64, []string) error { return nil }
+
+// ownership is this node's owner session and the volumes it holds on it.
+type ownership struct {
+	self   string
+	log    *slog.Logger
+	freeze func() error // every engine of the node (OnFence)
+	kick   func()
+	wait   fenceWaitFunc
+
+	mu     sync.Mutex
+	cli    *clientv3.Client
+	sess   *owner.Session
+	fenced map[string]owner.Epoch // held on sess and storage-fenced at that epoch
+	absent map[string]time.Time   // first seen without an owner key while its record owner was alive
+	lost   time.Time              // when the last session fenced (for the log)
+}
+
+func newOwnership(self string, log *slog.Logger, freeze func() error, kick func()) *ownership {
+	return &ownership{self: self, log: log, freeze: freeze, kick: kick, wait: noFenceWait,
+		fenced: map[string]owner.Epoch{}, absent: map[string]time.Time{}}
+}
+
+// session returns the current owner session, making a new one when there
+// is none, it fenced, or the etcd client changed.
+func (o *ownership) session(ctx context.Context, cli *clientv3.Client) (*owner.Session, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.sess != nil && o.cli == cli {
+		select {
+		case <-o.sess.Fenced():
+		default:
+			return o.sess, nil
+		}
+	}
+	if old := o.sess; old != nil {
+		o.sess = nil
+		go old.Close(context.Background()) // revoke if etcd still knows it; its keys go with it
+	}
+	clear(o.fenced)
+	s, err := owner.NewSession(ctx, cli, owner.Options{OnFence: o.onFence})
+	if err != nil {
+		return nil, err
+	}
+	o.sess, o.cli = s, cli
+	o.log.Info("owner session", "lease", owner.LeaseString(s.Lease()), "ttl", s.TTL().String())
+	return s, nil
+}
+
+// onFence is the session's self-fence: freeze every engine now.
+func (o *ownership) onFence() {
+	t0 := time.Now()
+	err := o.freeze()
+	o.log.Error("owner lease fenced (etcd not answering the keepalives in time): every engine frozen",
+		"seconds", time.Since(t0).Seconds(), "err", err)
+	o.mu.Lock()
+	o.lost = t0
+	o.mu.Unlock()
+	o.kick()
+}
+
+// close ends the session at daemon exit: the engines freeze (OnFence) and
+// the lease is revoked, so another node may take the volumes over at once
+// (or this node again when it is back).
+func (o *ownership) close(ctx context.Context) {
+	o.mu.Lock()
+	s := o.sess
+	o.sess = nil
+	o.mu.Unlock()
+	if s != nil {
+		if err := s.Close(ctx); err != nil {
+			o.log.Warn("owner session close", "err", err)
+		}
+	}
+}
+
+// ownerPlan is what one reconcile settled.
+type ownerPlan struct {
+	Held    map[string]uint64 // volume UUID -> epoch: run these (plan.View.Held)
+	Stop    [][16]byte        // must not run here (volmgr ClusterPlan.Stop)
+	Release map[string]owner.Epoch
+}
+
+// reconcile settles the ownership of every volume of v (see the comment
+// at the top).
+func (o *ownership) reconcile(ctx context.Context, cli *clientv3.Client, v *clusterView) (ownerPlan, error) {
+	p := ownerPlan{Held: map[string]uint64{}, Release: map[string]owner.Epoch{}}
+	s, err := o.session(ctx, cli)
+	if err != nil {
+		return p, fmt.Errorf("owner session: %w", err)
+	}
+	gctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+	ks, err := owner.List(gctx, cli)
+	cancel()
+	if err != nil {
+		return p, err
+	}
+	mine := owner.LeaseString(s.Lease())
+	var errs []error
+	records := map[string]bool{}
+	for i, vol := range v.Volumes {
+		records[vol.UUID] = true
+		u, perr := volmgr.ParseUUID(vol.UUID)
+		if perr != nil {
+			continue
+		}
+		k, has := ks[vol.UUID]
+		if !has || k.Lease != mine || k.Node != o.self {
+			o.forget(vol.UUID)
+		}
+		switch {
+		case has && k.Lease == mine && k.Node == o.self:
+			delete(o.absent, vol.UUID)
+			if vol.Owner != o.self && vol.State == model.VolumeReady && alive(v, vol.Owner) {
+				// The desired owner is another live node: hand it over.
+				p.Release[vol.UUID] = k.Epoch
+				p.Stop = append(p.Stop, u)
+				continue
+			}
+			if err := o.fence(ctx, cli, vol, k.Epoch); err != nil {
+				errs = append(errs, err)
+				p.Stop = append(p.Stop, u)
+				continue
+			}
+			p.Held[vol.UUID] = uint64(k.Epoch)
+			continue
+		case has && k.Node == o.self:
+			// This node's previous lease, fenced here but not expired
+			// at the server yet: its engine stays as it is (frozen,
+			// exported, requests queued) until the key goes and this
+			// node acquires again (Thaw at the new epoch) or another
+			// node does (then it is stopped).
+			delete(o.absent, vol.UUID)
+			continue
+		case has:
+			delete(o.absent, vol.UUID)
+			p.Stop = append(p.Stop, u)
+			continue
+		}
+		// No owner key.
+		p.Stop = append(p.Stop, u)
+		var e owner.Epoch
+		switch {
+		case vol.Owner == o.self:
+			delete(o.absent, vol.UUID)
+			e, err = owner.Acquire(ctx, s, vol.UUID, o.self)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("volume %s: %w", vol.Name, err))
+				continue
+			}
+			o.log.Info("acquired volume", "volume", vol.Name, "epoch", e)
+		case vol.State == model.VolumeReady && o.ownerGone(v, vol):
+			if plan.ChooseOwner(v.View, vol) != o.self {
+				continue
+			}
+			if e, err = o.takeOver(ctx, cli, s, vol); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			// This pass's view has the record as written: the drive
+			// exporter unexports this node's own members (tearing
+			// down the old owner's controllers to them) before the
+			// importer opens them.
+			v.Volumes[i].Owner = o.self
+		default:
+			continue
+		}
+		p.Stop = p.Stop[:len(p.Stop)-1]
+		if err := o.fence(ctx, cli, vol, e); err != nil {
+			errs = append(errs, err)
+			p.Stop = append(p.Stop, u)
+			continue
+		}
+		p.Held[vol.UUID] = uint64(e)
+	}
+	// Keys of this lease whose volume record is gone (deleted here).
+	for uuid, k := range ks {
+		if !records[uuid] && k.Lease == mine {
+			if err := owner.Resign(ctx, cli, uuid, k.Epoch); err != nil {
+				errs = append(errs, err)
+			}
+			o.forget(uuid)
+		}
+	}
+	return p, errors.Join(errs...)
+}
+
+// alive says whether node is alive in v.
+func alive(v *clusterView, node string) bool {
+	n, ok := v.node(node)
+	return ok && n.Alive
+}
+
+// ownerGone says whether vol (no owner key now) is to be taken over: its
+// record owner is dead or unset, or the key has been absent for
+// ownerGrace while this node watched (a kick is scheduled for then).
+func (o *ownership) ownerGone(v *clusterView, vol model.Volume) bool {
+	if vol.Owner == "" || !alive(v, vol.Owner) {
+		return true
+	}
+	since, ok := o.absent[vol.UUID]
+	if !ok {
+		o.absent[vol.UUID] = time.Now()
+		time.AfterFunc(ownerGrace, o.kick)
+		return false
+	}
+	return time.Since(since) >= ownerGrace
+}
+
+// takeOver makes this node vol's owner: the record's owner becomes this
+// node (compare-and-swap: only if it still names the owner this node saw),
+// then the key is acquired. A racing node that wins either step wins the
+// volume.
+func (o *ownership) takeOver(ctx context.Context, cli *clientv3.Client, s *owner.Session, vol model.Volume) (owner.Epoch, error) {
+	t0 := time.Now()
+	o.log.Warn("volume has no owner; taking it over", "volume", vol.Name, "uuid", vol.UUID, "record_owner", vol.Owner)
+	mctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+	_, err := volumes.Modify(mctx, cli, vol.UUID, func(r *model.Volume) error {
+		if r.Owner != vol.Owner || r.State != model.VolumeReady {
+			return errSkip
+		}
+		r.Owner = o.self
+		return nil
+	})
+	cancel()
+	if errors.Is(err, errSkip) {
+		return 0, fmt.Errorf("volume %s: takeover: the record changed meanwhile (another node took it?)", vol.Name)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("volume %s: takeover: %w", vol.Name, err)
+	}
+	e, err := owner.Acquire(ctx, s, vol.UUID, o.self)
+	if err != nil {
+		return 0, fmt.Errorf("volume %s: takeover: %w", vol.Name, err)
+	}
+	o.log.Warn("took the volume over", "volume", vol.Name, "epoch", e, "previous_owner", vol.Owner, "seconds", time.Since(t0).Seconds())
+	return e, nil
+}
+
+// fence waits (bounded) until every live exporter of vol's drives has
+// acknowledged epoch e, once per epoch.
+func (o *ownership) fence(ctx context.Context, cli *clientv3.Client, vol model.Volume, e owner.Epoch) error {
+	if o.fenced[vol.UUID] == e {
+		return nil
+	}
+	var exporters []string
+	for _, m := range vol.Members {
+		if m.Node != o.self && !slices.Contains(exporters, m.Node) {
+			exporters = append(exporters, m.Node)
+		}
+	}
+	t0 := time.Now()
+	fctx, cancel := context.WithTimeout(ctx, fenceTimeout)
+	err := o.wait(fctx, cli, vol.UUID, uint64(e), exporters)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("volume %s: storage fence for epoch %d not acknowledged by every live exporter of %v: %w (not run until it is)",
+			vol.Name, e, exporters, err)
+	}
+	o.log.Info("storage fence acknowledged", "volume", vol.Name, "epoch", e, "exporters", exporters, "seconds", time.Since(t0).Seconds())
+	o.fenced[vol.UUID] = e
+	return nil
+}
+
+func (o *ownership) forget(uuid string) { delete(o.fenced, uuid) }
+
+// resignReleased gives up the keys of the volumes handed over whose
+// engine is stopped now (the record owner acquires them next).
+func (o *ownership) resignReleased(ctx context.Context, cli *clientv3.Client, rel map[string]owner.Epoch, running func([16]byte) bool) error {
+	var errs []error
+	for uuid, e := range rel {
+		u, _ := volmgr.ParseUUID(uuid)
+		if running(u) {
+			continue
+		}
+		if err := owner.Resign(ctx, cli, uuid, e); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		o.forget(uuid)
+		o.log.Info("released volume to its record owner", "uuid", uuid, "epoch", e)
+	}
+	return errors.Join(errs...)
+}
