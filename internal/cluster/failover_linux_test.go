@@ -44,7 +44,7 @@ import (
 //     runs no engine, no ublk device), b re-adds a's members with a
 //     partial resync, a scrub on b is clean and c reads everything back.
 func TestIntegrationFailover(t *testing.T) {
-	vmtest.Run(t, vmtest.Options{Guests: clusterGuests(t), Timeout: 900 * time.Second}, failoverGuest)
+	vmtest.Run(t, vmtest.Options{Guests: clusterVolumeGuests(t, nil), Timeout: 900 * time.Second}, failoverGuest)
 }
 
 const (

@@ -5,27 +5,7 @@ package cluster_test
 import (
 	"testing"
 	"time"
-
-	"github.com/fabraid/fabraid/internal/vmtest"
 )
-
-// clusterGuests are the three 6.12 guests a, b, c of the cluster volume
-// tests (TestIntegrationClusterVolume, TestIntegrationFailover): fabraid
-// and fabraidd, the NVMe-oF, ublk and ext4 modules, two member disks and
-// a small state disk each.
-func clusterGuests(t *testing.T) []vmtest.GuestConfig {
-	files := map[string]string{
-		"/usr/bin/fabraid":  vmtest.BuildBinary(t, "github.com/fabraid/fabraid/cmd/fabraid"),
-		"/usr/bin/fabraidd": vmtest.BuildBinary(t, "github.com/fabraid/fabraid/cmd/fabraidd"),
-	}
-	mods := []string{"nvmet", "nvmet_tcp", "nvme_tcp", "ublk_drv", "crc32c_generic", "ext4"}
-	var guests []vmtest.GuestConfig
-	for _, n := range []string{"a", "b", "c"} {
-		guests = append(guests, vmtest.GuestConfig{Name: n, Kernel: vmtest.Kernel612, Modules: mods, MemoryMB: 768,
-			Disks: []vmtest.Disk{{Size: memberBytes}, {Size: memberBytes}, {Size: 32 << 20}}, Files: files})
-	}
-	return guests
-}
 
 // resyncedAndScrubbed (on the owner) waits until volume v is optimal after
 // node's return, checks that its members were resynced partially (at most

@@ -204,7 +204,6 @@ func managerPlan(v *clusterView, imp plan.Import, paths map[[16]byte][]string) v
 			p.Hosts = append(p.Hosts, volmgr.ExportHost{NQN: n.HostNQN, Secret: v.HostKeys[n.Name]})
 		}
 	}
-	p.CntlIDMin, p.CntlIDMax = plan.CntlIDRange(v.View)
 	for _, c := range plan.Consumers(v.View) {
 		p.Consumers = append(p.Consumers, volmgr.Consumer{UUID: c.UUID, Addresses: c.Addresses})
 	}

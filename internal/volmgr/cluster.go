@@ -60,10 +60,6 @@ type ClusterPlan struct {
 	// Secret is this host's DH-HMAC-CHAP secret for the consumer
 	// connections; empty: none.
 	Secret string
-	// CntlIDMin, CntlIDMax: the controller ids of this node's volume
-	// exports (backend.Export), disjoint from every other node's so a
-	// consumer can hold paths to two owners of one volume at once.
-	CntlIDMin, CntlIDMax uint16
 	// Stop are the volumes this node must not run (it does not hold
 	// their owner key): an engine of one is unexported and stopped.
 	Stop [][16]byte

@@ -330,28 +330,3 @@ func ChooseOwner(v View, vol model.Volume) string {
 	}
 	return best
 }
-
-// cntlIDSlots is how many disjoint controller id ranges CntlIDRange
-// deals out; cntlIDWidth ids each (NVME_CNTLID_MAX 0xffef / 64).
-const (
-	cntlIDSlots = 64
-	cntlIDWidth = 0xffef / cntlIDSlots
-)
-
-// CntlIDRange is the range of NVMe controller ids this node's volume
-// exports hand out: slot i (this node's index among the registry's names,
-// sorted, modulo 64) is [1 + i*1023, (i+1)*1023]. A host refuses a second
-// controller of one subsystem with an id it has (it keeps the dead old
-// owner's controller while it connects the new owner's), so two nodes
-// exporting one volume must not share ids. Up to 64 nodes get disjoint
-// ranges; a node that joins with a name sorting before others shifts
-// their ranges, which applies to exports created afterwards.
-func CntlIDRange(v View) (lo, hi uint16) {
-	var names []string
-	for _, n := range v.Nodes {
-		names = append(names, n.Name)
-	}
-	sort.Strings(names)
-	i := max(sort.SearchStrings(names, v.Self), 0) % cntlIDSlots
-	return uint16(1 + i*cntlIDWidth), uint16((i + 1) * cntlIDWidth)
-}

@@ -234,19 +234,3 @@ func TestChooseOwner(t *testing.T) {
 		t.Errorf("only the owner and a dead node: %q, want none", got)
 	}
 }
-
-func TestCntlIDRange(t *testing.T) {
-	seen := map[uint16]string{}
-	var prevHi uint16
-	for _, self := range []string{"a", "b", "c", "d"} {
-		v := view(self)
-		lo, hi := CntlIDRange(v)
-		if lo < 1 || hi > 0xffef || lo > hi || lo <= prevHi {
-			t.Fatalf("%s: %d-%d after %d, want disjoint ascending ranges within 1..0xffef", self, lo, hi, prevHi)
-		}
-		if o, ok := seen[lo]; ok {
-			t.Fatalf("%s and %s share range %d", self, o, lo)
-		}
-		seen[lo], prevHi = self, hi
-	}
-}
