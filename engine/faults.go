@@ -1,5 +1,12 @@
 package engine
 
+import (
+	"errors"
+	"io"
+
+	"github.com/fabraid/fabraid/engine/superblock"
+)
+
 // faults re-introduces bugs that were fixed, one switch each, so that the
 // schedule checker (schedule_test.go) can show it finds them. The zero value
 // is the correct engine; nothing outside tests sets a field.
@@ -19,4 +26,28 @@ type faults struct {
 	// flushing the writes that completed before it (found by the
 	// schedule checker).
 	recordBeforeFlush bool
+	// fenceEventsOnly: the fencing check takes a member's newer superblock
+	// copy by event counter alone, not by superblock.Newer (issue 10,
+	// bug 4): with copy A holding a new owner's epoch and copy B the old
+	// owner's higher event count, the old owner does not see it is fenced.
+	fenceEventsOnly bool
+}
+
+// readCopiesEventsOnly is superblock.ReadCopies with the ordering of bug 4
+// (faults.fenceEventsOnly): the copy with the higher event counter wins.
+func readCopiesEventsOnly(r io.ReaderAt) (*superblock.Superblock, error) {
+	var best *superblock.Superblock
+	buf := make([]byte, superblock.CopySize)
+	for _, off := range []int64{superblock.CopyAOffset, superblock.CopyBOffset} {
+		if _, err := r.ReadAt(buf, off); err != nil {
+			continue
+		}
+		if sb, err := superblock.Unmarshal(buf); err == nil && (best == nil || sb.Events > best.Events) {
+			best = sb
+		}
+	}
+	if best == nil {
+		return nil, errors.New("no valid superblock copy")
+	}
+	return best, nil
 }

@@ -46,6 +46,7 @@ type freezeGate struct {
 	mu      sync.Mutex
 	cond    *sync.Cond // on mu: thawed, stopped, or the last batch in flight completed
 	held    int        // batches waiting at the frozen gate
+	wakeups int        // times a held batch woke up (tests)
 	stopErr error      // set while frozen: held and later batches fail with it
 	closed  bool       // the volume stopped: a later Freeze only stops the gate
 
@@ -70,10 +71,16 @@ func (g *freezeGate) enter() error {
 		}
 		g.exit() // back out: the freezer may be waiting for this one
 		g.lock()
-		for g.state.Load()&gateFrozen != 0 && g.stopErr == nil {
+		if g.state.Load()&gateFrozen != 0 && g.stopErr == nil {
+			// Broadcast once, on arrival (tests wait for the held
+			// count): a held batch that broadcast on every wakeup would
+			// wake the other held ones, which wake it in turn.
 			g.held++
-			g.cond.Broadcast() // the held count changed (tests wait on it)
-			g.cond.Wait()
+			g.cond.Broadcast()
+			for g.state.Load()&gateFrozen != 0 && g.stopErr == nil {
+				g.cond.Wait()
+				g.wakeups++
+			}
 			g.held--
 		}
 		err := g.stopErr

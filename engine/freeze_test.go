@@ -390,3 +390,32 @@ func snapshotMember(t *testing.T, m *MemMember) []byte {
 	}
 	return b
 }
+
+// Batches held at a frozen gate sleep until the gate changes: with two or
+// more of them, none may wake the others (a busy loop that burns a CPU for
+// as long as the volume stays frozen).
+func TestFrozenGateHeldBatchesSleep(t *testing.T) {
+	const writers = 3
+	r := newFreezeRig(t, writers)
+	r.start()
+	r.freeze()
+	r.waitHeld(writers)
+	// The last arrivals' broadcasts woke the batches held before them
+	// once: let those wakeups happen first.
+	for range 2000 {
+		runtime.Gosched()
+	}
+	g := &r.v.gate
+	g.lock()
+	before := g.wakeups
+	g.mu.Unlock()
+	for range 20000 {
+		runtime.Gosched()
+	}
+	g.lock()
+	woke := g.wakeups - before
+	g.mu.Unlock()
+	if woke != 0 {
+		t.Fatalf("%d wakeups of %d held batches while the gate stayed frozen: they wake each other", woke, writers)
+	}
+}

@@ -14,17 +14,22 @@ type memOp struct {
 	off   int64
 	n     int
 	after bool // the hook runs after the operation completed (result in err)
+	owner int  // which engine instance issued it (0; 1 for a new owner)
 }
 
 func (op memOp) String() string {
+	who := ""
+	if op.owner != 0 {
+		who = fmt.Sprintf("owner %d: ", op.owner)
+	}
 	kind := "read"
 	switch {
 	case op.flush:
-		return fmt.Sprintf("slot %d flush", op.slot)
+		return fmt.Sprintf("%sslot %d flush", who, op.slot)
 	case op.write:
 		kind = "write"
 	}
-	return fmt.Sprintf("slot %d %s %d+%d", op.slot, kind, op.off, op.n)
+	return fmt.Sprintf("%sslot %d %s %d+%d", who, op.slot, kind, op.off, op.n)
 }
 
 // errPowerCut is returned by hooked members after a simulated power cut.
@@ -37,8 +42,10 @@ var errPowerCut = errors.New("power cut")
 // writes so that a test can choose which of them survive a power cut.
 type hookMember struct {
 	*MemMember
-	slot int
-	hook func(op memOp) error
+	slot  int
+	owner int  // memOp.owner of its operations
+	paths bool // a path to a disk another hookMember reaches too: Close leaves the disk open
+	hook  func(op memOp) error
 
 	mu      sync.Mutex
 	pending []int64 // offsets of writes since the last flush, in order
@@ -52,7 +59,7 @@ func (h *hookMember) call(op memOp) error {
 }
 
 func (h *hookMember) ReadAt(p []byte, off int64) (int, error) {
-	op := memOp{slot: h.slot, off: off, n: len(p)}
+	op := memOp{slot: h.slot, owner: h.owner, off: off, n: len(p)}
 	if err := h.call(op); err != nil {
 		return 0, err
 	}
@@ -63,7 +70,7 @@ func (h *hookMember) ReadAt(p []byte, off int64) (int, error) {
 }
 
 func (h *hookMember) WriteAt(p []byte, off int64) (int, error) {
-	op := memOp{slot: h.slot, write: true, off: off, n: len(p)}
+	op := memOp{slot: h.slot, owner: h.owner, write: true, off: off, n: len(p)}
 	if err := h.call(op); err != nil {
 		return 0, err
 	}
@@ -79,7 +86,7 @@ func (h *hookMember) WriteAt(p []byte, off int64) (int, error) {
 }
 
 func (h *hookMember) Flush() error {
-	op := memOp{slot: h.slot, flush: true}
+	op := memOp{slot: h.slot, owner: h.owner, flush: true}
 	if err := h.call(op); err != nil {
 		return err
 	}
@@ -92,6 +99,21 @@ func (h *hookMember) Flush() error {
 	op.after = true
 	_ = h.call(op)
 	return err
+}
+
+// errPathGone is returned by hooked members whose path the storage fence
+// cut (an NVMe host path error: ENOLINK); they classify it as unreachable.
+var errPathGone = errors.New("path gone (fenced)")
+
+// Unreachable implements FailureClassifier.
+func (h *hookMember) Unreachable(err error) bool { return errors.Is(err, errPathGone) }
+
+// Close implements Member; a path's Close leaves the shared disk open.
+func (h *hookMember) Close() error {
+	if h.paths {
+		return nil
+	}
+	return h.MemMember.Close()
 }
 
 // crash is a power cut of the member: each unflushed write survives when

@@ -12,12 +12,16 @@ import (
 // writeMetaLocked bumps the event counter and writes both superblock
 // copies to every writable member: copy A everywhere, flush, copy B
 // everywhere, flush. A member that fails is marked failed and the write is
-// repeated without it. Callers hold metaMu.
+// repeated without it. Every attempt starts with the fencing check.
+// Callers hold metaMu.
 func (v *Volume) writeMetaLocked() error {
-	if err := v.checkFencedLocked(); err != nil {
-		return err
-	}
 	for attempt := 0; attempt <= len(v.slots); attempt++ {
+		// Before every attempt: a member that failed the last one may
+		// have been cut off by the storage fence of a takeover, whose
+		// new owner may have written its superblocks since.
+		if err := v.checkFencedLocked(); err != nil {
+			return err
+		}
 		if v.recordedGen.Load() < v.failGen.Load() && !v.faults.recordBeforeFlush {
 			// A failure is about to be recorded: from then on an
 			// assembly takes the member's rows as journaled, and the
@@ -91,7 +95,11 @@ func (v *Volume) checkFencedLocked() error {
 		if d == nil || !v.writable(slot) {
 			continue
 		}
-		sb, err := superblock.ReadCopies(d)
+		read := superblock.ReadCopies
+		if v.faults.fenceEventsOnly {
+			read = readCopiesEventsOnly
+		}
+		sb, err := read(d)
 		if err != nil {
 			continue // an unreadable member fails on the write that follows
 		}

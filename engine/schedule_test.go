@@ -58,6 +58,11 @@ type scheduler struct {
 	reshuffle int                              // steps between reshuffles of rank
 	onCut     func()                           // called at the power cut, every goroutine parked
 	cutStep   int
+	// Takeover schedules (takeover_test.go); zero in single-owner ones.
+	width     int                    // members per owner in rank
+	onStep    func(idle bool) bool   // called every step under mu (idle: nothing pending for a while); true: re-quiesce
+	onRelease func(p *schedOp) error // decides the result of a released I/O (nil: none), under mu
+	cutArmed  func() bool            // the planned cut may fall now (nil: always)
 }
 
 func newScheduler() *scheduler { return &scheduler{dead: map[int]bool{}} }
@@ -142,7 +147,7 @@ func (s *scheduler) rankOf(op memOp) int {
 	case op.write:
 		kind = 3 // metadata: superblock, bitmap, journal
 	}
-	return s.rank[(op.slot*4+kind)%len(s.rank)]
+	return s.rank[((op.owner*s.width+op.slot)*4+kind)%len(s.rank)]
 }
 
 // parked reports whether a goroutine header line ("goroutine 7 [chan
@@ -174,6 +179,11 @@ func (s *scheduler) run(t *testing.T, rng *rand.Rand, failOK func(slot int) bool
 		if s.live.Load() == 0 {
 			s.mu.Unlock()
 			break
+		}
+		if s.onStep != nil && s.onStep(len(s.pending) == 0 && idle >= 50) {
+			s.mu.Unlock()
+			idle = 0
+			continue
 		}
 		if len(s.pending) == 0 {
 			s.mu.Unlock()
@@ -213,7 +223,7 @@ func (s *scheduler) run(t *testing.T, rng *rand.Rand, failOK func(slot int) bool
 		p := s.pending[i]
 		// The power fails at the cut step or, with a cut planned, right
 		// before a flush (when a cache holds unflushed writes).
-		if cutAt >= 0 && (s.steps >= cutAt || p.op.flush && rng.IntN(6) == 0) {
+		if cutAt >= 0 && (s.cutArmed == nil || s.cutArmed()) && (s.steps >= cutAt || p.op.flush && rng.IntN(6) == 0) {
 			s.cut = true
 			if s.onCut != nil {
 				s.onCut()
@@ -228,7 +238,10 @@ func (s *scheduler) run(t *testing.T, rng *rand.Rand, failOK func(slot int) bool
 		}
 		s.pending = slices.Delete(s.pending, i, i+1)
 		var err error
-		if rng.IntN(25) == 0 && failOK(p.op.slot) {
+		if s.onRelease != nil {
+			err = s.onRelease(p)
+		}
+		if err == nil && rng.IntN(25) == 0 && failOK(p.op.slot) {
 			s.dead[p.op.slot] = true
 			err = ErrMemberIO
 			if s.onFail != nil {
@@ -256,6 +269,10 @@ type schedWrite struct {
 	start, end int64
 	acked      bool
 	fua        bool
+	owner      int // 1: a new owner's (takeover_test.go)
+	// untrusted: acknowledged by an old owner after the new owner began
+	// to assemble; the new owner may or may not see it.
+	untrusted bool
 }
 
 // schedModel is the naive model: every write and flush with its times.
@@ -305,7 +322,7 @@ func blockValue(id int, b int64) []byte {
 }
 
 func (m *schedModel) durable(w *schedWrite) bool {
-	if !w.acked {
+	if !w.acked || w.untrusted {
 		return false
 	}
 	if w.fua {
@@ -334,7 +351,7 @@ func (m *schedModel) allowed(b int64, afterCut bool, k int) [][]byte {
 		if afterCut {
 			return m.durable(w)
 		}
-		return w.acked
+		return w.acked && !w.untrusted
 	}
 	var ws []*schedWrite
 	for _, w := range m.writes {
@@ -382,9 +399,13 @@ type schedCase struct {
 	extra  []*hookMember // replacements
 	cutErr error         // what bitmapCoversCache found at the power cut
 	cutAt  int
+	taint  map[int64]bool // stripes not checked (takeover_test.go)
 	events []string
 	errs   []error // unexpected errors of actors
-	emu    sync.Mutex
+	// ownerErrOK reports whether errors of the old owner's actors are
+	// expected now (takeover_test.go; nil: never).
+	ownerErrOK func() bool
+	emu        sync.Mutex
 }
 
 func (c *schedCase) logf(format string, args ...any) {
@@ -432,11 +453,16 @@ func (c *schedCase) canLose(slot int) bool {
 }
 
 func (c *schedCase) write(id int, off int64, n int, fua bool) {
+	c.writeTo(c.v, 0, id, off, n, fua)
+}
+
+// writeTo is write through owner's volume v.
+func (c *schedCase) writeTo(v *Volume, owner, id int, off int64, n int, fua bool) {
 	p := make([]byte, 0, n)
 	for b := off / layout.BlockSize; b < (off+int64(n))/layout.BlockSize; b++ {
 		p = append(p, blockValue(id, b)...)
 	}
-	w := &schedWrite{id: id, off: off, n: n, fua: fua}
+	w := &schedWrite{id: id, off: off, n: n, fua: fua, owner: owner}
 	m := c.model
 	m.mu.Lock()
 	m.writes = append(m.writes, w)
@@ -444,30 +470,42 @@ func (c *schedCase) write(id int, off int64, n int, fua bool) {
 	w.start = m.clock.Add(1)
 	var err error
 	if fua {
-		_, err = c.v.WriteAtFUA(p, off)
+		_, err = v.WriteAtFUA(p, off)
 	} else {
-		_, err = c.v.WriteAt(p, off)
+		_, err = v.WriteAt(p, off)
 	}
 	end := m.clock.Add(1)
 	m.mu.Lock()
 	w.end, w.acked = end, err == nil
 	m.mu.Unlock()
-	c.logf("write %d [%d,+%d) fua=%v: %v", id, off/layout.BlockSize, n/layout.BlockSize, fua, err)
-	c.actorErr("write", err)
+	c.logf("owner %d: write %d [%d,+%d) fua=%v: %v", owner, id, off/layout.BlockSize, n/layout.BlockSize, fua, err)
+	c.ownerErr(owner, "write", err)
 }
 
-func (c *schedCase) flush() {
+func (c *schedCase) flush() { c.flushOn(c.v, 0) }
+
+// flushOn is flush through owner's volume v.
+func (c *schedCase) flushOn(v *Volume, owner int) {
 	m := c.model
-	f := &schedWrite{start: m.clock.Add(1)}
-	err := c.v.Flush()
+	f := &schedWrite{start: m.clock.Add(1), owner: owner}
+	err := v.Flush()
 	f.end = m.clock.Add(1)
 	if err == nil {
 		m.mu.Lock()
 		m.flushes = append(m.flushes, f)
 		m.mu.Unlock()
 	}
-	c.logf("flush: %v", err)
-	c.actorErr("flush", err)
+	c.logf("owner %d: flush: %v", owner, err)
+	c.ownerErr(owner, "flush", err)
+}
+
+// ownerErr is actorErr for an actor of owner (ownerErrOK: an old owner's
+// errors once it was fenced are expected).
+func (c *schedCase) ownerErr(owner int, what string, err error) {
+	if owner == 0 && c.ownerErrOK != nil && c.ownerErrOK() {
+		return
+	}
+	c.actorErr(what, err)
 }
 
 // setup creates the volume, writes the initial pattern, flushes twice (the
@@ -618,6 +656,9 @@ func (c *schedCase) canLoseAdmin(slot int) bool {
 func (c *schedCase) check(what string, afterCut bool) error {
 	got := make([]byte, layout.BlockSize)
 	for b := int64(0); b < c.v.Size()/layout.BlockSize; b++ {
+		if c.taint[b/int64(c.g.K)] {
+			continue
+		}
 		if _, err := c.v.ReadAt(got, b*layout.BlockSize); err != nil {
 			return c.fail("%s: read block %d: %v", what, b, err)
 		}
@@ -746,6 +787,22 @@ func (c *schedCase) restart() error {
 		}
 		use = append(use, h)
 	}
+	if err := c.reassemble(use); err != nil {
+		return err
+	}
+	v := c.v
+	c.model.mu.Lock()
+	failures := len(c.model.failures)
+	c.model.mu.Unlock()
+	if n := v.Status().WriteHoleStripes; n != 0 && (failures == 0 || openWindows) {
+		return c.fail("%d write-hole stripes although no member was lost with the power cut", n)
+	}
+	return nil
+}
+
+// reassemble assembles use after the power cut as c.v (a synchronous or a
+// background resync) and waits for the resync.
+func (c *schedCase) reassemble(use []Member) error {
 	opts := Options{Logger: quietLogger(), SyncResync: c.rng.IntN(2) == 0, Resync: RebuildOptions{YieldDelay: -1}}
 	v, err := Assemble(use, nil, opts)
 	if err != nil {
@@ -755,12 +812,6 @@ func (c *schedCase) restart() error {
 	c.v = v
 	if err := v.WaitResync(context.Background()); err != nil {
 		return c.fail("resync after the power cut: %v", err)
-	}
-	c.model.mu.Lock()
-	failures := len(c.model.failures)
-	c.model.mu.Unlock()
-	if n := v.Status().WriteHoleStripes; n != 0 && (failures == 0 || openWindows) {
-		return c.fail("%d write-hole stripes although no member was lost with the power cut", n)
 	}
 	return nil
 }
@@ -825,15 +876,26 @@ func schedSeedEnv(t *testing.T) (uint64, bool) {
 // (a few seconds; 40 with -short or -race), FABRAID_SCHED_SCHEDULES=N for more, FABRAID_SCHED_SEED
 // for one.
 func TestSchedule(t *testing.T) {
+	n, d := schedRuns(t, 200, 40, func(seed uint64) error { return runSchedule(t, seed, faults{}) })
+	if n > 0 {
+		t.Logf("%d schedules in %v (%.0f/s)", n, d.Round(time.Millisecond), float64(n)/d.Seconds())
+	}
+}
+
+// schedRuns runs run for the one seed of FABRAID_SCHED_SEED (and returns
+// 0), or for n seeds from the test seed on: FABRAID_SCHED_SCHEDULES, else
+// def, else short with -short or -race. It fails the test at the first
+// violation.
+func schedRuns(t *testing.T, def, short int, run func(seed uint64) error) (n int, d time.Duration) {
 	if seed, ok := schedSeedEnv(t); ok {
-		if err := runSchedule(t, seed, faults{}); err != nil {
+		if err := run(seed); err != nil {
 			t.Fatal(err)
 		}
-		return
+		return 0, 0
 	}
-	n := 200
+	n = def
 	if testing.Short() || raceEnabled {
-		n = 40
+		n = short
 	}
 	if s := os.Getenv("FABRAID_SCHED_SCHEDULES"); s != "" {
 		var err error
@@ -844,12 +906,11 @@ func TestSchedule(t *testing.T) {
 	base := testSeed(t)
 	t0 := time.Now()
 	for i := 0; i < n; i++ {
-		if err := runSchedule(t, base+uint64(i), faults{}); err != nil {
+		if err := run(base + uint64(i)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	d := time.Since(t0)
-	t.Logf("%d schedules in %v (%.0f/s)", n, d.Round(time.Millisecond), float64(n)/d.Seconds())
+	return n, time.Since(t0)
 }
 
 // TestScheduleSensitivity re-introduces each fixed bug (faults.go) and
@@ -865,20 +926,29 @@ func TestScheduleSensitivity(t *testing.T) {
 		t.Fatalf("FABRAID_SCHED_SENSITIVITY: %v", err)
 	}
 	base := testSeed(t)
+	one := func(seed uint64, f faults) error { return runSchedule(t, seed, f) }
+	var st takeoverStats
+	two := func(seed uint64, f faults) error { return runTakeover(t, seed, f, &st) }
 	for _, tc := range []struct {
 		name string
 		f    faults
+		run  func(uint64, faults) error
 	}{
-		{"none", faults{}},
-		{"bug1-readd-early-snapshot", faults{readdEarlySnapshot: true}},
-		{"bug2-end-forgets", faults{endForgets: true}},
-		{"ack-before-recorded", faults{ackBeforeRecorded: true}},
-		{"record-before-flush", faults{recordBeforeFlush: true}},
+		{"none", faults{}, one},
+		{"bug1-readd-early-snapshot", faults{readdEarlySnapshot: true}, one},
+		{"bug2-end-forgets", faults{endForgets: true}, one},
+		{"ack-before-recorded", faults{ackBeforeRecorded: true}, one},
+		{"record-before-flush", faults{recordBeforeFlush: true}, one},
+		{"takeover-none", faults{}, two},
+		{"takeover-bug4-fence-events-only", faults{fenceEventsOnly: true}, two},
 	} {
+		if only := os.Getenv("FABRAID_SCHED_ONLY"); only != "" && !strings.Contains(tc.name, only) {
+			continue
+		}
 		caught, first := 0, -1
 		t0 := time.Now()
 		for i := 0; i < n; i++ {
-			if err := runSchedule(t, base+uint64(i), tc.f); err != nil {
+			if err := tc.run(base+uint64(i), tc.f); err != nil {
 				caught++
 				if first < 0 {
 					first = i + 1
