@@ -290,7 +290,8 @@ would fail) is refused and nothing changes, unless --force.` + volumeExitCodes,
 			if err != nil {
 				return err
 			}
-			return apiError(c.Op(args[0], "fail", api.OpRequest{Slot: slot, Force: force}))
+			_, err = runOp(cmd, c, args[0], "fail", api.OpRequest{Slot: slot, Force: force})
+			return err
 		},
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "fail the member even if the volume fails with it (a group loses more than m members)")
@@ -324,10 +325,11 @@ was lost) comes back by itself when its drive is found again.` + volumeExitCodes
 			if err != nil {
 				return err
 			}
-			if err := c.Op(args[0], "re-add", api.OpRequest{Slot: slot, Rate: r}); err != nil {
-				return apiError(err)
+			done, err := runOp(cmd, c, args[0], "re-add", api.OpRequest{Slot: slot, Rate: r})
+			if err != nil {
+				return err
 			}
-			if wait {
+			if wait && done {
 				return waitTask(cmd, c, args[0], "rebuild")
 			}
 			return nil
@@ -359,19 +361,33 @@ func failureText(volume string, ms volmgr.MemberInfo) string {
 }
 
 func newVolumeReplaceCmd() *cobra.Command {
-	var rate string
+	var rate, node, drive string
 	var wait bool
 	cmd := &cobra.Command{
-		Use:   "replace VOLUME SLOT DRIVE [--rate 200M] [--wait]",
+		Use:   "replace VOLUME SLOT [DRIVE | --node N [--drive D]] [--rate 200M] [--wait]",
 		Short: "Put a claimed, unused drive into a failed slot and start the rebuild",
-		Long: `Replace failed member SLOT of VOLUME with DRIVE (claimed and in no volume)
-and start rebuilding it in the background; follow it with "fabraid volume show".` + volumeExitCodes,
-		Example: "  fabraid volume replace vol0 3 /dev/nvme7n1 --rate 500M",
-		Args:    cobra.ExactArgs(3),
+		Long: `Replace failed member SLOT of VOLUME with a claimed drive that is in no volume
+and start rebuilding it in the background; follow it with "fabraid volume show".
+
+On one node, DRIVE names the drive. In a cluster, any node may ask: without
+--node and --drive the daemon picks a free drive that keeps the volume's
+placement rule (at most m members of a group in one failure domain; the old
+member's node first, then its domain); --node limits the choice to one node and
+--drive (a claim id, as "fabraid drive list" shows it) names the drive. The volume
+record moves the slot to the new drive (the old drive's claim is released and it
+is no longer exported), and the owner imports the new drive, replaces and rebuilds.` + volumeExitCodes,
+		Example: "  fabraid volume replace vol0 3 /dev/nvme7n1 --rate 500M\n  fabraid volume replace vol0 3 --node node4",
+		Args:    cobra.RangeArgs(2, 3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			slot, err := slotArg(args[1])
 			if err != nil {
 				return err
+			}
+			if len(args) == 3 {
+				if drive != "" {
+					return fmt.Errorf("replace: give the drive once (DRIVE or --drive)")
+				}
+				drive = args[2]
 			}
 			r, err := parseRate(rate)
 			if err != nil {
@@ -381,18 +397,38 @@ and start rebuilding it in the background; follow it with "fabraid volume show".
 			if err != nil {
 				return err
 			}
-			if err := c.Op(args[0], "replace", api.OpRequest{Slot: slot, Drive: args[2], Rate: r}); err != nil {
-				return apiError(err)
+			done, err := runOp(cmd, c, args[0], "replace", api.OpRequest{Slot: slot, Node: node, Drive: drive, Rate: r})
+			if err != nil {
+				return err
 			}
-			if wait {
+			if wait && done {
 				return waitTask(cmd, c, args[0], "rebuild")
 			}
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&rate, "rate", "", "rebuild rate limit in bytes per second (e.g. 200M; default unlimited)")
+	cmd.Flags().StringVar(&node, "node", "", "cluster: take the new drive from this node")
+	cmd.Flags().StringVar(&drive, "drive", "", "the new drive (a device on one node; a claim id in a cluster)")
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the rebuild has finished")
 	return cmd
+}
+
+// runOp runs volume operation op and prints what the daemon says; done is
+// false when the cluster owner has accepted the request but not finished
+// it within the daemon's wait (there is nothing to wait for yet).
+func runOp(cmd *cobra.Command, c *api.Client, ref, op string, q api.OpRequest) (bool, error) {
+	out, err := c.Op(ref, op, q)
+	if err != nil {
+		return false, apiError(err)
+	}
+	if out.Node != "" {
+		fmt.Fprintf(cmd.OutOrStdout(), "slot %d of %s: new member %s:%s (owner %s)\n", q.Slot, ref, out.Node, out.Drive, out.Owner)
+	}
+	if out.Message != "" {
+		fmt.Fprintln(cmd.OutOrStdout(), out.Message)
+	}
+	return out.Request == "", nil
 }
 
 // waitTask polls until the volume's background task of kind has finished.
@@ -438,10 +474,11 @@ func newVolumeRebuildCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := c.Op(args[0], "rebuild", api.OpRequest{Rate: r}); err != nil {
-				return apiError(err)
+			done, err := runOp(cmd, c, args[0], "rebuild", api.OpRequest{Rate: r})
+			if err != nil {
+				return err
 			}
-			if wait {
+			if wait && done {
 				return waitTask(cmd, c, args[0], "rebuild")
 			}
 			return nil
@@ -471,10 +508,11 @@ parity. With --wait, print the result; exit 1 when unrepaired mismatches remain.
 			if err != nil {
 				return err
 			}
-			if err := c.Op(args[0], "scrub", api.OpRequest{Repair: repair, Rate: r}); err != nil {
-				return apiError(err)
+			done, err := runOp(cmd, c, args[0], "scrub", api.OpRequest{Repair: repair, Rate: r})
+			if err != nil {
+				return err
 			}
-			if wait {
+			if wait && done {
 				return waitTask(cmd, c, args[0], "scrub")
 			}
 			return nil

@@ -30,6 +30,23 @@ type OpRequest struct {
 	// Force (fail): carry out a fail that would lose a group (the volume
 	// fails); without it such a fail is refused and nothing changes.
 	Force bool `json:"force,omitempty"`
+	// Node (replace, in a cluster): the node of the new member; with
+	// Drive (its claim id there) or alone (any free drive of it).
+	Node string `json:"node,omitempty"`
+}
+
+// OpReply is the answer to a volume operation. In the one-node mode and
+// for an operation the owner has carried out it is empty but for a
+// replace's new member; a request the owner has not finished within the
+// wait (HTTP 202) has its id, state and a Message to print.
+type OpReply struct {
+	Request string `json:"request,omitempty"`
+	Owner   string `json:"owner,omitempty"`
+	State   string `json:"state,omitempty"` // "pending", "running", "done"
+	Message string `json:"message,omitempty"`
+	// Node and Drive (replace in a cluster): the new member.
+	Node  string `json:"node,omitempty"`
+	Drive string `json:"drive,omitempty"`
 }
 
 // Error is an error reply; Status is the HTTP status.
@@ -95,6 +112,7 @@ func (c *Client) Delete(ref string) error {
 }
 
 // Op runs a volume operation: fail, replace, re-add, rebuild or scrub.
-func (c *Client) Op(ref, op string, r OpRequest) error {
-	return c.do("POST", "/v1/volumes/"+url.PathEscape(ref)+"/"+op, r, nil)
+func (c *Client) Op(ref, op string, r OpRequest) (OpReply, error) {
+	var out OpReply
+	return out, c.do("POST", "/v1/volumes/"+url.PathEscape(ref)+"/"+op, r, &out)
 }

@@ -52,6 +52,7 @@ type clusterLoop struct {
 	leaseLost chan struct{}
 	published map[string]model.VolumeStatus
 	watched   *clientv3.Client // the client the watch runs on
+	req       requestWorker    // clusterreq.go
 }
 
 func newClusterLoop() *clusterLoop {

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -23,6 +24,7 @@ func (d *Daemon) reconcileCluster(ctx context.Context) error {
 	}
 	c := d.loop
 	c.watch(cli, d.Kick)
+	d.requestHook(cli) // engine operation requests (clusterreq.go)
 	self := d.opts.Config.NodeName
 	hs, ok := d.cluster.HostSecret()
 	if !ok {
@@ -78,6 +80,7 @@ func (d *Daemon) reconcileCluster(ctx context.Context) error {
 			d.log.Info("volume created; ready", "uuid", volmgr.FormatUUID(u))
 		}
 	}
+	errs = append(errs, d.replaceMembers(ctx, cli, imp, paths)...) // clusterreq.go
 	errs = append(errs, d.deleteOwned(ctx, cli, imp, paths)...)
 	if err := d.publishStatus(wctx, cli, v); err != nil {
 		errs = append(errs, err)
@@ -183,6 +186,9 @@ func (d *Daemon) volumeStatus(vol model.Volume) model.VolumeStatus {
 	s.State, s.Error, s.Task = in.State, in.Error, in.Task
 	if in.Progress != nil {
 		s.Progress = in.Progress.Percent
+	}
+	if in.LastTask != nil {
+		s.LastTask, _ = json.Marshal(in.LastTask) // for --wait on other nodes (clusterreq.go)
 	}
 	if r := in.Rebuild; r != nil && r.Partial {
 		s.ResyncBytes = r.Bytes

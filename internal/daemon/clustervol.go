@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -21,11 +22,12 @@ import (
 
 // The volume API in a cluster: every node answers from etcd (the records
 // and the owners' statuses) and its own consumer device; create and
-// delete go through etcd; engine operations run on the owner only.
+// delete go through etcd; engine operations work on every node and run
+// on the owner (clusterreq.go).
 
-// ErrNotOwner is wrapped by engine operations asked of a node that does
-// not run the volume's engine.
-var ErrNotOwner = errors.New("not the owner")
+// ErrNotOwner is wrapped by engine operations that no owner can carry out
+// now (the volume has none, or it is down).
+var ErrNotOwner = errors.New("no running owner")
 
 // createWait bounds how long volume create waits for the owner to report
 // the volume ready.
@@ -152,6 +154,9 @@ func (d *Daemon) clusterInfo(v *clusterView, vol model.Volume) volmgr.Info {
 			in.Error = st.Error
 		}
 		in.Task = st.Task
+		if len(st.LastTask) > 0 {
+			json.Unmarshal(st.LastTask, &in.LastTask)
+		}
 		if st.Task != "" {
 			in.Progress = &volmgr.Progress{Kind: st.Task, Percent: st.Progress}
 		}
@@ -257,21 +262,4 @@ func (d *Daemon) clusterDelete(ctx context.Context, ref string) error {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-}
-
-// clusterOwnerRef checks that this node runs ref's engine and returns the
-// volume's UUID for the volume manager.
-func (d *Daemon) clusterOwnerRef(ctx context.Context, ref string) (string, error) {
-	v, err := d.currentView(ctx)
-	if err != nil {
-		return "", err
-	}
-	vol, ok := v.volume(ref)
-	if !ok {
-		return "", fmt.Errorf("%w: %s", volmgr.ErrNotFound, ref)
-	}
-	if vol.Owner != v.Self {
-		return "", fmt.Errorf("%w: volume %q is run by node %s: run the command there", ErrNotOwner, vol.Name, vol.Owner)
-	}
-	return vol.UUID, nil
 }

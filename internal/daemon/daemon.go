@@ -296,19 +296,7 @@ func (d *Daemon) Handler() http.Handler {
 	reply := func(w http.ResponseWriter, v any, err error) {
 		w.Header().Set("Content-Type", "application/json")
 		if err != nil {
-			code := http.StatusInternalServerError
-			if c := clusterCode(err); c != 0 {
-				code = c
-			}
-			switch {
-			case errors.Is(err, volmgr.ErrNotFound):
-				code = http.StatusNotFound
-			case errors.Is(err, volmgr.ErrInUse), errors.Is(err, volmgr.ErrBusy), errors.Is(err, ErrNotOwner):
-				code = http.StatusConflict
-			case errors.Is(err, errBadRequest), errors.Is(err, volmgr.ErrInvalid):
-				code = http.StatusBadRequest
-			}
-			w.WriteHeader(code)
+			w.WriteHeader(errorCode(err))
 			enc := json.NewEncoder(w)
 			enc.SetEscapeHTML(false)
 			enc.Encode(map[string]string{"error": err.Error()})
@@ -387,12 +375,9 @@ func (d *Daemon) Handler() http.Handler {
 		}
 		ref := r.PathValue("ref")
 		if d.inCluster() {
-			u, err := d.clusterOwnerRef(r.Context(), ref)
-			if err != nil {
-				reply(w, nil, err)
-				return
-			}
-			ref = u
+			out, err := d.clusterOp(r.Context(), ref, r.PathValue("op"), q)
+			replyOp(w, reply, out, err)
+			return
 		}
 		var err error
 		switch r.PathValue("op") {
@@ -416,3 +401,28 @@ func (d *Daemon) Handler() http.Handler {
 }
 
 var errBadRequest = errors.New("bad request")
+
+// errorCode is the HTTP status of an API error (0 for nil): the owner's
+// own status for a request the owner refused, else by the error's kind.
+func errorCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var oe *ownerError
+	if errors.As(err, &oe) {
+		return oe.code
+	}
+	code := http.StatusInternalServerError
+	if c := clusterCode(err); c != 0 {
+		code = c
+	}
+	switch {
+	case errors.Is(err, volmgr.ErrNotFound):
+		code = http.StatusNotFound
+	case errors.Is(err, volmgr.ErrInUse), errors.Is(err, volmgr.ErrBusy), errors.Is(err, ErrNotOwner), errors.Is(err, errVolumeState):
+		code = http.StatusConflict
+	case errors.Is(err, errBadRequest), errors.Is(err, volmgr.ErrInvalid):
+		code = http.StatusBadRequest
+	}
+	return code
+}

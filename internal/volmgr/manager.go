@@ -623,7 +623,7 @@ func (m *Manager) Replace(ref string, slot int, dev string, rate int64) error {
 		return err
 	}
 	if m.currentPlan() != nil {
-		return fmt.Errorf("%w: volume %s: replace is not available in a cluster yet (the member records in etcd would not follow); re-add the member when its node is back", ErrInvalid, ref)
+		return fmt.Errorf("%w: volume %s: in a cluster the volume record names the new member: the daemon's replace moves it in etcd and the owner calls ReplacePlanned", ErrInvalid, ref)
 	}
 	vols, err := m.scan()
 	if err != nil {

@@ -13,6 +13,7 @@
 //	/fabraid/v1/hostkeys/<node>      model.HostKey: the node's DH-HMAC-CHAP secret (durable)
 //	/fabraid/v1/drive-claims/<node>/<drive>  model.VolumeName: the volume a drive is a member of
 //	/fabraid/v1/owners/<uuid>        owner.Record: the volume's owner, on its owner lease; create revision = epoch
+//	/fabraid/v1/requests/<uuid>/<id> model.Request: an engine operation for the owner to carry out, and its result
 //	/fabraid/v1/fence/<uuid>/<node>  fence.Record: node's drive exports of the volume allow only the holder of an epoch (on node's lease)
 //
 // Node names are checked by the configuration (letters, digits, '.', '_',
@@ -43,6 +44,7 @@ const (
 	HostKeysPrefix     = Prefix + "hostkeys/"
 	OwnersPrefix       = Prefix + "owners/"
 	DriveClaimsPrefix  = Prefix + "drive-claims/"
+	RequestsPrefix     = Prefix + "requests/"
 	FencePrefix        = Prefix + "fence/"
 )
 
@@ -76,6 +78,10 @@ func Owner(uuid string) string { return OwnersPrefix + uuid }
 func DriveClaim(node, drive string) string {
 	return DriveClaimsPrefix + node + "/" + url.PathEscape(drive)
 }
+
+// Request is engine operation request id of volume uuid (package volumes,
+// requests.go); ids are hex, so the key needs no escaping.
+func Request(uuid, id string) string { return RequestsPrefix + uuid + "/" + id }
 
 // FenceVolume is the prefix of a volume's fence acknowledgements, by
 // volume UUID (package cluster/fence).

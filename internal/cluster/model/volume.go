@@ -1,6 +1,9 @@
 package model
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // Schema versions of the volume records; readers refuse newer ones.
 const (
@@ -83,9 +86,12 @@ type VolumeStatus struct {
 	Progress float64 `json:"progress,omitempty"`
 	// ResyncBytes is the bytes the last or current partial resync (a
 	// returning member, from the write-intent bitmap) copied.
-	ResyncBytes int64     `json:"resync_bytes"`
-	Error       string    `json:"error,omitempty"`
-	Updated     time.Time `json:"updated"`
+	ResyncBytes int64  `json:"resync_bytes"`
+	Error       string `json:"error,omitempty"`
+	// LastTask is the owner's volmgr.TaskResult of the last finished
+	// rebuild or scrub, as JSON (what --wait on another node waits for).
+	LastTask json.RawMessage `json:"last_task,omitempty"`
+	Updated  time.Time       `json:"updated"`
 }
 
 // VolumeMemberStatus is one member slot as the owner sees it.

@@ -188,6 +188,11 @@ func List(ctx context.Context, kv clientv3.KV) ([]model.Volume, error) {
 // (the caller reads again and retries). f must not change the UUID or the
 // name; an error from f is returned and nothing is written.
 func Update(ctx context.Context, kv clientv3.KV, uuid string, rev int64, f func(*model.Volume) error) error {
+	return update(ctx, kv, uuid, rev, f, nil)
+}
+
+// update is Update with extra operations in the record's transaction.
+func update(ctx context.Context, kv clientv3.KV, uuid string, rev int64, f func(*model.Volume) error, extra []clientv3.Op) error {
 	v, cur, ok, err := Get(ctx, kv, uuid)
 	if err != nil {
 		return err
@@ -226,6 +231,7 @@ func Update(ctx context.Context, kv clientv3.KV, uuid string, rev int64, f func(
 	for _, m := range removed {
 		ops = append(ops, clientv3.OpDelete(keys.DriveClaim(m.Node, m.Drive)))
 	}
+	ops = append(ops, extra...)
 	resp, err := kv.Txn(ctx).If(cmps...).Then(ops...).Else(append([]clientv3.Op{clientv3.OpGet(vk)}, gets...)...).Commit()
 	if err != nil {
 		return fmt.Errorf("volumes: update %q (%s): %w", name, uuid, err)

@@ -1,0 +1,497 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fabraid/fabraid/internal/api"
+	"github.com/fabraid/fabraid/internal/cluster/keys"
+	"github.com/fabraid/fabraid/internal/cluster/model"
+	"github.com/fabraid/fabraid/internal/cluster/plan"
+	"github.com/fabraid/fabraid/internal/cluster/volumes"
+	"github.com/fabraid/fabraid/internal/volmgr"
+)
+
+// Engine operations in a cluster (fail, re-add, rebuild, scrub, replace)
+// work on every node. Refusals that need no engine (unknown volume or
+// operation, a slot out of range, a volume not ready, no live owner) are
+// given by the node asked. On the owner, fail, re-add, rebuild and scrub
+// call the volume manager directly, as in the one-node mode: the answer
+// does not wait for an etcd round trip nor for the request worker. On
+// any other node they become a request in etcd (volumes.Submit) that the
+// owner's request worker carries out once; the asking node waits up to
+// opWait for its result and answers with the owner's error text and HTTP
+// code, or, when the wait ends first, 202 with the request's id.
+//
+// Replace goes through etcd on every node, the owner too, because the
+// volume record must change: the new member (plan.Replacement, or the
+// --node/--drive given) goes into the record with its UUID cleared, the
+// drive claims move and the request is written, all in one transaction
+// (volumes.SubmitReplace). The owner's reconcile then imports the new
+// drive (the drive's node exports it to the owner), replaceMembers hands
+// it to the engine (volmgr.ReplacePlanned: replace and rebuild), records
+// the new member UUID and finishes the request.
+
+// opWait bounds how long a non-owner waits for the owner's result of
+// fail, re-add, rebuild or scrub (each only starts a task); replaceWait
+// is replace's (the new drive must be exported and imported first).
+const (
+	opWait      = 60 * time.Second
+	replaceWait = 2 * time.Minute
+)
+
+// Lifetimes of requests: a pending one not carried out within
+// requestPendingTTL fails (it is not carried out any more); any request
+// is deleted requestTTL after it was made, and at once when its volume
+// is gone.
+const (
+	requestPendingTTL = 10 * time.Minute
+	requestTTL        = time.Hour
+)
+
+// errVolumeState (409) is wrapped by refusals because of the volume's
+// state: not ready, no status of the slot, a slot changed meanwhile.
+var errVolumeState = errors.New("not now")
+
+// ownerError is the owner's error of a request, with its HTTP status.
+type ownerError struct {
+	code int
+	msg  string
+}
+
+func (e *ownerError) Error() string { return e.msg }
+
+// clusterOp carries out (or has the owner carry out) engine operation op
+// of volume ref; a nil reply with a nil error is done.
+func (d *Daemon) clusterOp(ctx context.Context, ref, op string, q api.OpRequest) (*api.OpReply, error) {
+	if !slices.Contains(volumes.RequestOps, op) {
+		return nil, fmt.Errorf("%w: unknown operation %q", errBadRequest, op)
+	}
+	if q.Slot < 0 || q.Rate < 0 {
+		return nil, fmt.Errorf("%w: slot %d, rate %d", volmgr.ErrInvalid, q.Slot, q.Rate)
+	}
+	v, err := d.currentView(ctx)
+	if err != nil {
+		return nil, err
+	}
+	vol, ok := v.volume(ref)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", volmgr.ErrNotFound, ref)
+	}
+	if err := opUsable(v, vol, op, q.Slot); err != nil {
+		return nil, err
+	}
+	if op == "replace" {
+		return d.clusterReplace(ctx, v, vol, q)
+	}
+	if vol.Owner == v.Self {
+		return nil, d.engineOp(vol.UUID, op, q)
+	}
+	r := model.Request{ID: volumes.NewRequestID(), Volume: vol.UUID, Op: op, Slot: q.Slot, Force: q.Force, Repair: q.Repair, Rate: q.Rate,
+		RequestedBy: v.Self, Created: time.Now().UTC()}
+	sctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+	err = volumes.Submit(sctx, d.cluster.Client(), r, func(cur model.Volume) error {
+		return opUsable(v, cur, op, q.Slot)
+	})
+	cancel()
+	if err != nil {
+		return nil, requestError(err)
+	}
+	d.log.Info("volume request written; the owner carries it out", "volume", vol.Name, "op", op, "slot", q.Slot, "request", r.ID, "owner", vol.Owner)
+	return d.waitRequest(ctx, vol, r.ID, opWait)
+}
+
+// opUsable gives the refusals of op that need no engine: a volume that is
+// not ready, without a live owner, or a slot out of range.
+func opUsable(v *clusterView, vol model.Volume, op string, slot int) error {
+	if vol.State != model.VolumeReady {
+		return fmt.Errorf("%w: volume %q is %s: %s waits until it is ready", errVolumeState, vol.Name, vol.State, op)
+	}
+	if vol.Owner == "" {
+		return fmt.Errorf("%w: volume %q has no owner now (failover in progress): try again", ErrNotOwner, vol.Name)
+	}
+	if n, ok := v.node(vol.Owner); !ok || !n.Alive {
+		return fmt.Errorf("%w: volume %q: its owner %s is down: nothing runs its engine", ErrNotOwner, vol.Name, vol.Owner)
+	}
+	if (op == "fail" || op == "re-add" || op == "replace") && slot >= len(vol.Members) {
+		return fmt.Errorf("%w: volume %q has slots 0..%d, not %d", volmgr.ErrInvalid, vol.Name, len(vol.Members)-1, slot)
+	}
+	return nil
+}
+
+// requestError maps the store's refusals to the API's.
+func requestError(err error) error {
+	switch {
+	case errors.Is(err, volumes.ErrNotFound):
+		return fmt.Errorf("%w: %w", volmgr.ErrNotFound, err)
+	case errors.Is(err, volumes.ErrNotReady), errors.Is(err, volumes.ErrExists):
+		return fmt.Errorf("%w: %w", errVolumeState, err)
+	case errors.Is(err, volumes.ErrInvalid), errors.Is(err, plan.ErrNoReplacement):
+		return fmt.Errorf("%w: %w", volmgr.ErrInvalid, err)
+	}
+	return err
+}
+
+// waitRequest waits up to wait for the owner's result of request id.
+func (d *Daemon) waitRequest(ctx context.Context, vol model.Volume, id string, wait time.Duration) (*api.OpReply, error) {
+	d.Kick() // a request on the owner itself (replace) is carried out by its reconcile
+	d.loop.req.mu.Lock()
+	if d.loop.req.wait != 0 {
+		wait = d.loop.req.wait
+	}
+	d.loop.req.mu.Unlock()
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	r, err := volumes.WaitRequest(wctx, d.cluster.Client(), vol.UUID, id)
+	switch {
+	case err == nil && r.State == model.RequestFailed:
+		code := r.Code
+		if code == 0 {
+			code = http.StatusInternalServerError
+		}
+		return nil, &ownerError{code: code, msg: r.Error}
+	case err == nil:
+		return nil, nil
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+		st := r.State
+		if st == "" {
+			st = model.RequestPending
+		}
+		return &api.OpReply{Request: id, Owner: vol.Owner, State: st,
+			Message: fmt.Sprintf("request %s accepted, owner %s is carrying it out (not finished after %s; follow it with fabraid volume show %s)", id, vol.Owner, wait, vol.Name)}, nil
+	}
+	return nil, err
+}
+
+// engineOp runs op on this node's engine of volume uuid.
+func (d *Daemon) engineOp(uuid, op string, q api.OpRequest) error {
+	var err error
+	switch op {
+	case "fail":
+		err = d.mgr.Fail(uuid, q.Slot, q.Force)
+	case "re-add":
+		err = d.mgr.ReAdd(uuid, q.Slot, q.Rate)
+	case "rebuild":
+		err = d.mgr.Rebuild(uuid, q.Rate)
+	case "scrub":
+		err = d.mgr.Scrub(uuid, q.Repair, q.Rate)
+	default:
+		err = fmt.Errorf("%w: operation %q is not an engine call", errBadRequest, op)
+	}
+	d.Kick()
+	return err
+}
+
+// clusterReplace moves slot q.Slot of vol to a new drive in etcd and
+// waits for the owner to replace it.
+func (d *Daemon) clusterReplace(ctx context.Context, v *clusterView, vol model.Volume, q api.OpRequest) (*api.OpReply, error) {
+	var err error
+	st, has := v.Status[vol.UUID]
+	if !has {
+		return nil, fmt.Errorf("%w: volume %q: owner %s publishes no status: cannot tell whether slot %d failed", errVolumeState, vol.Name, vol.Owner, q.Slot)
+	}
+	i := slices.IndexFunc(st.Members, func(m model.VolumeMemberStatus) bool { return m.Slot == q.Slot })
+	switch {
+	case i < 0:
+		return nil, fmt.Errorf("%w: volume %q: owner %s reports no state of slot %d (volume %s %s)", errVolumeState, vol.Name, vol.Owner, q.Slot, st.State, st.Error)
+	case st.Members[i].Role == "active":
+		return nil, fmt.Errorf("%w: volume %q slot %d is active: fail it first (fabraid volume fail %s %d)", volmgr.ErrInvalid, vol.Name, q.Slot, vol.Name, q.Slot)
+	}
+	old := vol.Members[q.Slot]
+	var m model.VolumeMember
+	if old.UUID == "" && (q.Node != "" || q.Drive != "") && (q.Node == "" || q.Node == old.Node) && (q.Drive == "" || q.Drive == old.Drive) {
+		m = old // the drive the record names already: the owner tries again
+	} else if m, err = plan.Replacement(v.View, vol, q.Slot, q.Node, q.Drive); err != nil {
+		return nil, fmt.Errorf("%w: %w", volmgr.ErrInvalid, err)
+	}
+	r := model.Request{ID: volumes.NewRequestID(), Volume: vol.UUID, Op: "replace", Slot: q.Slot, Rate: q.Rate, Node: m.Node, Drive: m.Drive,
+		RequestedBy: v.Self, Created: time.Now().UTC()}
+	sctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+	_, err = volumes.SubmitReplace(sctx, d.cluster.Client(), r, func(cur *model.Volume) error {
+		if err := opUsable(v, *cur, "replace", q.Slot); err != nil {
+			return err
+		}
+		if cur.Members[q.Slot] != old {
+			return fmt.Errorf("%w: volume %q slot %d changed meanwhile (now %s:%s): ask again", errVolumeState, cur.Name, q.Slot, cur.Members[q.Slot].Node, cur.Members[q.Slot].Drive)
+		}
+		cur.Members[q.Slot] = m
+		return nil
+	})
+	cancel()
+	if err != nil {
+		return nil, requestError(err)
+	}
+	d.log.Info("volume member moved to a new drive; the owner replaces it", "volume", vol.Name, "slot", q.Slot,
+		"old", old.Node+":"+old.Drive, "new", m.Node+":"+m.Drive, "request", r.ID, "owner", vol.Owner)
+	out, err := d.waitRequest(ctx, vol, r.ID, replaceWait)
+	if err != nil {
+		return nil, err
+	}
+	if out == nil {
+		out = &api.OpReply{Owner: vol.Owner, State: model.RequestDone}
+	}
+	out.Node, out.Drive = m.Node, m.Drive
+	return out, nil
+}
+
+// replyOp writes an operation's answer: 202 for a request the owner has
+// not finished yet.
+func replyOp(w http.ResponseWriter, reply func(http.ResponseWriter, any, error), out *api.OpReply, err error) {
+	if err != nil || out == nil || out.State == model.RequestDone {
+		if out == nil {
+			reply(w, nil, err)
+			return
+		}
+		reply(w, out, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusAccepted)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.Encode(out)
+}
+
+// requestWorker carries out the requests of the volumes this node owns,
+// one at a time, on etcd watch events of the request keys and on every
+// reconcile (requestHook).
+type requestWorker struct {
+	mu      sync.Mutex
+	watched *clientv3.Client // the client the worker's watch runs on
+	kick    chan struct{}
+	swept   time.Time // last CleanupRequests
+	// refused: the engine refused the replace of volume/slot/node/drive
+	// (replaceMembers); retried only on a new request.
+	refused map[string]bool
+	// wait, when not 0, replaces opWait and replaceWait (tests).
+	wait time.Duration
+}
+
+// requestHook starts the request worker on cli (once per client) and has
+// it look at the requests now; it returns at once.
+func (d *Daemon) requestHook(cli *clientv3.Client) {
+	w := &d.loop.req
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.kick == nil {
+		w.kick = make(chan struct{}, 1)
+	}
+	if w.watched != cli {
+		w.watched = cli
+		go d.requestWorker(cli, w.kick)
+	}
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// requestWorker runs until cli's watch ends (the client closed or
+// replaced); a later requestHook starts another.
+func (d *Daemon) requestWorker(cli *clientv3.Client, kick chan struct{}) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wch := cli.Watch(clientv3.WithRequireLeader(ctx), keys.RequestsPrefix, clientv3.WithPrefix())
+	first := true
+	for {
+		if err := d.carryOutRequests(ctx, cli, first); err != nil {
+			d.log.Warn("volume requests", "err", err)
+		}
+		first = false
+		select {
+		case _, open := <-wch:
+			if !open {
+				w := &d.loop.req
+				w.mu.Lock()
+				if w.watched == cli {
+					w.watched = nil
+				}
+				w.mu.Unlock()
+				return
+			}
+		case <-kick:
+		}
+	}
+}
+
+// carryOutRequests carries out every pending request (but replace, see
+// replaceMembers) of the volumes this node owns, in the order they were
+// made; first is the worker's first pass: requests this node left
+// running are from before a restart and fail.
+func (d *Daemon) carryOutRequests(ctx context.Context, cli *clientv3.Client, first bool) error {
+	rctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+	defer cancel()
+	self := d.opts.Config.NodeName
+	// Idle cost, every reconcile: one read of the request keys (usually
+	// none); the records only when there are requests, the whole view
+	// only when one is carried out.
+	rs, lerr := volumes.Requests(rctx, cli)
+	if lerr == nil && len(rs) == 0 {
+		return nil
+	}
+	var errs []error
+	if lerr != nil {
+		errs = append(errs, lerr)
+	}
+	vols, err := volumes.List(rctx, cli)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	owned := map[string]model.Volume{}
+	for _, vol := range vols {
+		if vol.Owner == self {
+			owned[vol.UUID] = vol
+		}
+	}
+	now := time.Now()
+	var mine, todo []volumes.StoredRequest
+	for _, r := range rs {
+		if _, ok := owned[r.Volume]; ok && (first || r.State != model.RequestRunning) {
+			mine = append(mine, r)
+			if r.State == model.RequestPending && r.Op != "replace" && now.Sub(r.Created) <= requestPendingTTL {
+				todo = append(todo, r)
+			}
+		}
+	}
+	if err := volumes.FailStale(rctx, cli, mine, self, now, requestPendingTTL); err != nil {
+		errs = append(errs, err)
+	}
+	w := &d.loop.req
+	w.mu.Lock()
+	sweep := now.Sub(w.swept) > time.Minute
+	if sweep {
+		w.swept = now
+	}
+	w.mu.Unlock()
+	if sweep {
+		if n, err := volumes.CleanupRequests(rctx, cli, rs, vols, now, requestTTL); err != nil {
+			errs = append(errs, err)
+		} else if n > 0 {
+			d.log.Info("volume requests expired", "deleted", n)
+		}
+	}
+	if len(todo) == 0 {
+		return errors.Join(errs...)
+	}
+	v, err := readView(rctx, cli, self)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	for _, r := range todo {
+		vol := owned[r.Volume]
+		c, ok, err := volumes.Claim(rctx, cli, r, self)
+		if err != nil || !ok {
+			errs = append(errs, err)
+			continue
+		}
+		q := api.OpRequest{Slot: r.Slot, Force: r.Force, Repair: r.Repair, Rate: r.Rate}
+		opErr := d.engineOp(vol.UUID, r.Op, q)
+		// The status goes out before the result: a requester that waits
+		// for the task (--wait) sees it started, not the previous one.
+		if err := d.publishStatus(rctx, cli, v); err != nil {
+			errs = append(errs, err)
+		}
+		if _, _, err := volumes.Finish(rctx, cli, c, errorCode(opErr), opErr, time.Now()); err != nil {
+			errs = append(errs, err)
+		}
+		d.log.Info("volume request carried out", "volume", vol.Name, "op", r.Op, "slot", r.Slot, "request", r.ID, "by", r.RequestedBy, "err", opErr)
+	}
+	return errors.Join(errs...)
+}
+
+// replaceMembers is the owner's part of replace, each reconcile: every
+// member slot of a ready owned volume whose record has no member UUID (a
+// replace moved it to a new drive) and whose new drive the importer has
+// found goes to the engine (replace and rebuild, once), its member UUID
+// into the record, and the pending replace request of that slot, if
+// any, gets the result.
+func (d *Daemon) replaceMembers(ctx context.Context, cli *clientv3.Client, imp plan.Import, paths map[[16]byte][]string) []error {
+	ctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+	defer cancel()
+	w := &d.loop.req
+	var errs []error
+	var rs []volumes.StoredRequest
+	read := false
+	for _, o := range imp.Volumes {
+		if o.Volume.State != model.VolumeReady {
+			continue
+		}
+		for _, s := range o.Slots {
+			p := paths[o.UUID][s.Slot]
+			if s.Known || p == "" {
+				continue
+			}
+			if !read {
+				var err error
+				if rs, err = volumes.Requests(ctx, cli); err != nil {
+					errs = append(errs, err)
+				}
+				read = true
+			}
+			var req *volumes.StoredRequest
+			for i, r := range rs {
+				if r.Volume == o.Volume.UUID && r.Op == "replace" && r.Slot == s.Slot && r.Node == s.Node && r.Drive == s.Drive && !r.Done() {
+					req = &rs[i]
+				}
+			}
+			// A replace the engine refused is tried again only when asked
+			// again (a new request of the same drive), not every reconcile.
+			try := o.Volume.UUID + "/" + strconv.Itoa(s.Slot) + "/" + s.Node + "/" + s.Drive
+			rate := int64(0)
+			w.mu.Lock()
+			refused := w.refused[try]
+			w.mu.Unlock()
+			if req != nil {
+				rate = req.Rate
+			} else if refused {
+				continue
+			}
+			mu, started, err := d.mgr.ReplacePlanned(o.UUID, s.Slot, p, rate)
+			w.mu.Lock()
+			if w.refused == nil {
+				w.refused = map[string]bool{}
+			}
+			w.refused[try] = err != nil
+			w.mu.Unlock()
+			if err == nil {
+				err = recordMember(ctx, cli, o.Volume.UUID, s.VolumeMember, mu)
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("volume %s: replace slot %d with %s:%s: %w", o.Volume.Name, s.Slot, s.Node, s.Drive, err))
+			} else {
+				d.log.Info("volume member replaced", "volume", o.Volume.Name, "slot", s.Slot, "drive", s.Node+":"+s.Drive, "member", volmgr.FormatUUID(mu), "started", started)
+			}
+			if req != nil {
+				if _, _, ferr := volumes.Finish(ctx, cli, *req, errorCode(err), err, time.Now()); ferr != nil {
+					errs = append(errs, ferr)
+				}
+			}
+		}
+	}
+	return errs
+}
+
+// recordMember writes member UUID mu into slot m.Slot of volume uuid if
+// the slot still holds m's drive without a UUID.
+func recordMember(ctx context.Context, kv clientv3.KV, uuid string, m model.VolumeMember, mu [16]byte) error {
+	_, err := volumes.Modify(ctx, kv, uuid, func(v *model.Volume) error {
+		if m.Slot >= len(v.Members) || v.Members[m.Slot].Node != m.Node || v.Members[m.Slot].Drive != m.Drive || v.Members[m.Slot].UUID != "" {
+			return errSkip
+		}
+		v.Members[m.Slot].UUID = volmgr.FormatUUID(mu)
+		return nil
+	})
+	if err != nil && !errors.Is(err, errSkip) {
+		return fmt.Errorf("record member UUID: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,149 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fabraid/fabraid/internal/api"
+	"github.com/fabraid/fabraid/internal/cluster/keys"
+	"github.com/fabraid/fabraid/internal/cluster/model"
+	"github.com/fabraid/fabraid/internal/cluster/plan"
+	"github.com/fabraid/fabraid/internal/cluster/registry"
+	"github.com/fabraid/fabraid/internal/cluster/volumes"
+)
+
+// TestClusterRequests: engine operations asked on a node that does not
+// own the volume go to the owner through etcd and come back with the
+// owner's answer: the same HTTP code and text as asked on the owner
+// itself. Refusals that need no owner come from the node asked; an owner
+// that does not answer in time leaves an accepted request (202); replace
+// moves the member and the drive claims in etcd and the owner's result
+// (here: it runs no engine) reaches the request.
+func TestClusterRequests(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	d1, h1, d2, h2 := twoNodes(t)
+	cli := d1.cluster.Client()
+	// n3 and n4: registered and alive, no daemon; n4 has free drives.
+	for _, n := range []string{"n3", "n4"} {
+		rec := registry.Node{Name: n, Domain: n, HostNQN: "nqn.host:" + n, ClusterAddress: "127.0.0.9"}
+		for i := range 2 {
+			rec.Drives = append(rec.Drives, model.Drive{ID: fmt.Sprintf("%s-d%d", n, i), Size: 1 << 30})
+		}
+		if err := registry.Put(ctx, cli, rec); err != nil {
+			t.Fatal(err)
+		}
+		hb, err := registry.StartHeartbeat(ctx, cli, n, 10, 1, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { hb.Close() })
+	}
+	mk := func(n int, name, owner string) model.Volume {
+		rec := model.Volume{UUID: fmt.Sprintf("00000000-0000-4000-8000-%012d", n), Name: name, K: 2, M: 1, Groups: 1, Owner: owner, State: model.VolumeReady, MemberSize: 1 << 30}
+		for i, node := range []string{"n1", "n2", "n3"} {
+			rec.Members = append(rec.Members, model.VolumeMember{Slot: i, Node: node, Domain: node, Drive: fmt.Sprintf("%s-v%d", node, n), UUID: fmt.Sprintf("00000000-0000-4000-8000-0000000%02d%03d", n, i)})
+		}
+		if err := volumes.Create(ctx, cli, rec); err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	v := mk(1, "v", "n1")
+	mk(2, "w", "n9")    // owner not registered
+	mk(3, "x", "n3")    // owner alive, runs nothing
+	d1.requestHook(cli) // n1's request worker (its reconcile would start it)
+	d2.loop.req.wait = 500 * time.Millisecond
+
+	// Same answer on the owner and through a request.
+	own := call(t, h1, "POST", "/v1/volumes/v/scrub", api.OpRequest{}, 404, nil)
+	other := call(t, h2, "POST", "/v1/volumes/v/scrub", api.OpRequest{}, 404, nil)
+	if own != other || !strings.Contains(other, "no such volume: "+v.UUID) {
+		t.Errorf("scrub: on the owner %s, on n2 %s", own, other)
+	}
+	rs, err := volumes.Requests(ctx, cli)
+	if err != nil || len(rs) != 1 || rs[0].State != model.RequestFailed || rs[0].By != "n1" || rs[0].RequestedBy != "n2" || rs[0].Code != 404 {
+		t.Fatalf("requests after the scrub: %+v %v", rs, err)
+	}
+	for _, c := range []struct {
+		path string
+		q    api.OpRequest
+		code int
+		want string
+	}{
+		{"/v1/volumes/v/fail", api.OpRequest{Slot: 3}, 400, `volume \"v\" has slots 0..2, not 3`},
+		{"/v1/volumes/v/format", api.OpRequest{}, 400, `unknown operation \"format\"`},
+		{"/v1/volumes/nope/fail", api.OpRequest{}, 404, "no such volume: nope"},
+		{"/v1/volumes/w/fail", api.OpRequest{Slot: 1}, 409, `volume \"w\": its owner n9 is down`},
+		{"/v1/volumes/v/replace", api.OpRequest{Slot: 1}, 409, "owner n1 reports no state of slot 1 (volume stopped no such volume"},
+		{"/v1/volumes/x/replace", api.OpRequest{Slot: 1}, 409, "owner n3 publishes no status"},
+	} {
+		if body := call(t, h2, "POST", c.path, c.q, c.code, nil); !strings.Contains(body, c.want) {
+			t.Errorf("%s %+v: %s, want %q", c.path, c.q, body, c.want)
+		}
+	}
+	if rs, _ := volumes.Requests(ctx, cli); len(rs) != 1 {
+		t.Fatalf("refusals wrote requests: %+v", rs)
+	}
+	// An owner that does not answer: accepted.
+	var acc api.OpReply
+	call(t, h2, "POST", "/v1/volumes/x/fail", api.OpRequest{Slot: 0}, 202, &acc)
+	if acc.Request == "" || acc.Owner != "n3" || acc.State != model.RequestPending || !strings.Contains(acc.Message, "request "+acc.Request+" accepted, owner n3 is carrying it out") {
+		t.Errorf("fail with an owner that does not answer: %+v", acc)
+	}
+
+	// Replace: slot 1 failed per the owner's status.
+	st := model.VolumeStatus{UUID: v.UUID, Name: "v", Owner: "n1", State: "degraded", Members: []model.VolumeMemberStatus{
+		{Slot: 0, Node: "n1", Role: "active"}, {Slot: 1, Node: "n2", Role: "failed", Failure: "io-error"}, {Slot: 2, Node: "n3", Role: "active"}}}
+	if err := volumes.PutStatus(ctx, cli, 0, st); err != nil {
+		t.Fatal(err)
+	}
+	if body := call(t, h2, "POST", "/v1/volumes/v/replace", api.OpRequest{Slot: 2}, 400, nil); !strings.Contains(body, "slot 2 is active: fail it first") {
+		t.Errorf("replace of an active member: %s", body)
+	}
+	if body := call(t, h2, "POST", "/v1/volumes/v/replace", api.OpRequest{Slot: 1, Node: "n3"}, 400, nil); !strings.Contains(body, "no free drive in a domain that keeps 2+1 with at most 1 chunks per domain") ||
+		!strings.Contains(body, "n3:n3-d0 (domain n3 holds 1 of the group's members already)") {
+		t.Errorf("replace onto n3: %s", body)
+	}
+	var rep api.OpReply
+	call(t, h2, "POST", "/v1/volumes/v/replace", api.OpRequest{Slot: 1}, 202, &rep)
+	if rep.Node != "n4" || rep.Drive != "n4-d0" || rep.Owner != "n1" || rep.Request == "" {
+		t.Fatalf("replace: %+v", rep)
+	}
+	got, _, _, _ := volumes.Get(ctx, cli, v.UUID)
+	if got.Members[1] != (model.VolumeMember{Slot: 1, Node: "n4", Domain: "n4", Drive: "n4-d0"}) || got.Members[0] != v.Members[0] {
+		t.Fatalf("record after replace: %+v", got.Members)
+	}
+	for k, want := range map[string]int{keys.DriveClaim("n2", "n2-v1"): 0, keys.DriveClaim("n4", "n4-d0"): 1} {
+		if resp, err := cli.Get(ctx, k); err != nil || len(resp.Kvs) != want {
+			t.Errorf("claim %s: %d keys (%v), want %d", k, len(resp.Kvs), err, want)
+		}
+	}
+	// The owner's reconcile finds the new drive (here a path) and hands
+	// it to its engine, which it does not run: the request fails with
+	// that, once; no retry without a new request.
+	view, err := readView(ctx, cli, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	imp := plan.ImporterInput(view.View, d1.mgr.HostIdentity(), nil)
+	paths := map[[16]byte][]string{imp.Volumes[0].UUID: {"/dev/a", "/dev/new", "/dev/c"}}
+	if errs := d1.replaceMembers(ctx, cli, imp, paths); len(errs) != 1 || !strings.Contains(errs[0].Error(), "replace slot 1 with n4:n4-d0: no such volume") {
+		t.Fatalf("owner's replace: %v", errs)
+	}
+	r, ok, err := volumes.GetRequest(ctx, cli, v.UUID, rep.Request)
+	if !ok || err != nil || r.State != model.RequestFailed || r.Code != 404 || !strings.Contains(r.Error, "no such volume") {
+		t.Fatalf("replace request: %+v %v %v", r, ok, err)
+	}
+	if errs := d1.replaceMembers(ctx, cli, imp, paths); len(errs) != 0 {
+		t.Fatalf("refused replace retried without a request: %v", errs)
+	}
+	// Asked again for the same drive: the owner tries again.
+	call(t, h2, "POST", "/v1/volumes/v/replace", api.OpRequest{Slot: 1, Node: "n4", Drive: "n4-d0"}, 202, &rep)
+	if errs := d1.replaceMembers(ctx, cli, imp, paths); len(errs) != 1 {
+		t.Fatalf("owner's replace asked again: %v", errs)
+	}
+}
