@@ -51,8 +51,9 @@ type clusterLoop struct {
 	leaseCli  *clientv3.Client
 	leaseLost chan struct{}
 	published map[string]model.VolumeStatus
-	watched   *clientv3.Client // the client the watch runs on
-	req       requestWorker    // clusterreq.go
+	watched   *clientv3.Client    // the client the watch runs on
+	acks      map[string]fenceAck // fence acknowledgements written, by volume (clusterfence.go)
+	req       requestWorker       // clusterreq.go
 }
 
 func newClusterLoop() *clusterLoop {
@@ -158,7 +159,7 @@ func (c *clusterLoop) watch(cli *clientv3.Client, kick func()) {
 		for resp := range cli.Watch(clientv3.WithRequireLeader(context.Background()), keys.Prefix, clientv3.WithPrefix()) {
 			for _, ev := range resp.Events {
 				k := string(ev.Kv.Key)
-				for _, p := range []string{keys.VolumesPrefix, keys.NodesPrefix, keys.AlivePrefix, keys.HostKeysPrefix} {
+				for _, p := range []string{keys.VolumesPrefix, keys.NodesPrefix, keys.AlivePrefix, keys.HostKeysPrefix, keys.OwnersPrefix} {
 					if strings.HasPrefix(k, p) {
 						kick()
 					}
