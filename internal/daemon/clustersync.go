@@ -49,9 +49,7 @@ func (d *Daemon) reconcileCluster(ctx context.Context) error {
 	c.mu.Unlock()
 
 	local, drives := localDrives(d.opts.Config.StateDir)
-	xin := plan.ExporterInput(v.View, drives)
-	xin.HostNQN = d.mgr.HostNQN()
-	xres, err := c.x.Reconcile(ctx, xin)
+	xres, err := d.reconcileExports(ctx, cli, v, drives)
 	if err != nil {
 		errs = append(errs, err)
 	}

@@ -1,0 +1,72 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fabraid/fabraid/internal/cluster/fence"
+	"github.com/fabraid/fabraid/internal/cluster/owner"
+	"github.com/fabraid/fabraid/internal/cluster/plan"
+	"github.com/fabraid/fabraid/internal/exporter"
+)
+
+// fenceAck is an acknowledgement this node has written (fence.Ack).
+type fenceAck struct {
+	lease clientv3.LeaseID
+	epoch uint64
+	owner string
+}
+
+// reconcileExports is the drive exporter's pass: it reads the owner keys,
+// exports each volume's members here to the key's holder only (nobody
+// without a key), and after the exporter has applied that and read it
+// back, acknowledges "fenced for epoch E" for each of those volumes
+// (docs/cluster.md, "Storage fence"). Nothing is exported before the
+// owner keys are read; an apply error writes no acknowledgement.
+// Acknowledgements are on the loop's lease and rewritten when it changes.
+func (d *Daemon) reconcileExports(ctx context.Context, cli *clientv3.Client, v *clusterView, drives []exporter.Drive) (exporter.Result, error) {
+	c := d.loop
+	rctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+	hs, err := owner.List(rctx, cli)
+	cancel()
+	if err != nil {
+		return exporter.Result{}, fmt.Errorf("drive exporter: %w", err)
+	}
+	ks := make(map[string]plan.OwnerKey, len(hs))
+	for u, h := range hs {
+		ks[u] = plan.OwnerKey{Node: h.Node, Epoch: uint64(h.Epoch)}
+	}
+	in := plan.FencedExporterInput(v.View, drives, ks)
+	in.HostNQN = d.mgr.HostNQN()
+	res, err := c.x.Reconcile(ctx, in)
+	if err != nil {
+		return res, fmt.Errorf("%w (no fence acknowledged)", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+	defer cancel()
+	lease, err := c.ensureLease(wctx, cli)
+	if err != nil {
+		return res, fmt.Errorf("drive exporter: fence acknowledgements: %w", err)
+	}
+	if c.acks == nil {
+		c.acks = map[string]fenceAck{}
+	}
+	self := d.opts.Config.NodeName
+	for _, vol := range in.Volumes {
+		a := fenceAck{lease: lease, epoch: vol.Epoch}
+		if vol.Epoch != 0 {
+			a.owner = ks[vol.UUID].Node
+		}
+		if c.acks[vol.UUID] == a {
+			continue
+		}
+		if err := fence.Ack(wctx, cli, lease, vol.UUID, self, a.epoch, a.owner); err != nil {
+			return res, fmt.Errorf("drive exporter: %w", err)
+		}
+		c.acks[vol.UUID] = a
+		d.log.Info("drive exporter: fence acknowledged", "volume", vol.UUID, "epoch", a.epoch, "owner", a.owner)
+	}
+	return res, nil
+}
