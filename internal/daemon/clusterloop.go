@@ -111,12 +111,13 @@ func (v *clusterView) selfDomain() string {
 	return v.Self
 }
 
-// owned are the volumes this node owns: the record names it and it holds
-// the owner key.
+// owned are the volumes whose record names this node as owner: it
+// publishes their status ("stopped" while it runs no engine), and runs
+// only those it also holds the owner key of (View.Held).
 func (v *clusterView) owned() []model.Volume {
 	var out []model.Volume
 	for _, vol := range v.Volumes {
-		if _, held := v.Held[vol.UUID]; held && vol.Owner == v.Self {
+		if vol.Owner == v.Self {
 			out = append(out, vol)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fabraid/fabraid/internal/cluster/model"
+	"github.com/fabraid/fabraid/internal/cluster/fence"
 	"github.com/fabraid/fabraid/internal/cluster/owner"
 	"github.com/fabraid/fabraid/internal/cluster/plan"
 	"github.com/fabraid/fabraid/internal/cluster/volumes"
@@ -62,14 +63,8 @@ const ownerGrace = 15 * time.Second
 // next reconcile waits again (the volume is not run meanwhile).
 const fenceTimeout = 20 * time.Second
 
-// fenceWaitFunc is fence.Wait's signature (package internal/cluster/fence).
+// fenceWaitFunc is fence.Wait's signature; tests replace it.
 type fenceWaitFunc func(ctx context.Context, cli *clientv3.Client, volume string, epoch uint64, exporters []string) error
-
-// noFenceWait stands in for fence.Wait until task fence's package is on
-// main: the drive exporters already re-point and unlink on the record
-// owner's change (which the takeover's CAS makes before it acquires), but
-// do not acknowledge it yet.
-func noFenceWait(context.Context, *clientv3.Client, string, uint64, []string) error { return nil }
 
 // ownership is this node's owner session and the volumes it holds on it.
 type ownership struct {
@@ -88,7 +83,7 @@ type ownership struct {
 }
 
 func newOwnership(self string, log *slog.Logger, freeze func() error, kick func()) *ownership {
-	return &ownership{self: self, log: log, freeze: freeze, kick: kick, wait: noFenceWait,
+	return &ownership{self: self, log: log, freeze: freeze, kick: kick, wait: fence.Wait,
 		fenced: map[string]owner.Epoch{}, absent: map[string]time.Time{}}
 }
 

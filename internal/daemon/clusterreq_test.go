@@ -128,6 +128,7 @@ func TestClusterRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	view.Held = map[string]uint64{v.UUID: 1} // n1 holds v's owner key
 	imp := plan.ImporterInput(view.View, d1.mgr.HostIdentity(), nil)
 	paths := map[[16]byte][]string{imp.Volumes[0].UUID: {"/dev/a", "/dev/new", "/dev/c"}}
 	for range 2 {
