@@ -276,13 +276,6 @@ func Diff(desired Spec, actual State, own Ownership) (Plan, error) {
 		if created {
 			add(Op{Kind: OpMkdir, Path: sdir})
 			as = &Subsystem{}
-			// Defaults 1..CntlIDMax: raise min first, then lower max.
-			if ds.CntlIDMin != 0 {
-				add(Op{Kind: OpWrite, Path: path.Join(sdir, "attr_cntlid_min"), Value: strconv.Itoa(int(ds.CntlIDMin))})
-			}
-			if ds.CntlIDMax != 0 {
-				add(Op{Kind: OpWrite, Path: path.Join(sdir, "attr_cntlid_max"), Value: strconv.Itoa(int(ds.CntlIDMax))})
-			}
 		}
 		if as.AllowAnyHost {
 			add(Op{Kind: OpWrite, Path: path.Join(sdir, "attr_allow_any_host"), Value: "0"})

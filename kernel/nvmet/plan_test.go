@@ -62,29 +62,6 @@ func TestDiff(t *testing.T) {
 		want    string
 	}{
 		{
-			name: "controller id range at creation",
-			desired: func() Spec {
-				s := base()
-				s.Subsystems[0].CntlIDMin, s.Subsystems[0].CntlIDMax = 1024, 2046
-				return s
-			},
-			actual: func() State { st := converged(base()); st.Subsystems = nil; st.Ports[0].Subsystems = nil; return st },
-			want: `
-mkdir subsystems/` + nqnA + `
-write subsystems/` + nqnA + `/attr_cntlid_min = "1024"
-write subsystems/` + nqnA + `/attr_cntlid_max = "2046"
-write subsystems/` + nqnA + `/attr_serial = "fab0001"
-write subsystems/` + nqnA + `/attr_model = "fabraid"
-write subsystems/` + nqnA + `/attr_firmware = "0.1"
-link subsystems/` + nqnA + `/allowed_hosts/` + hostX + ` -> hosts/` + hostX + `
-mkdir subsystems/` + nqnA + `/namespaces/1
-write subsystems/` + nqnA + `/namespaces/1/device_path = "/dev/vda"
-write subsystems/` + nqnA + `/namespaces/1/device_uuid = "` + uuid1 + `"
-write subsystems/` + nqnA + `/namespaces/1/enable = "1"
-link ports/18001/subsystems/` + nqnA + ` -> subsystems/` + nqnA + `
-`,
-		},
-		{
 			name:    "create from empty",
 			desired: base,
 			actual:  func() State { return State{} },
@@ -350,9 +327,6 @@ func TestValidate(t *testing.T) {
 		{"ana group range", func(s *Spec) { s.Ports[0].ANAStates = map[uint32]ANAState{129: Optimized} }, "out of range"},
 		{"ana state", func(s *Spec) { s.Ports[0].ANAStates = map[uint32]ANAState{1: "fast"} }, "unknown state"},
 		{"serial padded", func(s *Spec) { s.Subsystems[0].Serial = "abc " }, "spaces"},
-		{"cntlid range", func(s *Spec) { s.Subsystems[0].CntlIDMin, s.Subsystems[0].CntlIDMax = 2000, 1000 }, "controller ids"},
-		{"cntlid max", func(s *Spec) { s.Subsystems[0].CntlIDMax = 0xfff0 }, "controller ids"},
-		{"cntlid range ok", func(s *Spec) { s.Subsystems[0].CntlIDMin, s.Subsystems[0].CntlIDMax = 1024, 2046 }, ""},
 		{"serial too long", func(s *Spec) { s.Subsystems[0].Serial = strings.Repeat("x", 21) }, "serial"},
 		{"bad nqn", func(s *Spec) { s.Hosts[0].NQN = "host1" }, "invalid NQN"},
 		{"bad key", func(s *Spec) { s.Hosts[0].DHCHAPKey = "secret" }, "DHHC-1"},
