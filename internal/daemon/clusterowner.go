@@ -79,12 +79,15 @@ type ownership struct {
 	sess   *owner.Session
 	fenced map[string]owner.Epoch // held on sess and storage-fenced at that epoch
 	absent map[string]time.Time   // first seen without an owner key while its record owner was alive
+	seen   map[string]owner.Key   // other nodes' owner keys at the last list
+	lapsed map[string]time.Time   // nodes whose owner session was seen to end, and when
 	lost   time.Time              // when the last session fenced (for the log)
 }
 
 func newOwnership(self string, log *slog.Logger, freeze func() error, kick func()) *ownership {
 	return &ownership{self: self, log: log, freeze: freeze, kick: kick, wait: fence.Wait,
-		fenced: map[string]owner.Epoch{}, absent: map[string]time.Time{}}
+		fenced: map[string]owner.Epoch{}, absent: map[string]time.Time{},
+		seen: map[string]owner.Key{}, lapsed: map[string]time.Time{}}
 }
 
 // session returns the current owner session, making a new one when there
@@ -163,6 +166,9 @@ func (o *ownership) reconcile(ctx context.Context, cli *clientv3.Client, v *clus
 	}
 	mine := owner.LeaseString(s.Lease())
 	var errs []error
+	if err := o.noteLapses(ctx, cli, v, ks); err != nil {
+		errs = append(errs, err)
+	}
 	records := map[string]bool{}
 	for i, vol := range v.Volumes {
 		records[vol.UUID] = true
@@ -183,7 +189,7 @@ func (o *ownership) reconcile(ctx context.Context, cli *clientv3.Client, v *clus
 				p.Stop = append(p.Stop, u)
 				continue
 			}
-			if err := o.fence(ctx, cli, vol, k.Epoch); err != nil {
+			if err := o.fence(ctx, cli, vol, k.Epoch, ""); err != nil {
 				errs = append(errs, err)
 				p.Stop = append(p.Stop, u)
 				continue
@@ -206,6 +212,7 @@ func (o *ownership) reconcile(ctx context.Context, cli *clientv3.Client, v *clus
 		// No owner key.
 		p.Stop = append(p.Stop, u)
 		var e owner.Epoch
+		skip := ""
 		switch {
 		case vol.Owner == o.self:
 			delete(o.absent, vol.UUID)
@@ -223,6 +230,11 @@ func (o *ownership) reconcile(ctx context.Context, cli *clientv3.Client, v *clus
 				errs = append(errs, err)
 				continue
 			}
+			if _, ok := o.lapsed[vol.Owner]; ok {
+				// The old owner's session ended: it froze before its
+				// key could expire, and only it writes its own drives.
+				skip = vol.Owner
+			}
 			// This pass's view has the record as written: the drive
 			// exporter unexports this node's own members (tearing
 			// down the old owner's controllers to them) before the
@@ -232,7 +244,7 @@ func (o *ownership) reconcile(ctx context.Context, cli *clientv3.Client, v *clus
 			continue
 		}
 		p.Stop = p.Stop[:len(p.Stop)-1]
-		if err := o.fence(ctx, cli, vol, e); err != nil {
+		if err := o.fence(ctx, cli, vol, e, skip); err != nil {
 			errs = append(errs, err)
 			p.Stop = append(p.Stop, u)
 			continue
@@ -249,6 +261,62 @@ func (o *ownership) reconcile(ctx context.Context, cli *clientv3.Client, v *clus
 		}
 	}
 	return p, errors.Join(errs...)
+}
+
+// lapseWindow is how long a node whose owner session ended counts as dead
+// for ownership while its alive key (node_lease_ttl, 10 s) lasts: its
+// volumes are taken over, its members are not waited for nor connected
+// to. Longer than the node lease TTL, so a dead node's alive key is gone
+// by then; a node that is alive again is treated as alive after it.
+const lapseWindow = 30 * time.Second
+
+// noteLapses records the nodes whose owner session ended since the last
+// list (a key of theirs vanished and its lease is gone at the server, as
+// opposed to resigned under a live lease) and marks those in lapseWindow
+// dead in v for this pass. A lapsed owner froze its engines before its
+// key could expire (owner.Session's guard), so its volumes can be taken
+// over at its key's expiry (owner TTL) instead of its alive key's.
+func (o *ownership) noteLapses(ctx context.Context, cli *clientv3.Client, v *clusterView, ks map[string]owner.Key) error {
+	var errs []error
+	for uuid, prev := range o.seen {
+		if _, still := ks[uuid]; still {
+			continue
+		}
+		delete(o.seen, uuid)
+		lctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+		ended, err := owner.LeaseEnded(lctx, cli, prev.LeaseID)
+		cancel()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if ended {
+			if _, known := o.lapsed[prev.Node]; !known {
+				o.log.Warn("owner session of a node ended (its owner key lapsed)", "node", prev.Node, "volume", uuid, "epoch", prev.Epoch)
+				o.lapsed[prev.Node] = time.Now()
+				time.AfterFunc(lapseWindow, o.kick)
+			}
+		}
+	}
+	for uuid, k := range ks {
+		if k.Node == o.self {
+			continue
+		}
+		o.seen[uuid] = k
+		delete(o.lapsed, k.Node) // it holds a key on a live session again
+	}
+	for node, at := range o.lapsed {
+		if time.Since(at) >= lapseWindow {
+			delete(o.lapsed, node)
+			continue
+		}
+		for i := range v.Nodes {
+			if v.Nodes[i].Name == node {
+				v.Nodes[i].Alive = false
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // alive says whether node is alive in v.
@@ -303,15 +371,15 @@ func (o *ownership) takeOver(ctx context.Context, cli *clientv3.Client, s *owner
 	return e, nil
 }
 
-// fence waits (bounded) until every live exporter of vol's drives has
-// acknowledged epoch e, once per epoch.
-func (o *ownership) fence(ctx context.Context, cli *clientv3.Client, vol model.Volume, e owner.Epoch) error {
+// fence waits (bounded) until every live exporter of vol's drives but
+// skip has acknowledged epoch e, once per epoch.
+func (o *ownership) fence(ctx context.Context, cli *clientv3.Client, vol model.Volume, e owner.Epoch, skip string) error {
 	if o.fenced[vol.UUID] == e {
 		return nil
 	}
 	var exporters []string
 	for _, m := range vol.Members {
-		if m.Node != o.self && !slices.Contains(exporters, m.Node) {
+		if m.Node != o.self && m.Node != skip && !slices.Contains(exporters, m.Node) {
 			exporters = append(exporters, m.Node)
 		}
 	}

@@ -2,6 +2,9 @@ package daemon
 
 import (
 	"context"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"log/slog"
 	"sync/atomic"
 	"testing"
@@ -20,46 +23,66 @@ import (
 // is dead, the node plan.ChooseOwner picks CASes the record, acquires a
 // larger epoch and runs it, the third node does not; a, back with a new
 // session, runs nothing and does not take the volume back.
-func TestOwnershipTakeover(t *testing.T) {
-	cli := etcdtest.Start(t)
-	ctx := context.Background()
-	const uuid = "5e3c1f00-0000-4000-8000-000000000001"
-	u, _ := volmgr.ParseUUID(uuid)
-	rec := model.Volume{UUID: uuid, Name: "v", K: 2, M: 1, Groups: 1, Owner: "a", State: model.VolumeReady, MemberSize: 1 << 30}
+// ownerFixture is one volume "v" (2+1 on a, b, c, record owner a) in a
+// real etcd, with the ownership step of each node and a view of it.
+type ownerFixture struct {
+	t      *testing.T
+	ctx    context.Context
+	cli    *clientv3.Client
+	uuid   string
+	u      [16]byte
+	rec    model.Volume
+	frozen atomic.Int32
+	alive  map[string]bool
+}
+
+func newOwnerFixture(t *testing.T) *ownerFixture {
+	f := &ownerFixture{t: t, ctx: context.Background(), cli: etcdtest.Start(t), uuid: "5e3c1f00-0000-4000-8000-000000000001",
+		alive: map[string]bool{"a": true, "b": true, "c": true}}
+	f.u, _ = volmgr.ParseUUID(f.uuid)
+	f.rec = model.Volume{UUID: f.uuid, Name: "v", K: 2, M: 1, Groups: 1, Owner: "a", State: model.VolumeReady, MemberSize: 1 << 30}
 	for i, n := range []string{"a", "b", "c"} {
-		rec.Members = append(rec.Members, model.VolumeMember{Slot: i, Node: n, Domain: n, Drive: n + "-d1"})
+		f.rec.Members = append(f.rec.Members, model.VolumeMember{Slot: i, Node: n, Domain: n, Drive: n + "-d1"})
 	}
-	if err := volumes.Create(ctx, cli, rec); err != nil {
+	if err := volumes.Create(f.ctx, f.cli, f.rec); err != nil {
 		t.Fatal(err)
 	}
-	var frozen atomic.Int32
-	node := func(name string) *ownership {
-		o := newOwnership(name, slog.New(slog.DiscardHandler), func() error { frozen.Add(1); return nil }, func() {})
-		t.Cleanup(func() { o.close(ctx) })
-		return o
-	}
-	alive := map[string]bool{"a": true, "b": true, "c": true}
-	view := func(self string) *clusterView {
-		vs, err := volumes.List(ctx, cli)
-		if err != nil {
-			t.Fatal(err)
-		}
-		v := &clusterView{View: plan.View{Self: self, Volumes: vs}}
-		for _, n := range []string{"a", "b", "c"} {
-			v.Nodes = append(v.Nodes, model.NodeStatus{Node: model.Node{Name: n, StorageAddresses: []string{"10.0.0." + n}}, Alive: alive[n]})
-		}
-		return v
-	}
-	run := func(o *ownership) ownerPlan {
-		t.Helper()
-		p, err := o.reconcile(ctx, cli, view(o.self))
-		if err != nil {
-			t.Fatalf("%s: %v", o.self, err)
-		}
-		return p
-	}
-	stops := func(p ownerPlan) bool { return len(p.Stop) == 1 && p.Stop[0] == u }
+	return f
+}
 
+func (f *ownerFixture) node(name string) *ownership {
+	o := newOwnership(name, slog.New(slog.DiscardHandler), func() error { f.frozen.Add(1); return nil }, func() {})
+	f.t.Cleanup(func() { o.close(f.ctx) })
+	return o
+}
+
+func (f *ownerFixture) view(self string) *clusterView {
+	vs, err := volumes.List(f.ctx, f.cli)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	v := &clusterView{View: plan.View{Self: self, Volumes: vs}}
+	for _, n := range []string{"a", "b", "c"} {
+		v.Nodes = append(v.Nodes, model.NodeStatus{Node: model.Node{Name: n, StorageAddresses: []string{"10.0.0." + n}}, Alive: f.alive[n]})
+	}
+	return v
+}
+
+func (f *ownerFixture) run(o *ownership) ownerPlan {
+	f.t.Helper()
+	p, err := o.reconcile(f.ctx, f.cli, f.view(o.self))
+	if err != nil {
+		f.t.Fatalf("%s: %v", o.self, err)
+	}
+	return p
+}
+
+func (f *ownerFixture) stops(p ownerPlan) bool { return len(p.Stop) == 1 && p.Stop[0] == f.u }
+
+func TestOwnershipTakeover(t *testing.T) {
+	f := newOwnerFixture(t)
+	ctx, cli, uuid, rec := f.ctx, f.cli, f.uuid, f.rec
+	node, run, stops, view, alive, frozen := f.node, f.run, f.stops, f.view, f.alive, &f.frozen
 	a, b, c := node("a"), node("b"), node("c")
 	// b and c first: the record owner a has not acquired yet; they wait
 	// (a is alive, the grace has not passed).
@@ -108,5 +131,50 @@ func TestOwnershipTakeover(t *testing.T) {
 	}
 	if p := run(b); p.Held[uuid] != e2 {
 		t.Fatalf("b after a's return: %+v", p)
+	}
+}
+
+// TestOwnershipLapse: an owner whose session ends (its lease revoked or
+// expired) while its alive key still lasts is taken over at once: the
+// node that saw its key marks it dead for the pass (its members gone, no
+// new connections) and does not wait for its fence acknowledgement. A key
+// resigned under a live lease is no lapse: nobody takes the volume over
+// while its record owner is alive.
+func TestOwnershipLapse(t *testing.T) {
+	f := newOwnerFixture(t)
+	a, b := f.node("a"), f.node("b")
+	var waited [][]string
+	b.wait = func(_ context.Context, _ *clientv3.Client, _ string, _ uint64, exporters []string) error {
+		waited = append(waited, exporters)
+		return nil
+	}
+	e1 := f.run(a).Held[f.uuid]
+	if p := f.run(b); len(p.Held) != 0 || !f.stops(p) {
+		t.Fatalf("b while a holds v: %+v", p)
+	}
+	// A resign under a live lease: b does not take over.
+	if err := owner.Resign(f.ctx, f.cli, f.uuid, owner.Epoch(e1)); err != nil {
+		t.Fatal(err)
+	}
+	if p := f.run(b); len(p.Held) != 0 {
+		t.Fatalf("b took v over after a resigned under a live lease: %+v", p)
+	}
+	e1 = f.run(a).Held[f.uuid]
+	f.run(b)
+	// a's session ends; its alive key is still there.
+	a.close(f.ctx)
+	v := f.view("b")
+	p, err := b.reconcile(f.ctx, f.cli, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Held[f.uuid] <= e1 {
+		t.Fatalf("b after a's lease ended: %+v, want v held at an epoch > %d", p, e1)
+	}
+	if n, _ := v.node("a"); n.Alive {
+		t.Errorf("a is alive in b's view after its owner session ended")
+	}
+	if len(waited) != 1 || len(waited[0]) != 1 || waited[0][0] != "c" {
+		t.Errorf("fence waited for %v, want [[c]] (not the lapsed old owner)", waited)
 	}
 }

@@ -13,7 +13,8 @@ import (
 // Key is one volume's owner key as read.
 type Key struct {
 	Record
-	Epoch Epoch
+	Epoch   Epoch
+	LeaseID clientv3.LeaseID // the lease the key is attached to (Record.Lease as an id)
 }
 
 // List returns every volume's owner key by volume UUID (one read).
@@ -28,10 +29,21 @@ func List(ctx context.Context, kv clientv3.KV) (map[string]Key, error) {
 		if err != nil {
 			return nil, fmt.Errorf("owner: %s: %w", kv.Key, err)
 		}
-		out[strings.TrimPrefix(string(kv.Key), keys.OwnersPrefix)] = Key{Record: rec, Epoch: Epoch(kv.CreateRevision)}
+		out[strings.TrimPrefix(string(kv.Key), keys.OwnersPrefix)] = Key{Record: rec, Epoch: Epoch(kv.CreateRevision), LeaseID: clientv3.LeaseID(kv.Lease)}
 	}
 	return out, nil
 }
 
 // LeaseString is how Record.Lease names lease id.
 func LeaseString(id clientv3.LeaseID) string { return fmt.Sprintf("%x", id) }
+
+// LeaseEnded says whether lease id has expired or been revoked at the
+// server: a key that vanished with it lapsed (its holder's session ended),
+// while a key deleted under a live lease was resigned.
+func LeaseEnded(ctx context.Context, lc clientv3.Lease, id clientv3.LeaseID) (bool, error) {
+	resp, err := lc.TimeToLive(ctx, id)
+	if err != nil {
+		return false, fmt.Errorf("owner: lease %s: %w", LeaseString(id), err)
+	}
+	return resp.TTL <= 0, nil
+}
