@@ -86,11 +86,20 @@ func startDaemon(t *testing.T, g *vmtest.Env) {
 	startDaemonClaiming(t, g, g.Disks)
 }
 
+// tcgClusterConf is the cluster timing of the VM tests: three TCG guests
+// share two host cores with other tests, and etcd in a guest can go
+// seconds without CPU. etcd's default 100 ms heartbeat and 1 s election
+// timeout then elect new leaders over and over, and a 6 s owner lease
+// lapses (every engine frozen) a few times a minute. Failover times
+// measured with it are owner-TTL-bound: docs/performance.md says which
+// TTL they used.
+const tcgClusterConf = "owner_lease_ttl = 8\netcd_heartbeat_ms = 200\netcd_election_ms = 2000\n"
+
 // startDaemonClaiming is startDaemon claiming only the given disks (none
 // on a reboot: the claims are in the state directory).
 func startDaemonClaiming(t *testing.T, g *vmtest.Env, claim []string) {
 	t.Helper()
-	conf := "node_name = " + g.Name + "\ncluster_address = " + g.Addr(g.Name) + "\nengine_mode = process\nmetrics_address =\n"
+	conf := "node_name = " + g.Name + "\ncluster_address = " + g.Addr(g.Name) + "\nengine_mode = process\nmetrics_address =\n" + tcgClusterConf
 	os.MkdirAll("/etc/fabraid", 0o755)
 	if err := os.WriteFile("/etc/fabraid/fabraid.conf", []byte(conf), 0o644); err != nil {
 		t.Fatal(err)

@@ -27,16 +27,28 @@ type Cluster struct {
 	// LeaseTTL is the node liveness lease in seconds (node_lease_ttl,
 	// default 10).
 	LeaseTTL int
+	// OwnerLeaseTTL is the volume owner lease in seconds
+	// (owner_lease_ttl, default 6): a failover takes at least this long
+	// after an owner dies, and an owner whose etcd does not renew the
+	// lease within it freezes its volumes (docs/cluster.md, "Timing").
+	OwnerLeaseTTL int
+	// HeartbeatMs and ElectionMs are the embedded etcd member's heartbeat
+	// interval and election timeout in milliseconds (etcd_heartbeat_ms,
+	// etcd_election_ms; etcd's defaults 100 and 1000). Raise both on
+	// slow or loaded nodes, as etcd's tuning guide says: the election
+	// timeout at least 5 heartbeats, and the owner lease at least 1.5
+	// election timeouts (etcd's minimum lease TTL).
+	HeartbeatMs, ElectionMs int
 	// Endpoints, when set (etcd_endpoints), use an external etcd with
 	// the client certificate CertFile/KeyFile and the CA CAFile.
 	Endpoints                 []string
 	CAFile, CertFile, KeyFile string
 }
 
-const clusterKeys = "cluster_address, failure_domain, etcd_peer_port, etcd_client_port, join_port, etcd_members, node_lease_ttl, etcd_endpoints, etcd_ca_file, etcd_cert_file, etcd_key_file"
+const clusterKeys = "cluster_address, failure_domain, etcd_peer_port, etcd_client_port, join_port, etcd_members, node_lease_ttl, owner_lease_ttl, etcd_heartbeat_ms, etcd_election_ms, etcd_endpoints, etcd_ca_file, etcd_cert_file, etcd_key_file"
 
 func defaultCluster() Cluster {
-	return Cluster{PeerPort: 2380, ClientPort: 2379, JoinPort: 9437, Members: 3, LeaseTTL: 10}
+	return Cluster{PeerPort: 2380, ClientPort: 2379, JoinPort: 9437, Members: 3, LeaseTTL: 10, OwnerLeaseTTL: 6, HeartbeatMs: 100, ElectionMs: 1000}
 }
 
 // set parses one cluster key; ok is false for keys that are not.
@@ -87,6 +99,24 @@ func (c *Cluster) set(key, val string) (ok bool, err error) {
 			return true, fmt.Errorf("%q: want seconds, 2..300", val)
 		}
 		c.LeaseTTL = n
+	case "owner_lease_ttl":
+		n, err := strconv.Atoi(val)
+		if err != nil || n < 2 || n > 60 {
+			return true, fmt.Errorf("%q: want seconds, 2..60", val)
+		}
+		c.OwnerLeaseTTL = n
+	case "etcd_heartbeat_ms":
+		n, err := strconv.Atoi(val)
+		if err != nil || n < 10 || n > 5000 {
+			return true, fmt.Errorf("%q: want milliseconds, 10..5000", val)
+		}
+		c.HeartbeatMs = n
+	case "etcd_election_ms":
+		n, err := strconv.Atoi(val)
+		if err != nil || n < 50 || n > 50000 {
+			return true, fmt.Errorf("%q: want milliseconds, 50..50000", val)
+		}
+		c.ElectionMs = n
 	case "etcd_endpoints":
 		c.Endpoints = nil
 		for _, e := range list(val) {
@@ -113,6 +143,14 @@ func (c *Cluster) set(key, val string) (ok bool, err error) {
 
 // check validates keys that depend on each other; seen maps keys to lines.
 func (c *Cluster) check(seen map[string]int) *Error {
+	if c.ElectionMs < 5*c.HeartbeatMs {
+		return &Error{Line: max(seen["etcd_election_ms"], seen["etcd_heartbeat_ms"]), Key: "etcd_election_ms",
+			Err: fmt.Errorf("%d ms with a heartbeat of %d ms: want at least 5 heartbeats (etcd elects a new leader after missed heartbeats)", c.ElectionMs, c.HeartbeatMs)}
+	}
+	if min := (3*c.ElectionMs + 1999) / 2000; c.OwnerLeaseTTL < min {
+		return &Error{Line: max(seen["owner_lease_ttl"], seen["etcd_election_ms"]), Key: "owner_lease_ttl",
+			Err: fmt.Errorf("%d s with an election timeout of %d ms: want at least %d s (etcd's minimum lease TTL is 1.5 election timeouts)", c.OwnerLeaseTTL, c.ElectionMs, min)}
+	}
 	if len(c.Endpoints) > 0 {
 		for _, k := range []struct {
 			key string

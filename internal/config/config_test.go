@@ -139,12 +139,15 @@ etcd_client_port = 12379
 join_port = 19437
 etcd_members = 5
 node_lease_ttl = 20
+owner_lease_ttl = 10
+etcd_heartbeat_ms = 250
+etcd_election_ms = 2500
 `
 	c, err := Parse(strings.NewReader(in), "t.conf")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Cluster{Address: "10.10.0.1", Domain: "rack3", PeerPort: 12380, ClientPort: 12379, JoinPort: 19437, Members: 5, LeaseTTL: 20}
+	want := Cluster{Address: "10.10.0.1", Domain: "rack3", PeerPort: 12380, ClientPort: 12379, JoinPort: 19437, Members: 5, LeaseTTL: 20, OwnerLeaseTTL: 10, HeartbeatMs: 250, ElectionMs: 2500}
 	if fmt.Sprint(c.Cluster) != fmt.Sprint(want) {
 		t.Fatalf("got %+v, want %+v", c.Cluster, want)
 	}
@@ -152,7 +155,7 @@ node_lease_ttl = 20
 	if err != nil || len(ext.Cluster.Endpoints) != 2 || ext.Cluster.KeyFile != "/etc/e/k" {
 		t.Fatalf("external: %+v %v", ext.Cluster, err)
 	}
-	if d := Default().Cluster; d.PeerPort != 2380 || d.ClientPort != 2379 || d.JoinPort != 9437 || d.Members != 3 || d.LeaseTTL != 10 {
+	if d := Default().Cluster; d.PeerPort != 2380 || d.ClientPort != 2379 || d.JoinPort != 9437 || d.Members != 3 || d.LeaseTTL != 10 || d.OwnerLeaseTTL != 6 || d.HeartbeatMs != 100 || d.ElectionMs != 1000 {
 		t.Fatalf("defaults %+v", d)
 	}
 	for _, tc := range []struct{ in, want string }{
@@ -163,6 +166,10 @@ node_lease_ttl = 20
 		{"join_port = 0", "t.conf:1: join_port: \"0\": want a TCP port"},
 		{"etcd_client_port = x", "t.conf:1: etcd_client_port:"},
 		{"node_lease_ttl = 1", "t.conf:1: node_lease_ttl: \"1\": want seconds, 2..300"},
+		{"owner_lease_ttl = 61", "t.conf:1: owner_lease_ttl: \"61\": want seconds, 2..60"},
+		{"etcd_heartbeat_ms = 5", "t.conf:1: etcd_heartbeat_ms: \"5\": want milliseconds"},
+		{"etcd_heartbeat_ms = 300", "t.conf:1: etcd_election_ms: 1000 ms with a heartbeat of 300 ms: want at least 5 heartbeats"},
+		{"\netcd_election_ms = 6000", "t.conf:2: owner_lease_ttl: 6 s with an election timeout of 6000 ms: want at least 9 s"},
 		{"etcd_endpoints = http://e1:2379", "t.conf:1: etcd_endpoints: \"http://e1:2379\": want https://host:port"},
 		{"etcd_endpoints = ,", "t.conf:1: etcd_endpoints: empty"},
 		{"node_name = a\netcd_endpoints = https://e:2379\netcd_ca_file = /ca", "t.conf:2: etcd_endpoints: needs etcd_cert_file"},

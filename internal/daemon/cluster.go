@@ -35,6 +35,7 @@ func (d *Daemon) newCluster() (*cluster.Node, error) {
 		Dir: filepath.Join(c.StateDir, "cluster"), Name: c.NodeName, Domain: c.Cluster.Domain, Address: addr,
 		PeerPort: c.Cluster.PeerPort, ClientPort: c.Cluster.ClientPort, JoinPort: c.Cluster.JoinPort,
 		Members: c.Cluster.Members, LeaseTTL: c.Cluster.LeaseTTL, Log: d.log,
+		TickMs: uint(c.Cluster.HeartbeatMs), ElectionMs: uint(c.Cluster.ElectionMs),
 		Inventory: func() cluster.Inventory {
 			return cluster.Inventory{HostNQN: d.mgr.HostNQN(), StorageAddresses: storageAddresses(c), Drives: claimedDrives(c.StateDir)}
 		},

@@ -21,7 +21,8 @@ import (
 
 // Volume ownership in fabraidd (docs/cluster.md, "Failover")
 //
-// Every node runs one owner.Session (lease owner.DefaultTTL) while it is
+// Every node runs one owner.Session (lease owner_lease_ttl, default
+// owner.DefaultTTL) while it is
 // in a cluster; its OnFence freezes every engine of the node. Each
 // reconcile, before anything is imported or assembled, the node settles
 // the ownership of every volume record:
@@ -69,6 +70,7 @@ type fenceWaitFunc func(ctx context.Context, cli *clientv3.Client, volume string
 // ownership is this node's owner session and the volumes it holds on it.
 type ownership struct {
 	self   string
+	ttl    time.Duration // owner lease TTL (owner_lease_ttl)
 	log    *slog.Logger
 	freeze func() error // every engine of the node (OnFence)
 	kick   func()
@@ -84,8 +86,8 @@ type ownership struct {
 	lost   time.Time              // when the last session fenced (for the log)
 }
 
-func newOwnership(self string, log *slog.Logger, freeze func() error, kick func()) *ownership {
-	return &ownership{self: self, log: log, freeze: freeze, kick: kick, wait: fence.Wait,
+func newOwnership(self string, ttl time.Duration, log *slog.Logger, freeze func() error, kick func()) *ownership {
+	return &ownership{self: self, ttl: ttl, log: log, freeze: freeze, kick: kick, wait: fence.Wait,
 		fenced: map[string]owner.Epoch{}, absent: map[string]time.Time{},
 		seen: map[string]owner.Key{}, lapsed: map[string]time.Time{}}
 }
@@ -107,7 +109,7 @@ func (o *ownership) session(ctx context.Context, cli *clientv3.Client) (*owner.S
 		go old.Close(context.Background()) // revoke if etcd still knows it; its keys go with it
 	}
 	clear(o.fenced)
-	s, err := owner.NewSession(ctx, cli, owner.Options{OnFence: o.onFence})
+	s, err := owner.NewSession(ctx, cli, owner.Options{TTL: o.ttl, OnFence: o.onFence})
 	if err != nil {
 		return nil, err
 	}

@@ -51,7 +51,7 @@ func newOwnerFixture(t *testing.T) *ownerFixture {
 }
 
 func (f *ownerFixture) node(name string) *ownership {
-	o := newOwnership(name, slog.New(slog.DiscardHandler), func() error { f.frozen.Add(1); return nil }, func() {})
+	o := newOwnership(name, owner.DefaultTTL, slog.New(slog.DiscardHandler), func() error { f.frozen.Add(1); return nil }, func() {})
 	f.t.Cleanup(func() { o.close(f.ctx) })
 	return o
 }

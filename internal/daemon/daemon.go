@@ -97,7 +97,7 @@ func New(o Options) (*Daemon, error) {
 		return nil, err
 	}
 	d.mgr = mgr
-	d.owners = newOwnership(o.Config.NodeName, o.Log, mgr.FreezeAll, d.Kick)
+	d.owners = newOwnership(o.Config.NodeName, time.Duration(o.Config.Cluster.OwnerLeaseTTL)*time.Second, o.Log, mgr.FreezeAll, d.Kick)
 	if d.cluster, err = d.newCluster(); err != nil {
 		return nil, err
 	}

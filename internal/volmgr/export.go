@@ -151,6 +151,10 @@ func (x *exporter) converge(ctx context.Context, exports []backend.Export, desir
 		return nil, fmt.Errorf("list controllers: %w", err)
 	}
 	plan := nvmf.PlanConnections(desired, ctrls, NQNPrefix)
+	var later []string // old paths of desired subsystems (paths.go)
+	if keepGoing {
+		plan.Disconnect, later = splitOldPaths(plan.Disconnect, desired, ctrls)
+	}
 	for _, name := range plan.Disconnect {
 		if err := x.host.Disconnect(name); err != nil {
 			return nil, fmt.Errorf("disconnect %s: %w", name, err)
@@ -167,12 +171,17 @@ func (x *exporter) converge(ctx context.Context, exports []backend.Export, desir
 			if !keepGoing {
 				return nil, err
 			}
-			failed = append(failed, err)
+			failed = append(failed, fmt.Errorf("%w: %w", errConnect, err))
 		}
 	}
 	ctrls, err = x.sysfs.Controllers()
 	if err != nil {
 		return nil, fmt.Errorf("list controllers: %w", err)
+	}
+	for _, name := range oldPathsToDrop(later, desired, ctrls) {
+		if err := x.host.Disconnect(name); err != nil {
+			failed = append(failed, fmt.Errorf("disconnect old path %s: %w", name, err))
+		}
 	}
 	heads := map[string]string{}
 	for _, c := range ctrls {
