@@ -34,7 +34,10 @@ import (
 //     a lost race), the engine is stopped and the key resigned: the record
 //     owner acquires it next.
 //   - owner key of another node: not run here; an engine of it is
-//     unexported and stopped (volmgr ClusterPlan.Stop).
+//     unexported and stopped (volmgr ClusterPlan.Stop). Only then: without
+//     a key, or before the storage fence of a held key is acknowledged, an
+//     engine here is neither planned nor stopped (it stays frozen,
+//     exported, requests queued).
 //   - owner key of this node's previous, fenced lease (not expired at the
 //     server yet): not planned and not stopped: the frozen engine waits
 //     (exported, requests queued) until the key goes.
@@ -192,8 +195,7 @@ func (o *ownership) reconcile(ctx context.Context, cli *clientv3.Client, v *clus
 				continue
 			}
 			if err := o.fence(ctx, cli, vol, k.Epoch, ""); err != nil {
-				errs = append(errs, err)
-				p.Stop = append(p.Stop, u)
+				errs = append(errs, err) // not run yet; an engine stays as it is
 				continue
 			}
 			p.Held[vol.UUID] = uint64(k.Epoch)
@@ -211,8 +213,10 @@ func (o *ownership) reconcile(ctx context.Context, cli *clientv3.Client, v *clus
 			p.Stop = append(p.Stop, u)
 			continue
 		}
-		// No owner key.
-		p.Stop = append(p.Stop, u)
+		// No owner key: nobody may run the volume, and an engine of it
+		// here (frozen by this node's self-fence) stays as it is, exported
+		// with its requests queued: stopping it would take its consumers'
+		// only path before another one exists.
 		var e owner.Epoch
 		skip := ""
 		switch {
@@ -245,10 +249,8 @@ func (o *ownership) reconcile(ctx context.Context, cli *clientv3.Client, v *clus
 		default:
 			continue
 		}
-		p.Stop = p.Stop[:len(p.Stop)-1]
 		if err := o.fence(ctx, cli, vol, e, skip); err != nil {
 			errs = append(errs, err)
-			p.Stop = append(p.Stop, u)
 			continue
 		}
 		p.Held[vol.UUID] = uint64(e)

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -84,10 +85,10 @@ func TestOwnershipTakeover(t *testing.T) {
 	ctx, cli, uuid, rec := f.ctx, f.cli, f.uuid, f.rec
 	node, run, stops, view, alive, frozen := f.node, f.run, f.stops, f.view, f.alive, &f.frozen
 	a, b, c := node("a"), node("b"), node("c")
-	// b and c first: the record owner a has not acquired yet; they wait
-	// (a is alive, the grace has not passed).
-	if p := run(b); len(p.Held) != 0 || !stops(p) {
-		t.Fatalf("b before a acquired: %+v, want nothing held, v stopped", p)
+	// b first: the record owner a has not acquired yet; it waits (a is
+	// alive, the grace has not passed).
+	if p := run(b); len(p.Held) != 0 || len(p.Stop) != 0 {
+		t.Fatalf("b before a acquired: %+v, want nothing held and nothing stopped (no key: an engine stays as it is)", p)
 	}
 	pa := run(a)
 	e1 := pa.Held[uuid]
@@ -176,5 +177,25 @@ func TestOwnershipLapse(t *testing.T) {
 	}
 	if len(waited) != 1 || len(waited[0]) != 1 || waited[0][0] != "c" {
 		t.Errorf("fence waited for %v, want [[c]] (not the lapsed old owner)", waited)
+	}
+}
+
+// TestOwnershipFencePending: while the storage fence of a held key is not
+// acknowledged, or the key is not acquired yet, the volume is neither run
+// nor stopped here: an engine of it (frozen by a self-fence) keeps its
+// export, so its consumers keep their path. Only another node's key stops
+// it.
+func TestOwnershipFencePending(t *testing.T) {
+	f := newOwnerFixture(t)
+	a := f.node("a")
+	fenced := errors.New("not acknowledged")
+	a.wait = func(context.Context, *clientv3.Client, string, uint64, []string) error { return fenced }
+	p, err := a.reconcile(f.ctx, f.cli, f.view("a"))
+	if !errors.Is(err, fenced) || len(p.Held) != 0 || len(p.Stop) != 0 {
+		t.Fatalf("a with its fence pending: %+v %v, want nothing held, nothing stopped, the fence error", p, err)
+	}
+	a.wait = func(context.Context, *clientv3.Client, string, uint64, []string) error { return nil }
+	if p := f.run(a); p.Held[f.uuid] == 0 || len(p.Stop) != 0 {
+		t.Fatalf("a once fenced: %+v, want v held", p)
 	}
 }
