@@ -3,10 +3,12 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fabraid/fabraid/internal/cluster/fence"
+	"github.com/fabraid/fabraid/internal/cluster/model"
 	"github.com/fabraid/fabraid/internal/cluster/owner"
 	"github.com/fabraid/fabraid/internal/cluster/plan"
 	"github.com/fabraid/fabraid/internal/exporter"
@@ -20,8 +22,9 @@ type fenceAck struct {
 }
 
 // reconcileExports is the drive exporter's pass: it reads the owner keys,
-// exports each volume's members here to the key's holder only (nobody
-// without a key), and after the exporter has applied that and read it
+// exports each volume's members here to the key's holder only (while a
+// volume has no key, to the last holder this process saw: exportHolders;
+// nobody when it saw none), and after the exporter has applied that and read it
 // back, acknowledges "fenced for epoch E" for each of those volumes
 // (docs/cluster.md, "Storage fence"). Nothing is exported before the
 // owner keys are read; an apply error writes no acknowledgement.
@@ -34,10 +37,7 @@ func (d *Daemon) reconcileExports(ctx context.Context, cli *clientv3.Client, v *
 	if err != nil {
 		return exporter.Result{}, fmt.Errorf("drive exporter: %w", err)
 	}
-	ks := make(map[string]plan.OwnerKey, len(hs))
-	for u, h := range hs {
-		ks[u] = plan.OwnerKey{Node: h.Node, Epoch: uint64(h.Epoch)}
-	}
+	ks := exportHolders(c, v, hs)
 	in := plan.FencedExporterInput(v.View, drives, ks)
 	in.HostNQN = d.mgr.HostNQN()
 	res, err := c.x.Reconcile(ctx, in)
@@ -69,4 +69,34 @@ func (d *Daemon) reconcileExports(ctx context.Context, cli *clientv3.Client, v *
 		d.log.Info("drive exporter: fence acknowledged", "volume", vol.UUID, "epoch", a.epoch, "owner", a.owner)
 	}
 	return res, nil
+}
+
+// exportHolders is whom each volume's drives here are exported to: its
+// owner key's holder, or, while it has none, the last holder this process
+// saw. A key lapses when its holder's session ends (a node dead, cut off,
+// or only slow to renew): that holder froze its engines first, and no
+// other node may write before every exporter has acknowledged the next
+// epoch, which re-points the drives (the storage fence). So the gap needs
+// no teardown, and a holder that lapses and acquires again keeps its
+// member connections (cutting them would fail its in-flight member I/O
+// and the members with it). After a restart nothing was seen: nobody.
+func exportHolders(c *clusterLoop, v *clusterView, hs map[string]owner.Key) map[string]plan.OwnerKey {
+	if c.holders == nil {
+		c.holders = map[string]plan.OwnerKey{}
+	}
+	ks := make(map[string]plan.OwnerKey, len(v.Volumes))
+	for _, vol := range v.Volumes {
+		if h, ok := hs[vol.UUID]; ok {
+			c.holders[vol.UUID] = plan.OwnerKey{Node: h.Node, Epoch: uint64(h.Epoch)}
+		}
+		if k, ok := c.holders[vol.UUID]; ok {
+			ks[vol.UUID] = k
+		}
+	}
+	for u := range c.holders {
+		if !slices.ContainsFunc(v.Volumes, func(vol model.Volume) bool { return vol.UUID == u }) {
+			delete(c.holders, u)
+		}
+	}
+	return ks
 }

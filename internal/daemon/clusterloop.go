@@ -51,9 +51,10 @@ type clusterLoop struct {
 	leaseCli  *clientv3.Client
 	leaseLost chan struct{}
 	published map[string]model.VolumeStatus
-	watched   *clientv3.Client    // the client the watch runs on
-	acks      map[string]fenceAck // fence acknowledgements written, by volume (clusterfence.go)
-	req       requestWorker       // clusterreq.go
+	watched   *clientv3.Client         // the client the watch runs on
+	acks      map[string]fenceAck      // fence acknowledgements written, by volume (clusterfence.go)
+	holders   map[string]plan.OwnerKey // last owner key seen per volume (clusterfence.go)
+	req       requestWorker            // clusterreq.go
 }
 
 func newClusterLoop() *clusterLoop {
