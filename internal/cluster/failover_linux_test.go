@@ -68,7 +68,7 @@ func failoverGuest(t *testing.T, g *vmtest.Env) {
 		g.Wait(t, "c", "joined")
 		step(t, start, "creating 4+2 volume v over the three nodes")
 		var in volmgr.Info
-		if err := json.Unmarshal([]byte(mustFabraid(t, "volume", "create", "v", "--data", "4", "--parity", "2", "--json")), &in); err != nil {
+		if err := json.Unmarshal([]byte(createVolume(t, "v", "--data", "4", "--parity", "2")), &in); err != nil {
 			t.Fatal(err)
 		}
 		if in.Owner != "a" || in.State != "optimal" {

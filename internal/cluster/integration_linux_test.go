@@ -58,6 +58,38 @@ func mustFabraid(t *testing.T, args ...string) string {
 	return strings.TrimSpace(out)
 }
 
+// createVolume runs "fabraid volume create NAME ARGS... --json" and
+// returns its JSON. A create that failed only on an etcd deadline is
+// repeated (up to 2 min): when the first one had committed, the repeat
+// finds the volume, and then its own "volume show" is polled until the
+// volume is optimal.
+func createVolume(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	cmd := append([]string{"volume", "create", name}, append(args, "--json")...)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		out, err := fabraid(t, cmd...)
+		switch {
+		case err == nil:
+			return strings.TrimSpace(out)
+		case strings.Contains(out, "exists"):
+			for {
+				show, err := fabraid(t, "volume", "show", name, "--json")
+				if err == nil && strings.Contains(strings.ReplaceAll(show, " ", ""), `"state":"optimal"`) {
+					return strings.TrimSpace(show)
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("volume %s exists after a repeated create but is not optimal: %s (%v)", name, show, err)
+				}
+				time.Sleep(2 * time.Second)
+			}
+		case !etcdSlow(out) || time.Now().After(deadline):
+			t.Fatalf("fabraid %s: %v", strings.Join(cmd, " "), err)
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
 // readOnly reports whether a fabraid command only reads state (list,
 // show, status): such a command may be repeated.
 func readOnly(args []string) bool {
