@@ -7,7 +7,7 @@ BIN       := bin
 GOFLAGS_STATIC := CGO_ENABLED=0
 LDFLAGS   := -s -w -X main.version=$(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # VM tests: a package's guests wait for free CPU slots, so allow plenty.
-VMTEST_TIMEOUT ?= 45m
+VMTEST_TIMEOUT ?= 80m
 
 .PHONY: all build test unit race vmtest vmbench lint demo demo-node clean setup rpm rpm-spec
 
