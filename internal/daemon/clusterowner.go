@@ -174,6 +174,7 @@ func (o *ownership) reconcile(ctx context.Context, cli *clientv3.Client, v *clus
 	if err := o.noteLapses(ctx, cli, v, ks); err != nil {
 		errs = append(errs, err)
 	}
+	ov := o.ownershipView(v)
 	records := map[string]bool{}
 	for i, vol := range v.Volumes {
 		records[vol.UUID] = true
@@ -228,8 +229,8 @@ func (o *ownership) reconcile(ctx context.Context, cli *clientv3.Client, v *clus
 				continue
 			}
 			o.log.Info("acquired volume", "volume", vol.Name, "epoch", e)
-		case vol.State == model.VolumeReady && o.ownerGone(v, vol):
-			if plan.ChooseOwner(v.View, vol) != o.self {
+		case vol.State == model.VolumeReady && o.ownerGone(ov, vol):
+			if plan.ChooseOwner(ov.View, vol) != o.self {
 				continue
 			}
 			if e, err = o.takeOver(ctx, cli, s, vol); err != nil {
@@ -276,8 +277,8 @@ const lapseWindow = 30 * time.Second
 
 // noteLapses records the nodes whose owner session ended since the last
 // list (a key of theirs vanished and its lease is gone at the server, as
-// opposed to resigned under a live lease) and marks those in lapseWindow
-// dead in v for this pass. A lapsed owner froze its engines before its
+// opposed to resigned under a live lease); ownershipView counts those in
+// lapseWindow as dead for the takeover decision. A lapsed owner froze its engines before its
 // key could expire (owner.Session's guard), so its volumes can be taken
 // over at its key's expiry (owner TTL) instead of its alive key's.
 func (o *ownership) noteLapses(ctx context.Context, cli *clientv3.Client, v *clusterView, ks map[string]owner.Key) error {
@@ -314,13 +315,27 @@ func (o *ownership) noteLapses(ctx context.Context, cli *clientv3.Client, v *clu
 			delete(o.lapsed, node)
 			continue
 		}
-		for i := range v.Nodes {
-			if v.Nodes[i].Name == node {
-				v.Nodes[i].Alive = false
-			}
-		}
 	}
 	return errors.Join(errs...)
+}
+
+// ownershipView is v with the nodes in lapseWindow dead, for the takeover
+// decision only (ownerGone, plan.ChooseOwner). Everything else keeps them
+// alive: a lapsed node may be alive and only slow to renew, and its
+// members are imported and waited for like any other (the new owner may
+// need them for k).
+func (o *ownership) ownershipView(v *clusterView) *clusterView {
+	if len(o.lapsed) == 0 {
+		return v
+	}
+	ov := *v
+	ov.Nodes = slices.Clone(v.Nodes)
+	for i := range ov.Nodes {
+		if _, ok := o.lapsed[ov.Nodes[i].Name]; ok {
+			ov.Nodes[i].Alive = false
+		}
+	}
+	return &ov
 }
 
 // alive says whether node is alive in v.
