@@ -141,6 +141,28 @@ func requestError(err error) error {
 	return err
 }
 
+// requestPoll bounds one GET of a request (clusterRequest): the reply
+// is its result, or 202 with its state when it is not done by then.
+const requestPoll = 30 * time.Second
+
+// clusterRequest waits up to requestPoll for the result of request id of
+// volume ref: what the operation's own reply would have been.
+func (d *Daemon) clusterRequest(ctx context.Context, ref, id string) (*api.OpReply, error) {
+	v, err := d.currentView(ctx)
+	if err != nil {
+		return nil, err
+	}
+	vol, ok := v.volume(ref)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", volmgr.ErrNotFound, ref)
+	}
+	out, err := d.waitRequest(ctx, vol, id, requestPoll)
+	if errors.Is(err, volumes.ErrRequestGone) {
+		return nil, fmt.Errorf("%w: %w", volmgr.ErrNotFound, err)
+	}
+	return out, err
+}
+
 // waitRequest waits up to wait for the owner's result of request id.
 func (d *Daemon) waitRequest(ctx context.Context, vol model.Volume, id string, wait time.Duration) (*api.OpReply, error) {
 	d.Kick() // a request on the owner itself (replace) is carried out by its reconcile
