@@ -290,7 +290,7 @@ would fail) is refused and nothing changes, unless --force.` + volumeExitCodes,
 			if err != nil {
 				return err
 			}
-			_, err = runOp(cmd, c, args[0], "fail", api.OpRequest{Slot: slot, Force: force})
+			_, err = runOp(cmd, c, args[0], "fail", api.OpRequest{Slot: slot, Force: force}, false)
 			return err
 		},
 	}
@@ -325,7 +325,7 @@ was lost) comes back by itself when its drive is found again.` + volumeExitCodes
 			if err != nil {
 				return err
 			}
-			done, err := runOp(cmd, c, args[0], "re-add", api.OpRequest{Slot: slot, Rate: r})
+			done, err := runOp(cmd, c, args[0], "re-add", api.OpRequest{Slot: slot, Rate: r}, wait)
 			if err != nil {
 				return err
 			}
@@ -397,7 +397,7 @@ is no longer exported), and the owner imports the new drive, replaces and rebuil
 			if err != nil {
 				return err
 			}
-			done, err := runOp(cmd, c, args[0], "replace", api.OpRequest{Slot: slot, Node: node, Drive: drive, Rate: r})
+			done, err := runOp(cmd, c, args[0], "replace", api.OpRequest{Slot: slot, Node: node, Drive: drive, Rate: r}, wait)
 			if err != nil {
 				return err
 			}
@@ -416,8 +416,10 @@ is no longer exported), and the owner imports the new drive, replaces and rebuil
 
 // runOp runs volume operation op and prints what the daemon says; done is
 // false when the cluster owner has accepted the request but not finished
-// it within the daemon's wait (there is nothing to wait for yet).
-func runOp(cmd *cobra.Command, c *api.Client, ref, op string, q api.OpRequest) (bool, error) {
+// it within the daemon's wait (there is nothing to wait for yet). With
+// follow (--wait) such a request is followed until the owner has carried
+// it out or refused it, so that done is true or an error is returned.
+func runOp(cmd *cobra.Command, c *api.Client, ref, op string, q api.OpRequest, follow bool) (bool, error) {
 	out, err := c.Op(ref, op, q)
 	if err != nil {
 		return false, apiError(err)
@@ -428,7 +430,40 @@ func runOp(cmd *cobra.Command, c *api.Client, ref, op string, q api.OpRequest) (
 	if out.Message != "" {
 		fmt.Fprintln(cmd.OutOrStdout(), out.Message)
 	}
-	return out.Request == "", nil
+	if out.Request == "" {
+		return true, nil
+	}
+	if !follow {
+		return false, nil
+	}
+	return true, followRequest(cmd, c, ref, out.Request)
+}
+
+// followRequest polls request id of volume ref until it has its result:
+// nil when the owner carried it out, the owner's refusal otherwise.
+// Server-side errors (an etcd read past the daemon's bound) are retried
+// for waitTransientLimit.
+func followRequest(cmd *cobra.Command, c *api.Client, ref, id string) error {
+	var failingSince time.Time
+	for {
+		out, err := c.Request(ref, id)
+		if transientStatusError(err) && (failingSince.IsZero() || time.Since(failingSince) < waitTransientLimit) {
+			if failingSince.IsZero() {
+				failingSince = time.Now()
+				fmt.Fprintf(cmd.ErrOrStderr(), "fabraid: request %s not readable now (%v); still waiting\n", id, err)
+			}
+			time.Sleep(time.Second)
+			continue
+		}
+		if err != nil {
+			return apiError(err)
+		}
+		failingSince = time.Time{}
+		if out.Request == "" {
+			return nil
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 // waitTask polls until the volume's background task of kind has finished.
@@ -498,7 +533,7 @@ func newVolumeRebuildCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			done, err := runOp(cmd, c, args[0], "rebuild", api.OpRequest{Rate: r})
+			done, err := runOp(cmd, c, args[0], "rebuild", api.OpRequest{Rate: r}, wait)
 			if err != nil {
 				return err
 			}
@@ -532,7 +567,7 @@ parity. With --wait, print the result; exit 1 when unrepaired mismatches remain.
 			if err != nil {
 				return err
 			}
-			done, err := runOp(cmd, c, args[0], "scrub", api.OpRequest{Repair: repair, Rate: r})
+			done, err := runOp(cmd, c, args[0], "scrub", api.OpRequest{Repair: repair, Rate: r}, wait)
 			if err != nil {
 				return err
 			}

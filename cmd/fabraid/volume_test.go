@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fabraid/fabraid/engine"
 	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/volmgr"
 )
@@ -16,23 +17,15 @@ import (
 // operations posted.
 func fakeAPI(t *testing.T, info volmgr.Info, ops map[string]api.OpRequest) string {
 	t.Helper()
-	sock := filepath.Join(t.TempDir(), "api.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/volumes/v1", func(w http.ResponseWriter, r *http.Request) { json.NewEncoder(w).Encode(info) })
-	mux.HandleFunc("POST /v1/volumes/v1/{op}", func(w http.ResponseWriter, r *http.Request) {
-		var q api.OpRequest
-		json.NewDecoder(r.Body).Decode(&q)
-		ops[r.PathValue("op")] = q
-		w.Write([]byte("null"))
+	return serveMux(t, func(mux *http.ServeMux) {
+		mux.HandleFunc("GET /v1/volumes/v1", func(w http.ResponseWriter, r *http.Request) { json.NewEncoder(w).Encode(info) })
+		mux.HandleFunc("POST /v1/volumes/v1/{op}", func(w http.ResponseWriter, r *http.Request) {
+			var q api.OpRequest
+			json.NewDecoder(r.Body).Decode(&q)
+			ops[r.PathValue("op")] = q
+			w.Write([]byte("null"))
+		})
 	})
-	srv := &http.Server{Handler: mux}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	return sock
 }
 
 // volume show says why a member failed and how to bring it back; fail
@@ -94,4 +87,69 @@ func TestVolumeShowUnreachableResync(t *testing.T) {
 			t.Errorf("volume show lacks %q:\n%s", want, out)
 		}
 	}
+}
+
+// scrub --wait on a node whose owner answers 202 (accepted, not finished
+// in the daemon's wait) follows the request until the owner carried it
+// out and prints the scrub's result; a request the owner refuses ends
+// with the owner's error and a non-zero exit.
+func TestVolumeWaitFollowsRequest(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		final    int // status of the last GET of the request
+		wantOut  string
+		wantCode int
+	}{
+		{"done", http.StatusOK, "scrub: 9 stripes, 0 mismatches", 0},
+		{"refused", http.StatusConflict, "", 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			polls := 0
+			sock := serveMux(t, func(mux *http.ServeMux) {
+				mux.HandleFunc("POST /v1/volumes/v1/scrub", func(w http.ResponseWriter, r *http.Request) {
+					w.WriteHeader(http.StatusAccepted)
+					json.NewEncoder(w).Encode(api.OpReply{Request: "r1", Owner: "n3", State: "pending", Message: "request r1 accepted"})
+				})
+				mux.HandleFunc("GET /v1/volumes/v1/requests/r1", func(w http.ResponseWriter, r *http.Request) {
+					if polls++; polls < 2 {
+						w.WriteHeader(http.StatusAccepted)
+						json.NewEncoder(w).Encode(api.OpReply{Request: "r1", Owner: "n3", State: "running"})
+						return
+					}
+					if c.final != http.StatusOK {
+						w.WriteHeader(c.final)
+						json.NewEncoder(w).Encode(map[string]string{"error": "slot 0 is busy"})
+						return
+					}
+					w.Write([]byte("null"))
+				})
+				mux.HandleFunc("GET /v1/volumes/v1", func(w http.ResponseWriter, r *http.Request) {
+					json.NewEncoder(w).Encode(volmgr.Info{Name: "v1", LastTask: &volmgr.TaskResult{Kind: "scrub", Scrub: &engine.ScrubReport{Stripes: 9}}})
+				})
+			})
+			out, errOut, code := runCLI(t, "volume", "scrub", "v1", "--wait", "--socket", sock)
+			if code != c.wantCode || !strings.Contains(out, c.wantOut) || polls != 2 {
+				t.Errorf("exit %d (want %d), %d polls, out %q, err %q", code, c.wantCode, polls, out, errOut)
+			}
+			if c.wantCode != 0 && !strings.Contains(errOut, "slot 0 is busy") {
+				t.Errorf("refusal not printed: %q", errOut)
+			}
+		})
+	}
+}
+
+// serveMux serves the handlers routes adds on a unix socket.
+func serveMux(t *testing.T, routes func(*http.ServeMux)) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "api.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	routes(mux)
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return sock
 }

@@ -111,6 +111,15 @@ func (c *Client) Delete(ref string) error {
 	return c.do("DELETE", "/v1/volumes/"+url.PathEscape(ref), nil, nil)
 }
 
+// Request waits a while (the daemon's bound) for request id of volume ref
+// (an OpReply's Request) and returns its state: an empty Request when the
+// owner has carried it out, the owner's refusal as an error, or the
+// request's id and state when it is not done yet.
+func (c *Client) Request(ref, id string) (OpReply, error) {
+	var out OpReply
+	return out, c.do("GET", "/v1/volumes/"+url.PathEscape(ref)+"/requests/"+url.PathEscape(id), nil, &out)
+}
+
 // Op runs a volume operation: fail, replace, re-add, rebuild or scrub.
 func (c *Client) Op(ref, op string, r OpRequest) (OpReply, error) {
 	var out OpReply

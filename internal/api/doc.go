@@ -17,4 +17,6 @@
 //	POST   /v1/volumes/{ref}/replace        {"slot": N, "drive": DEV, "rate": B/s}
 //	POST   /v1/volumes/{ref}/rebuild        {"rate": B/s}
 //	POST   /v1/volumes/{ref}/scrub          {"repair": bool, "rate": B/s}
+//	GET    /v1/volumes/{ref}/requests/{id}  -> OpReply (cluster: a request
+//	                                           an operation answered 202 for)
 package api

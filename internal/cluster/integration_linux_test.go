@@ -215,8 +215,6 @@ func clusterGuest(t *testing.T, g *vmtest.Env) {
 	}
 }
 
-// noCertRefused: a TLS client that trusts the cluster CA but presents no
-// certificate is refused by a's etcd client port.
 // waitHealthyMembers polls cluster status until want voting members are
 // healthy with a leader, or until limit: right after a join on a starved
 // TCG host the members' health probes can time out for a while although
@@ -242,6 +240,8 @@ func waitHealthyMembers(t *testing.T, want int, limit time.Duration) (api.Cluste
 	}
 }
 
+// noCertRefused: a TLS client that trusts the cluster CA but presents no
+// certificate is refused by a's etcd client port.
 func noCertRefused(t *testing.T, addr string) {
 	ca, err := os.ReadFile("/var/lib/fabraid/cluster/pki/ca.crt")
 	if err != nil {

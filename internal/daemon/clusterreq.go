@@ -79,13 +79,9 @@ func (d *Daemon) clusterOp(ctx context.Context, ref, op string, q api.OpRequest)
 	if q.Slot < 0 || q.Rate < 0 {
 		return nil, fmt.Errorf("%w: slot %d, rate %d", volmgr.ErrInvalid, q.Slot, q.Rate)
 	}
-	v, err := d.currentView(ctx)
+	v, vol, err := d.viewVolume(ctx, ref)
 	if err != nil {
 		return nil, err
-	}
-	vol, ok := v.volume(ref)
-	if !ok {
-		return nil, fmt.Errorf("%w: %s", volmgr.ErrNotFound, ref)
 	}
 	if err := opUsable(v, vol, op, q.Slot); err != nil {
 		return nil, err
@@ -139,6 +135,24 @@ func requestError(err error) error {
 		return fmt.Errorf("%w: %w", volmgr.ErrInvalid, err)
 	}
 	return err
+}
+
+// requestPoll bounds one GET of a request (clusterRequest): the reply
+// is its result, or 202 with its state when it is not done by then.
+const requestPoll = 30 * time.Second
+
+// clusterRequest waits up to requestPoll for the result of request id of
+// volume ref: what the operation's own reply would have been.
+func (d *Daemon) clusterRequest(ctx context.Context, ref, id string) (*api.OpReply, error) {
+	_, vol, err := d.viewVolume(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	out, err := d.waitRequest(ctx, vol, id, requestPoll)
+	if errors.Is(err, volumes.ErrRequestGone) {
+		return nil, fmt.Errorf("%w: %w", volmgr.ErrNotFound, err)
+	}
+	return out, err
 }
 
 // waitRequest waits up to wait for the owner's result of request id.

@@ -53,9 +53,9 @@ func TestClusterRequests(t *testing.T) {
 		return rec
 	}
 	v := mk(1, "v", "n1")
-	mk(2, "w", "n9")    // owner not registered
-	mk(3, "x", "n3")    // owner alive, runs nothing
-	d1.requestHook(cli) // n1's request worker (its reconcile would start it)
+	mk(2, "w", "n9")                 // owner not registered
+	mk3UUID := mk(3, "x", "n3").UUID // owner alive, runs nothing
+	d1.requestHook(cli)              // n1's request worker (its reconcile would start it)
 	d2.loop.req.wait = 500 * time.Millisecond
 
 	// Same answer on the owner and through a request.
@@ -93,6 +93,26 @@ func TestClusterRequests(t *testing.T) {
 	call(t, h2, "POST", "/v1/volumes/x/fail", api.OpRequest{Slot: 0}, 202, &acc)
 	if acc.Request == "" || acc.Owner != "n3" || acc.State != model.RequestPending || !strings.Contains(acc.Message, "request "+acc.Request+" accepted, owner n3 is carrying it out") {
 		t.Errorf("fail with an owner that does not answer: %+v", acc)
+	}
+	// Following it: pending until the owner's result, then that result.
+	var pend api.OpReply
+	path := "/v1/volumes/x/requests/" + acc.Request
+	call(t, h2, "GET", path, nil, 202, &pend)
+	if pend.Request != acc.Request || pend.State != model.RequestPending {
+		t.Errorf("GET of a pending request: %+v", pend)
+	}
+	sr, ok, err := volumes.GetRequest(ctx, cli, mk3UUID, acc.Request)
+	if !ok || err != nil {
+		t.Fatalf("request %s: %v %v", acc.Request, ok, err)
+	}
+	if _, ok, err := volumes.Finish(ctx, cli, sr, 409, fmt.Errorf("slot 0 is busy"), time.Now()); !ok || err != nil {
+		t.Fatalf("finish: %v %v", ok, err)
+	}
+	if body := call(t, h2, "GET", path, nil, 409, nil); !strings.Contains(body, "slot 0 is busy") {
+		t.Errorf("GET of a refused request: %s", body)
+	}
+	if body := call(t, h2, "GET", "/v1/volumes/x/requests/nope", nil, 404, nil); !strings.Contains(body, "nope") {
+		t.Errorf("GET of an unknown request: %s", body)
 	}
 
 	// Replace: slot 1 failed per the owner's status.

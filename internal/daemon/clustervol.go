@@ -209,27 +209,33 @@ func (d *Daemon) clusterList(ctx context.Context) ([]volmgr.Info, error) {
 
 // clusterShow is one volume by name or UUID.
 func (d *Daemon) clusterShow(ctx context.Context, ref string) (volmgr.Info, error) {
-	v, err := d.currentView(ctx)
+	v, vol, err := d.viewVolume(ctx, ref)
 	if err != nil {
 		return volmgr.Info{}, err
 	}
+	return d.clusterInfo(v, vol), nil
+}
+
+// viewVolume reads the cluster view and finds volume ref (name or UUID)
+// in it.
+func (d *Daemon) viewVolume(ctx context.Context, ref string) (*clusterView, model.Volume, error) {
+	v, err := d.currentView(ctx)
+	if err != nil {
+		return nil, model.Volume{}, err
+	}
 	vol, ok := v.volume(ref)
 	if !ok {
-		return volmgr.Info{}, fmt.Errorf("%w: %s", volmgr.ErrNotFound, ref)
+		return nil, model.Volume{}, fmt.Errorf("%w: %s", volmgr.ErrNotFound, ref)
 	}
-	return d.clusterInfo(v, vol), nil
+	return v, vol, nil
 }
 
 // clusterDelete sets the volume's state to deleting and waits until its
 // owner has removed it.
 func (d *Daemon) clusterDelete(ctx context.Context, ref string) error {
-	v, err := d.currentView(ctx)
+	_, vol, err := d.viewVolume(ctx, ref)
 	if err != nil {
 		return err
-	}
-	vol, ok := v.volume(ref)
-	if !ok {
-		return fmt.Errorf("%w: %s", volmgr.ErrNotFound, ref)
 	}
 	mctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 	_, err = volumes.Modify(mctx, d.cluster.Client(), vol.UUID, func(r *model.Volume) error {

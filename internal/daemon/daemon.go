@@ -377,6 +377,14 @@ func (d *Daemon) Handler() http.Handler {
 		d.Kick()
 		reply(w, nil, err)
 	})
+	mux.HandleFunc("GET /v1/volumes/{ref}/requests/{id}", func(w http.ResponseWriter, r *http.Request) {
+		if !d.inCluster() {
+			reply(w, nil, fmt.Errorf("%w: request %s: requests exist only in a cluster", volmgr.ErrNotFound, r.PathValue("id")))
+			return
+		}
+		out, err := d.clusterRequest(r.Context(), r.PathValue("ref"), r.PathValue("id"))
+		replyOp(w, reply, out, err)
+	})
 	mux.HandleFunc("POST /v1/volumes/{ref}/{op}", func(w http.ResponseWriter, r *http.Request) {
 		var q api.OpRequest
 		if err := decode(r, &q); err != nil {
