@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -288,6 +289,19 @@ type requestWorker struct {
 	refused map[string]bool
 	// wait, when not 0, replaces opWait and replaceWait (tests).
 	wait time.Duration
+	// unfinished are the results of requests this process carried out
+	// whose Finish write failed (etcd slow or without a leader); every
+	// pass writes them again. A request this node left running that is
+	// not here was not carried out by this process (fabraidd restarted,
+	// or the claim's answer was lost): it fails.
+	unfinished map[string]unfinishedRequest
+}
+
+// unfinishedRequest is a request carried out and its result.
+type unfinishedRequest struct {
+	req  volumes.StoredRequest
+	code int
+	err  error
 }
 
 // requestHook starts the request worker on cli (once per client) and has
@@ -315,12 +329,10 @@ func (d *Daemon) requestWorker(cli *clientv3.Client, kick chan struct{}) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	wch := cli.Watch(clientv3.WithRequireLeader(ctx), keys.RequestsPrefix, clientv3.WithPrefix())
-	first := true
 	for {
-		if err := d.carryOutRequests(ctx, cli, first); err != nil {
+		if err := d.carryOutRequests(ctx, cli); err != nil {
 			d.log.Warn("volume requests", "err", err)
 		}
-		first = false
 		select {
 		case _, open := <-wch:
 			if !open {
@@ -339,12 +351,14 @@ func (d *Daemon) requestWorker(cli *clientv3.Client, kick chan struct{}) {
 
 // carryOutRequests carries out every pending request (but replace, see
 // replaceMembers) of the volumes this node owns, in the order they were
-// made; first is the worker's first pass: requests this node left
-// running are from before a restart and fail.
-func (d *Daemon) carryOutRequests(ctx context.Context, cli *clientv3.Client, first bool) error {
+// made, after writing the results of those it carried out earlier that
+// are not written yet. Requests this node left running that it did not
+// carry out fail (see requestWorker.unfinished).
+func (d *Daemon) carryOutRequests(ctx context.Context, cli *clientv3.Client) error {
 	rctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 	defer cancel()
 	self := d.opts.Config.NodeName
+	finishing := d.finishUnfinished(rctx, cli)
 	// Idle cost, every reconcile: one read of the request keys (usually
 	// none); the records only when there are requests, the whole view
 	// only when one is carried out.
@@ -369,7 +383,7 @@ func (d *Daemon) carryOutRequests(ctx context.Context, cli *clientv3.Client, fir
 	now := time.Now()
 	var mine, todo []volumes.StoredRequest
 	for _, r := range rs {
-		if _, ok := owned[r.Volume]; ok && (first || r.State != model.RequestRunning) {
+		if _, ok := owned[r.Volume]; ok && !finishing[r.ID] {
 			mine = append(mine, r)
 			if r.State == model.RequestPending && r.Op != "replace" && now.Sub(r.Created) <= requestPendingTTL {
 				todo = append(todo, r)
@@ -416,10 +430,39 @@ func (d *Daemon) carryOutRequests(ctx context.Context, cli *clientv3.Client, fir
 		}
 		if _, _, err := volumes.Finish(rctx, cli, c, errorCode(opErr), opErr, time.Now()); err != nil {
 			errs = append(errs, err)
+			w.mu.Lock()
+			if w.unfinished == nil {
+				w.unfinished = map[string]unfinishedRequest{}
+			}
+			w.unfinished[c.ID] = unfinishedRequest{c, errorCode(opErr), opErr}
+			w.mu.Unlock()
 		}
 		d.log.Info("volume request carried out", "volume", vol.Name, "op", r.Op, "slot", r.Slot, "request", r.ID, "by", r.RequestedBy, "err", opErr)
 	}
 	return errors.Join(errs...)
+}
+
+// finishUnfinished writes the results in requestWorker.unfinished again
+// and returns the IDs that were there: their records may still read
+// running in a list made before the write.
+func (d *Daemon) finishUnfinished(ctx context.Context, cli *clientv3.Client) map[string]bool {
+	w := &d.loop.req
+	w.mu.Lock()
+	todo := maps.Clone(w.unfinished)
+	w.mu.Unlock()
+	ids := map[string]bool{}
+	for id, u := range todo {
+		ids[id] = true
+		_, _, err := volumes.Finish(ctx, cli, u.req, u.code, u.err, time.Now())
+		if err != nil {
+			d.log.Warn("volume request result not written yet", "request", id, "err", err)
+			continue
+		}
+		w.mu.Lock()
+		delete(w.unfinished, id) // written, or the record changed (ok false): nothing to write
+		w.mu.Unlock()
+	}
+	return ids
 }
 
 // replaceMembers is the owner's part of replace, each reconcile: every

@@ -161,3 +161,52 @@ func TestClusterRequests(t *testing.T) {
 		t.Fatalf("replace request while the engine is not running: %+v %v %v", r, ok, err)
 	}
 }
+
+// TestRequestResultWrittenAgain: a request the owner carried out whose
+// result it could not write (etcd without a leader: the worker's watch
+// also ends, and a new worker starts) gets its result on a later pass,
+// not "interrupted"; a request left running by the node that this
+// process did not carry out still fails.
+func TestRequestResultWrittenAgain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d1, _, _, _ := twoNodes(t)
+	cli := d1.cluster.Client()
+	rec := model.Volume{UUID: "00000000-0000-4000-8000-000000000007", Name: "v", K: 2, M: 1, Groups: 1, Owner: "n1", State: model.VolumeReady, MemberSize: 1 << 30}
+	for i, n := range []string{"n1", "n2", "n3"} {
+		rec.Members = append(rec.Members, model.VolumeMember{Slot: i, Node: n, Domain: n, Drive: n + "-d0", UUID: fmt.Sprintf("00000000-0000-4000-8000-0000000007%02d", i)})
+	}
+	if err := volumes.Create(ctx, cli, rec); err != nil {
+		t.Fatal(err)
+	}
+	claimed := func(id string) volumes.StoredRequest {
+		r := model.Request{ID: id, Volume: rec.UUID, Op: "scrub", RequestedBy: "n2", Created: time.Now().UTC()}
+		if err := volumes.Submit(ctx, cli, r, nil); err != nil {
+			t.Fatal(err)
+		}
+		sr, _, err := volumes.GetRequest(ctx, cli, rec.UUID, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, ok, err := volumes.Claim(ctx, cli, sr, "n1")
+		if !ok || err != nil {
+			t.Fatalf("claim %s: %v %v", id, ok, err)
+		}
+		return c
+	}
+	done := claimed("00000000000000d1")
+	claimed("00000000000000d2") // running by n1, no result in this process
+	d1.loop.req.unfinished = map[string]unfinishedRequest{done.ID: {req: done}}
+	if err := d1.carryOutRequests(ctx, cli); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]string{"00000000000000d1": model.RequestDone, "00000000000000d2": model.RequestFailed} {
+		r, _, err := volumes.GetRequest(ctx, cli, rec.UUID, id)
+		if err != nil || r.State != want {
+			t.Errorf("request %s: %+v %v, want %s", id, r.Request, err, want)
+		}
+	}
+	if len(d1.loop.req.unfinished) != 0 {
+		t.Errorf("results left to write: %+v", d1.loop.req.unfinished)
+	}
+}

@@ -158,22 +158,9 @@ func (e *NotAckedError) Unwrap() error { return e.Err }
 // ends first the error is a *NotAckedError. epoch 0 is refused (no owner
 // holds it).
 func Wait(ctx context.Context, cli *clientv3.Client, volume string, epoch uint64, exporters []string) error {
-	if err := checkSegment("volume", volume); err != nil {
-		return fmt.Errorf("fence: wait: %w", err)
-	}
-	if epoch == 0 {
-		return fmt.Errorf("fence: wait for %s: %w: epoch 0", volume, ErrInvalid)
-	}
-	nodes := slices.Clone(exporters)
-	slices.Sort(nodes)
-	nodes = slices.Compact(nodes)
-	for _, n := range nodes {
-		if err := checkSegment("node", n); err != nil {
-			return fmt.Errorf("fence: wait for %s: %w", volume, err)
-		}
-	}
-	if len(nodes) == 0 {
-		return nil
+	nodes, err := waitNodes(volume, epoch, exporters)
+	if err != nil || len(nodes) == 0 {
+		return err
 	}
 	var last []Pending
 	for {
@@ -192,6 +179,26 @@ func Wait(ctx context.Context, cli *clientv3.Client, volume string, epoch uint64
 			return &NotAckedError{Volume: volume, Epoch: epoch, Pending: pending, Err: err}
 		}
 	}
+}
+
+// waitNodes checks Wait's arguments and returns the exporters sorted,
+// each once.
+func waitNodes(volume string, epoch uint64, exporters []string) ([]string, error) {
+	if err := checkSegment("volume", volume); err != nil {
+		return nil, fmt.Errorf("fence: wait: %w", err)
+	}
+	if epoch == 0 {
+		return nil, fmt.Errorf("fence: wait for %s: %w: epoch 0", volume, ErrInvalid)
+	}
+	nodes := slices.Clone(exporters)
+	slices.Sort(nodes)
+	nodes = slices.Compact(nodes)
+	for _, n := range nodes {
+		if err := checkSegment("node", n); err != nil {
+			return nil, fmt.Errorf("fence: wait for %s: %w", volume, err)
+		}
+	}
+	return nodes, nil
 }
 
 // pendingAt returns the live nodes without a sufficient acknowledgement and

@@ -274,15 +274,16 @@ func WaitRequest(ctx context.Context, cli *clientv3.Client, uuid, id string) (mo
 }
 
 // FailStale marks the requests of pending older than maxAge, and those
-// left running by node self (it restarted while carrying them out; the
-// caller knows it runs none now), failed without carrying them out.
+// left running by node self (the caller knows it is not carrying them
+// out and has no result of them: fabraidd restarted meanwhile, or the
+// answer to its claim was lost), failed without carrying them out.
 func FailStale(ctx context.Context, kv clientv3.KV, rs []StoredRequest, self string, now time.Time, maxAge time.Duration) error {
 	var errs []error
 	for _, r := range rs {
 		var why string
 		switch {
 		case r.State == model.RequestRunning && r.By == self:
-			why = fmt.Sprintf("interrupted: fabraidd on %s restarted while carrying it out; check the volume and ask again", self)
+			why = fmt.Sprintf("interrupted: fabraidd on %s restarted while carrying it out (or lost etcd while claiming it); check the volume and ask again", self)
 		case r.State == model.RequestPending && now.Sub(r.Created) > maxAge:
 			why = fmt.Sprintf("expired: not carried out within %s of its request (owner down?)", maxAge)
 		default:
