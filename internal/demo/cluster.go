@@ -139,7 +139,7 @@ fi
 	echo "metrics_address ="
 	# Three software-emulated guests on a shared host: etcd gets slower
 	# heartbeats and the owner lease more time than the defaults.
-	echo "owner_lease_ttl = 8"
+	echo "owner_lease_ttl = 15"
 	echo "etcd_heartbeat_ms = 200"
 	echo "etcd_election_ms = 2000"
 } > /etc/fabraid/fabraid.conf
@@ -218,7 +218,7 @@ node2.1|node3.1)
 		say "node2: write 8 MiB more while node3, the owner, loses power (the write pauses until another node owns the volume)"
 		t0=$(date +%s)
 		put 16 8 during
-		say "node2: that write took $(( $(date +%s) - t0 )) s, through the failover
+		say "node2: that write took $(( $(date +%s) - t0 )) s, through the failover"
 		signal written2
 		waitfor node1 scrubbed
 		say "node2: read everything back"
