@@ -24,23 +24,31 @@ func Renice(n int) error {
 	if n < -20 || n > 19 {
 		return fmt.Errorf("sched: nice %d: want -20..19", n)
 	}
+	// Until a pass finds every thread at n: a thread created while a pass
+	// ran may have copied the value of a thread not set yet.
 	var errs []error
-	// Twice: a thread created while the first pass ran may have copied a
-	// value from a thread not set yet.
-	for range 2 {
+	for range 20 {
 		tasks, err := os.ReadDir("/proc/self/task")
 		if err != nil {
 			return fmt.Errorf("sched: %w", err)
 		}
 		errs = errs[:0]
+		changed := false
 		for _, t := range tasks {
 			tid, err := strconv.Atoi(t.Name())
 			if err != nil {
 				continue
 			}
+			if p, err := unix.Getpriority(unix.PRIO_PROCESS, tid); err == nil && 20-p == n {
+				continue
+			}
+			changed = true
 			if err := unix.Setpriority(unix.PRIO_PROCESS, tid, n); err != nil && !errors.Is(err, unix.ESRCH) {
 				errs = append(errs, fmt.Errorf("sched: thread %d: nice %d: %w", tid, n, err))
 			}
+		}
+		if !changed || len(errs) > 0 {
+			break
 		}
 	}
 	return errors.Join(errs...)
