@@ -28,7 +28,7 @@ func newVolumeCmd() *cobra.Command {
 	cmd.PersistentFlags().String("config", config.DefaultPath, "configuration file (for api_socket)")
 	cmd.PersistentFlags().String("socket", "", "fabraidd API socket (default: api_socket from the configuration)")
 	cmd.AddCommand(newVolumeCreateCmd(), newVolumeListCmd(), newVolumeShowCmd(), newVolumeFailCmd(),
-		newVolumeReAddCmd(), newVolumeReplaceCmd(), newVolumeRebuildCmd(), newVolumeScrubCmd(), newVolumeDeleteCmd())
+		newVolumeReAddCmd(), newVolumeReplaceCmd(), newVolumeRebuildCmd(), newVolumeScrubCmd(), newVolumeMoveCmd(), newVolumeDeleteCmd())
 	return cmd
 }
 

@@ -125,3 +125,31 @@ func (c *Client) Op(ref, op string, r OpRequest) (OpReply, error) {
 	var out OpReply
 	return out, c.do("POST", "/v1/volumes/"+url.PathEscape(ref)+"/"+op, r, &out)
 }
+
+// MoveRequest is the body of POST /v1/volumes/{ref}/move.
+type MoveRequest struct {
+	Node string `json:"node"` // the new owner
+	// Wait: answer when the move has ended (the old owner removed its
+	// export), not when it was recorded.
+	Wait bool `json:"wait,omitempty"`
+}
+
+// MoveReply is the move record's state (docs/cluster.md, "Planned move").
+type MoveReply struct {
+	Volume  string `json:"volume"`
+	From    string `json:"from"`
+	To      string `json:"to"`
+	Phase   string `json:"phase"` // requested, resigned, done, failed
+	Epoch   uint64 `json:"epoch"`
+	ToEpoch uint64 `json:"to_epoch,omitempty"`
+	Error   string `json:"error,omitempty"`
+	// PauseSeconds bounds the consumers' I/O pause: how long the old
+	// owner's export was inaccessible before it saw the new owner serve.
+	PauseSeconds float64 `json:"pause_seconds,omitempty"`
+}
+
+// Move asks for the move of volume ref to node (a cluster).
+func (c *Client) Move(ref string, r MoveRequest) (MoveReply, error) {
+	var out MoveReply
+	return out, c.do("POST", "/v1/volumes/"+url.PathEscape(ref)+"/move", r, &out)
+}

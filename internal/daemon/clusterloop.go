@@ -31,7 +31,8 @@ import (
 //	  -> exporter.Reconcile       this node's drives that are members of volumes owned elsewhere
 //	  -> importer.Reconcile       members of the volumes this node owns (member UUID; drive export while creating)
 //	  -> volmgr.ReconcileCluster  create / start / export / consume
-//	  -> etcd: created volumes become ready (member UUIDs), deleted ones go, VolumeStatus published
+//	  -> ownership: hand-overs drained, resigned, finished (clustermove.go)
+//	  -> etcd: created volumes become ready (member UUIDs), deleted ones go, VolumeStatus and consumer paths published
 //
 // Desired state lives in etcd and every mutation goes through it: volume
 // create writes the record (state creating) from any node, the owner
@@ -54,7 +55,9 @@ type clusterLoop struct {
 	watched   *clientv3.Client         // the client the watch runs on
 	acks      map[string]fenceAck      // fence acknowledgements written, by volume (clusterfence.go)
 	holders   map[string]plan.OwnerKey // last owner key seen per volume (clusterfence.go)
-	req       requestWorker            // clusterreq.go
+	paths     *model.NodePaths         // consumer paths last published, on pathsOn
+	pathsOn   clientv3.LeaseID
+	req       requestWorker // clusterreq.go
 }
 
 func newClusterLoop() *clusterLoop {
@@ -66,6 +69,8 @@ func newClusterLoop() *clusterLoop {
 type clusterView struct {
 	plan.View
 	Status map[string]model.VolumeStatus
+	Moves  map[string]volumes.StoredMove // by volume UUID (clustermove.go)
+	Paths  map[string]model.NodePaths    // consumer paths by node
 }
 
 // readView reads the view; a node without storage addresses serves
@@ -88,6 +93,12 @@ func readView(ctx context.Context, kv clientv3.KV, self string) (*clusterView, e
 		return nil, err
 	}
 	if v.Status, err = volumes.ListStatus(ctx, kv); err != nil {
+		return nil, err
+	}
+	if v.Moves, err = volumes.ListMoves(ctx, kv); err != nil {
+		return nil, err
+	}
+	if v.Paths, err = volumes.ListPaths(ctx, kv); err != nil {
 		return nil, err
 	}
 	return v, nil

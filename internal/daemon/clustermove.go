@@ -2,74 +2,96 @@ package daemon
 
 import (
 	"cmp"
+	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
+	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/cluster/model"
+	"github.com/fabraid/fabraid/internal/cluster/owner"
+	"github.com/fabraid/fabraid/internal/cluster/plan"
+	"github.com/fabraid/fabraid/internal/cluster/volumes"
+	"github.com/fabraid/fabraid/internal/volmgr"
 )
 
 // The planned move of a volume (`fabraid volume move NAME NODE`,
-// docs/cluster.md "Planned move"): the pure core, not wired into the
-// cluster loop yet (it needs the owner takeover of issue 13's failover).
+// docs/cluster.md "Planned move") and the hand-over of a live owner.
 //
 // The order follows what the Linux host does (docs/nvmeof.md,
 // "Switchover", measured in TestIntegrationANASwitchover):
 //   - a path in ANA state optimized or non-optimized takes I/O at once, so
 //     the new owner presents no usable path before it runs the engine
-//     under its own epoch;
+//     under its own epoch (its export appears only with its engine);
 //   - with every path inaccessible the host requeues I/O, no error;
 //   - a target that answers a reconnect without the NQN (unlinked,
 //     removed) makes the host delete that controller at once (DNR), and
 //     EIO follows if it was the last path: the old owner keeps its export
-//     linked and inaccessible until the new owner serves.
+//     linked and inaccessible until the consumers have the new path.
 //
-// Phases, each written to the move record with a CAS by the node that
-// finished the previous one:
+// The decision is one etcd transaction (volumes.StartMove): the record's
+// owner becomes the target N and the move record (keys.Move) is written
+// with phase requested and the old owner O's epoch E. From there every
+// step is a node's loop reacting to etcd:
 //
-//	requested   any node: checkMove passed
-//	  old owner: ANA inaccessible, flush, freeze, stop the engine (export
-//	  kept, inaccessible), Resign the owner key, CAS the record's owner to
-//	  the target
-//	resigned
-//	  target: Acquire (epoch E' > E), fence for E', assemble with E',
-//	  export optimized; consumers connect the new path and their queued
-//	  I/O completes
-//	serving
-//	  old owner: remove its export (consumers that connected the target
-//	  lose only the dead path)
-//	done
+//	O  key held, record owner another live node: drain (volmgr
+//	   DrainEngine: export inaccessible, ublk idle, flush, freeze), then
+//	   Resign the key; the export stays linked (ClusterPlan.Drain)  -> resigned
+//	N  no key, record owner me: Acquire (E' > E), storage fence,
+//	   assemble at E', ublk, export (optimized); its status says epoch
+//	   E' and exported; consumers connect N (the old path is kept until
+//	   the new one is live, volmgr paths.go) and publish their paths
+//	O  N serves at E' > E and every live node's paths show a live
+//	   controller to another address than O's (or none to O): remove
+//	   the export, then stop the engine                            -> done
 //
-// A node that dies mid-move is handled by failover: before "resigned" the
-// old owner's lease runs out and the target (the record's owner by then,
-// or failover's choice) takes over; after it, the target is the owner.
+// The same hand-over runs when anything else changes the record's owner
+// to another live node (no move record then). A node that dies mid-way
+// is failover's: before O resigns, O's lease expiry lets ChooseOwner's
+// node take over; after it, N (or ChooseOwner's node when N dies) serves,
+// and O, still draining, removes its export once that node serves. If O
+// itself acquires the volume again (failover chose it), the drain ends:
+// its frozen engine thaws at the new epoch and the export turns
+// optimized.
 
-// Move phases.
-const (
-	MoveRequested = "requested"
-	MoveResigned  = "resigned"
-	MoveServing   = "serving"
-	MoveDone      = "done"
-	MoveFailed    = "failed"
-)
+// moveWait bounds how long `volume move --wait` waits for the move to end.
+const moveWait = 4 * time.Minute
 
-// Move is the move record of a volume.
-type Move struct {
-	From  string `json:"from"`  // owner when the move was asked
-	To    string `json:"to"`    // target node
-	Epoch uint64 `json:"epoch"` // From's owner epoch when asked
-	Phase string `json:"phase"`
-	Error string `json:"error,omitempty"` // MoveFailed: why
+// moveStale: a move record not over whose From node is down, whose
+// record owner is no longer To, or that has not changed for this long
+// blocks no new move (its old owner restarted mid-way and lost its drain,
+// or failover ended it).
+const moveStale = 10 * time.Minute
+
+// consumerWait is how long an old owner keeps its inaccessible export
+// after the new owner serves while some live node shows no path to the
+// new owner (its fabraidd is stuck or an old version that publishes no
+// paths); then the export goes anyway, with a warning naming the nodes.
+const consumerWait = 2 * time.Minute
+
+// moveUnderWay says whether m blocks a new move of vol.
+func moveUnderWay(m *model.Move, vol model.Volume, nodes []model.NodeStatus, now time.Time) bool {
+	if m == nil || m.Over() || vol.Owner != m.To || now.Sub(m.Updated) > moveStale {
+		return false
+	}
+	i := slices.IndexFunc(nodes, func(n model.NodeStatus) bool { return n.Name == m.From })
+	return i >= 0 && nodes[i].Alive
 }
 
 // checkMove refuses a move that cannot or need not be made: the volume
-// must be ready with a live owner and no move under way, and the target
-// must be another registered, live node.
-func checkMove(vol model.Volume, nodes []model.NodeStatus, target string, current *Move) error {
+// must be ready with a live owner holding it and no move under way, and
+// the target must be another registered, live node. keyNode is the owner
+// key's holder ("" when free).
+func checkMove(vol model.Volume, nodes []model.NodeStatus, target, keyNode string, current *model.Move, now time.Time) error {
 	if target == "" {
 		return fmt.Errorf("volume %s: move to which node? (give a node name)", vol.Name)
 	}
-	if current != nil && current.Phase != MoveDone && current.Phase != MoveFailed {
+	if moveUnderWay(current, vol, nodes, now) {
 		return fmt.Errorf("volume %s: a move from %s to %s is already under way (phase %s)", vol.Name, current.From, current.To, current.Phase)
 	}
 	if vol.State != model.VolumeReady {
@@ -96,77 +118,92 @@ func checkMove(vol model.Volume, nodes []model.NodeStatus, target string, curren
 		return fmt.Errorf("volume %s: node %s is down: a volume moves only to a live node", vol.Name, target)
 	case vol.Owner == "" || from == nil || !from.Alive:
 		return fmt.Errorf("volume %s: its owner %q is not running: failover, not a move, brings it back", vol.Name, vol.Owner)
+	case keyNode != vol.Owner:
+		return fmt.Errorf("volume %s: its owner %s does not hold it now (owner key: %q; a takeover or hand-over is under way): try again", vol.Name, vol.Owner, keyNode)
 	case len(to.StorageAddresses) == 0 && to.ClusterAddress == "":
 		return fmt.Errorf("volume %s: node %s has no storage address to export on", vol.Name, target)
 	}
 	return nil
 }
 
-// moveFacts is what a node knows when it decides its part of a move.
-type moveFacts struct {
-	Self string
-	// KeyHolder and KeyEpoch are the volume's owner key ("" when free).
-	KeyHolder string
-	KeyEpoch  uint64
-	// ServingEpoch is the epoch of the owner status the target published
-	// (0: none yet).
-	ServingEpoch uint64
-	// Alive: the node's liveness key exists.
-	Alive func(node string) bool
+// handover is an old owner's drain of one volume (in memory: a daemon
+// restarted mid-way stops the volume as a non-owner).
+type handover struct {
+	epoch    owner.Epoch // the epoch this node held the volume at
+	frozen   bool        // DrainEngine done: export inaccessible, engine frozen
+	resigned bool
+	since    time.Time // the export turned inaccessible
+	served   time.Time // first seen served by the new owner
 }
 
-// moveAction is what this node does next for a move.
-type moveAction int
-
-const (
-	moveWait     moveAction = iota // nothing for this node now
-	moveDrain                      // old owner: inaccessible, flush, freeze, stop, Resign, owner := To; phase resigned
-	moveTakeOver                   // target: Acquire, fence, assemble, optimized; phase serving
-	moveUnexport                   // old owner: remove its export; phase done
-	moveFinish                     // target: the old owner is down (its export with it); phase done
-	moveAbandon                    // the move cannot finish as asked: phase failed (failover owns the volume)
-)
-
-func (a moveAction) String() string {
-	return [...]string{"wait", "drain", "take over", "unexport", "finish", "abandon"}[a]
+// handoverFacts is what the old owner knows when it decides whether its
+// export may go.
+type handoverFacts struct {
+	Self        string
+	RecordOwner string
+	KeyNode     string // owner key holder, "" when free
+	KeyEpoch    uint64
+	Status      *model.VolumeStatus // the record owner's published status
+	// Pending are the live nodes whose published paths show a controller
+	// to this node's export and no live one elsewhere (or no paths at all).
+	Pending []string
+	Now     time.Time
 }
 
-// nextMoveStep is this node's next action for move m. Pure.
-func nextMoveStep(m Move, f moveFacts) (moveAction, string) {
-	switch m.Phase {
-	case MoveRequested:
-		switch {
-		case f.KeyHolder == m.From && f.KeyEpoch != m.Epoch:
-			return moveAbandon, fmt.Sprintf("%s holds the volume at epoch %d, not %d as when the move was asked", m.From, f.KeyEpoch, m.Epoch)
-		case f.KeyHolder != "" && f.KeyHolder != m.From:
-			return moveAbandon, fmt.Sprintf("%s took the volume over (epoch %d) before %s drained it", f.KeyHolder, f.KeyEpoch, m.From)
-		case !f.Alive(m.To):
-			return moveAbandon, fmt.Sprintf("target %s went down before the old owner drained", m.To)
-		case f.KeyHolder == "":
-			return moveAbandon, fmt.Sprintf("%s lost the volume (no owner key) before it drained: failover takes it", m.From)
-		case f.Self == m.From:
-			return moveDrain, ""
+// servedElsewhere says whether another node runs and exports the volume
+// under the owner key, at an epoch newer than h's.
+func servedElsewhere(h handover, f handoverFacts) bool {
+	s := f.Status
+	return s != nil && f.RecordOwner != f.Self && s.Owner == f.RecordOwner && f.KeyNode == s.Owner &&
+		s.Epoch == f.KeyEpoch && s.Epoch > uint64(h.epoch) && s.Exported &&
+		s.State != "stopped" && s.State != "waiting" && s.State != model.VolumeCreating
+}
+
+// mayUnexport is the old owner's decision for a frozen, resigned volume:
+// true when its export may go now, with the reason for the log.
+func mayUnexport(h handover, f handoverFacts) (bool, string) {
+	if !servedElsewhere(h, f) {
+		return false, ""
+	}
+	if len(f.Pending) == 0 {
+		return true, fmt.Sprintf("%s serves at epoch %d and every live node has a live path to it", f.RecordOwner, f.KeyEpoch)
+	}
+	if !h.served.IsZero() && f.Now.Sub(h.served) >= consumerWait {
+		return true, fmt.Sprintf("%s serves at epoch %d; nodes %s show no live path to it after %s: removing the export anyway",
+			f.RecordOwner, f.KeyEpoch, strings.Join(f.Pending, ", "), consumerWait)
+	}
+	return false, ""
+}
+
+// pendingConsumers are the live nodes of v that may still depend on this
+// node's export of vol: their published paths show a controller to one of
+// addrs and none live elsewhere, or they publish no paths.
+func pendingConsumers(v *clusterView, uuid string, addrs []string) []string {
+	var out []string
+	for _, n := range v.Nodes {
+		if !n.Alive {
+			continue
 		}
-	case MoveResigned:
-		switch {
-		case f.KeyHolder == "" && f.Self == m.To:
-			return moveTakeOver, ""
-		case f.KeyHolder == m.To && f.KeyEpoch > m.Epoch && f.Self == m.To:
-			// Acquired but not yet serving (crashed or retrying after
-			// Acquire): finish the takeover under the held epoch.
-			return moveTakeOver, ""
-		case f.KeyHolder != "" && f.KeyHolder != m.To:
-			return moveAbandon, fmt.Sprintf("%s took the volume (epoch %d) instead of %s", f.KeyHolder, f.KeyEpoch, m.To)
+		np, ok := v.Paths[n.Name]
+		if !ok {
+			out = append(out, n.Name)
+			continue
 		}
-	case MoveServing:
-		if f.Self == m.From && f.KeyHolder == m.To && f.ServingEpoch > m.Epoch {
-			return moveUnexport, ""
+		old, other := false, false
+		for _, p := range np.Volumes[uuid] {
+			switch {
+			case slices.Contains(addrs, p.Address):
+				old = true
+			case p.State == "live":
+				other = true
+			}
 		}
-		if !f.Alive(m.From) && f.Self == m.To {
-			return moveFinish, ""
+		if old && !other {
+			out = append(out, n.Name)
 		}
 	}
-	return moveWait, ""
+	slices.Sort(out)
+	return out
 }
 
 // nodeIndex is self's place in the cluster's nodes ordered by join time,
@@ -184,4 +221,236 @@ func nodeIndex(nodes []model.NodeStatus, self string) int {
 		return cmp.Compare(a.Name, b.Name)
 	})
 	return slices.IndexFunc(sorted, func(n model.NodeStatus) bool { return n.Name == self })
+}
+
+// moveRoutes serves POST /v1/volumes/{ref}/move.
+func (d *Daemon) moveRoutes(mux *http.ServeMux, reply func(http.ResponseWriter, any, error), decode func(*http.Request, any) error) {
+	mux.HandleFunc("POST /v1/volumes/{ref}/move", func(w http.ResponseWriter, r *http.Request) {
+		var q api.MoveRequest
+		if err := decode(r, &q); err != nil {
+			reply(w, nil, err)
+			return
+		}
+		if !d.inCluster() {
+			reply(w, nil, fmt.Errorf("%w: volume move needs a cluster (one node owns every volume)", errBadRequest))
+			return
+		}
+		out, err := d.clusterMove(r.Context(), r.PathValue("ref"), q)
+		reply(w, out, err)
+	})
+}
+
+// clusterMove asks for the move of volume ref to q.Node and, with q.Wait,
+// waits until it has ended.
+func (d *Daemon) clusterMove(ctx context.Context, ref string, q api.MoveRequest) (api.MoveReply, error) {
+	v, err := d.currentView(ctx)
+	if err != nil {
+		return api.MoveReply{}, err
+	}
+	vol, ok := v.volume(ref)
+	if !ok {
+		return api.MoveReply{}, fmt.Errorf("%w: %s", volmgr.ErrNotFound, ref)
+	}
+	cli := d.cluster.Client()
+	gctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+	ks, err := owner.List(gctx, cli)
+	cancel()
+	if err != nil {
+		return api.MoveReply{}, err
+	}
+	k := ks[vol.UUID]
+	now := time.Now().UTC()
+	m := model.Move{Volume: vol.UUID, To: q.Node, Epoch: uint64(k.Epoch), Phase: model.MoveRequested, Asked: now, Updated: now}
+	sctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+	_, err = volumes.StartMove(sctx, cli, m, func(cur model.Volume, curMove *model.Move) error {
+		if err := checkMove(cur, v.Nodes, q.Node, k.Node, curMove, time.Now()); err != nil {
+			return &ownerError{code: http.StatusConflict, msg: err.Error()}
+		}
+		return nil
+	})
+	cancel()
+	if err != nil {
+		if errors.Is(err, volumes.ErrNotFound) {
+			return api.MoveReply{}, fmt.Errorf("%w: %w", volmgr.ErrNotFound, err)
+		}
+		return api.MoveReply{}, err
+	}
+	d.log.Info("volume move asked", "volume", vol.Name, "from", vol.Owner, "to", q.Node, "epoch", k.Epoch)
+	d.Kick()
+	m.From = vol.Owner
+	if !q.Wait {
+		return moveReply(m), nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, moveWait)
+	defer cancel()
+	for {
+		gctx, gcancel := context.WithTimeout(wctx, etcdTimeout)
+		cur, _, ok, err := volumes.GetMove(gctx, cli, vol.UUID)
+		gcancel()
+		if err == nil && ok {
+			m = cur.Move
+			if m.Over() {
+				if m.Phase == model.MoveFailed {
+					return moveReply(m), &ownerError{code: http.StatusConflict, msg: fmt.Sprintf("volume %s: move to %s failed: %s", vol.Name, m.To, m.Error)}
+				}
+				return moveReply(m), nil
+			}
+		}
+		select {
+		case <-wctx.Done():
+			return moveReply(m), fmt.Errorf("volume %s: move to %s not done after %s (phase %s); it goes on: fabraid volume show %s",
+				vol.Name, q.Node, moveWait, m.Phase, vol.Name)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func moveReply(m model.Move) api.MoveReply {
+	return api.MoveReply{Volume: m.Volume, From: m.From, To: m.To, Phase: m.Phase, Epoch: m.Epoch, ToEpoch: m.ToEpoch,
+		Error: m.Error, PauseSeconds: m.PauseSeconds}
+}
+
+// mayTakeBack says whether this node, handing vol over, takes it back
+// instead: there is no owner key and failover's choice for the volume (its
+// record owner is dead) is this node.
+func (o *ownership) mayTakeBack(v *clusterView, vol model.Volume, hasKey bool) bool {
+	return !hasKey && vol.State == model.VolumeReady && o.ownerGone(v, vol) && plan.ChooseOwner(v.View, vol) == o.self
+}
+
+// handedOver decides for a frozen, resigned hand-over whether its export
+// may go now (mayUnexport), noting when the new owner was first seen
+// serving and asking for a reconcile soon while it waits.
+func (o *ownership) handedOver(v *clusterView, vol model.Volume, k owner.Key, hasKey bool, h *handover) bool {
+	f := handoverFacts{Self: o.self, RecordOwner: vol.Owner, Now: time.Now()}
+	if hasKey {
+		f.KeyNode, f.KeyEpoch = k.Node, uint64(k.Epoch)
+	}
+	if st, ok := v.Status[vol.UUID]; ok {
+		f.Status = &st
+	}
+	if servedElsewhere(*h, f) {
+		var addrs []string
+		if n, ok := v.node(o.self); ok {
+			addrs = n.StorageAddresses
+		}
+		f.Pending = pendingConsumers(v, vol.UUID, addrs)
+		if h.served.IsZero() {
+			h.served = f.Now
+			o.log.Info("hand-over: the new owner serves; waiting for every consumer's path to it", "volume", vol.Name,
+				"owner", vol.Owner, "epoch", f.KeyEpoch, "inaccessible_seconds", f.Now.Sub(h.since).Seconds(), "pending", f.Pending)
+		}
+	}
+	ok, why := mayUnexport(*h, f)
+	if ok {
+		o.log.Info("hand-over: removing this node's export", "volume", vol.Name, "why", why)
+		return true
+	}
+	time.AfterFunc(time.Second, o.kick) // statuses and paths do not kick the loop
+	return false
+}
+
+// manager is what the hand-over needs of the volume manager.
+type manager interface {
+	DrainEngine(ctx context.Context, u [16]byte) (time.Duration, error)
+	SetANAState(ctx context.Context, u [16]byte, state string) error
+	Running(u [16]byte) bool
+}
+
+// afterReconcile carries out the hand-over steps of plan p after the
+// manager's reconcile: drains and resigns, turns taken-back exports
+// optimized, ends finished hand-overs, and moves the move records on.
+func (o *ownership) afterReconcile(ctx context.Context, cli *clientv3.Client, v *clusterView, p ownerPlan, m manager) []error {
+	var errs []error
+	for uuid, e := range p.Drain {
+		h := o.handing[uuid]
+		if h == nil {
+			continue
+		}
+		u, _ := volmgr.ParseUUID(uuid)
+		if m.Running(u) {
+			d, err := m.DrainEngine(ctx, u)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("hand-over: %w (the volume stays here; next reconcile retries)", err))
+				continue
+			}
+			h.since = time.Now().Add(-d)
+		} else {
+			h.since = time.Now()
+		}
+		h.frozen = true
+		p.Resign[uuid] = e
+	}
+	for uuid, e := range p.Resign {
+		h := o.handing[uuid]
+		if err := owner.Resign(ctx, cli, uuid, e); err != nil {
+			errs = append(errs, fmt.Errorf("hand-over: %w", err))
+			continue
+		}
+		o.forget(uuid)
+		if h != nil {
+			h.resigned = true
+		}
+		o.log.Info("hand-over: drained and resigned; the export stays inaccessible until the new owner serves", "uuid", uuid, "epoch", e)
+		o.moveRecord(ctx, cli, uuid, func(m *model.Move) bool {
+			if m.Phase != model.MoveRequested {
+				return false
+			}
+			m.Phase = model.MoveResigned
+			return true
+		})
+	}
+	for _, uuid := range p.Undrain {
+		u, _ := volmgr.ParseUUID(uuid)
+		if err := m.SetANAState(ctx, u, volmgr.ANAOptimized); err != nil && !errors.Is(err, volmgr.ErrNotExported) {
+			errs = append(errs, fmt.Errorf("hand-over ended: %w", err))
+		}
+		o.log.Warn("hand-over ended: this node runs the volume again", "uuid", uuid, "epoch", p.Held[uuid])
+		o.moveRecord(ctx, cli, uuid, func(m *model.Move) bool {
+			m.Phase, m.Error = model.MoveFailed, fmt.Sprintf("%s did not take the volume over; %s runs it again (epoch %d)", m.To, o.self, p.Held[uuid])
+			return true
+		})
+	}
+	for _, uuid := range p.Finish {
+		u, _ := volmgr.ParseUUID(uuid)
+		h := o.handing[uuid]
+		if h == nil || m.Running(u) {
+			continue
+		}
+		delete(o.handing, uuid)
+		st := v.Status[uuid]
+		o.log.Info("hand-over done: export removed, engine stopped", "uuid", uuid, "owner", st.Owner, "epoch", st.Epoch)
+		o.moveRecord(ctx, cli, uuid, func(m *model.Move) bool {
+			m.Phase, m.ToEpoch = model.MoveDone, st.Epoch
+			if !h.served.IsZero() && !h.since.IsZero() {
+				m.PauseSeconds = h.served.Sub(h.since).Seconds()
+			}
+			if st.Owner != m.To {
+				m.Phase, m.Error = model.MoveFailed, fmt.Sprintf("%s did not take the volume over; %s serves it (epoch %d)", m.To, st.Owner, st.Epoch)
+			}
+			return true
+		})
+	}
+	return errs
+}
+
+// moveRecord applies f to the volume's move record when this node is its
+// From and it is not over (f says whether it changed it); a lost race is
+// left to the next reconcile.
+func (o *ownership) moveRecord(ctx context.Context, cli *clientv3.Client, uuid string, f func(*model.Move) bool) {
+	mctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+	defer cancel()
+	cur, rev, ok, err := volumes.GetMove(mctx, cli, uuid)
+	if err != nil || !ok || cur.From != o.self || cur.Over() {
+		return
+	}
+	m := cur.Move
+	if !f(&m) {
+		return
+	}
+	m.Updated = time.Now().UTC()
+	if err := volumes.UpdateMove(mctx, cli, rev, m); err != nil {
+		o.log.Warn("move record not updated", "uuid", uuid, "phase", m.Phase, "err", err)
+		return
+	}
+	o.log.Info("move record", "uuid", uuid, "phase", m.Phase, "from", m.From, "to", m.To, "pause_seconds", m.PauseSeconds, "error", m.Error)
 }

@@ -31,8 +31,10 @@ import (
 //     for its epoch is acknowledged (fence.Wait over the volume's other
 //     member nodes) the volume is planned at that epoch; before, it is not
 //     run. When the record names another, alive node as owner (a move, or
-//     a lost race), the engine is stopped and the key resigned: the record
-//     owner acquires it next.
+//     a lost race), the node hands the volume over (clustermove.go): it
+//     drains (export inaccessible, engine flushed and frozen), resigns
+//     the key and keeps the export linked until the record owner serves
+//     and the consumers have its path; the record owner acquires next.
 //   - owner key of another node: not run here; an engine of it is
 //     unexported and stopped (volmgr ClusterPlan.Stop). Only then: without
 //     a key, or before the storage fence of a held key is acknowledged, an
@@ -87,12 +89,14 @@ type ownership struct {
 	seen   map[string]owner.Key   // other nodes' owner keys at the last list
 	lapsed map[string]time.Time   // nodes whose owner session was seen to end, and when
 	lost   time.Time              // when the last session fenced (for the log)
+	// handing are the volumes this node hands over (clustermove.go).
+	handing map[string]*handover
 }
 
 func newOwnership(self string, ttl time.Duration, log *slog.Logger, freeze func() error, kick func()) *ownership {
 	return &ownership{self: self, ttl: ttl, log: log, freeze: freeze, kick: kick, wait: fence.Wait,
 		fenced: map[string]owner.Epoch{}, absent: map[string]time.Time{},
-		seen: map[string]owner.Key{}, lapsed: map[string]time.Time{}}
+		seen: map[string]owner.Key{}, lapsed: map[string]time.Time{}, handing: map[string]*handover{}}
 }
 
 // session returns the current owner session, making a new one when there
@@ -150,15 +154,25 @@ func (o *ownership) close(ctx context.Context) {
 
 // ownerPlan is what one reconcile settled.
 type ownerPlan struct {
-	Held    map[string]uint64 // volume UUID -> epoch: run these (plan.View.Held)
-	Stop    [][16]byte        // must not run here (volmgr ClusterPlan.Stop)
-	Release map[string]owner.Epoch
+	Held map[string]uint64 // volume UUID -> epoch: run these (plan.View.Held)
+	Stop [][16]byte        // must not run here (volmgr ClusterPlan.Stop)
+	// Drain: held volumes to drain after this pass's manager reconcile
+	// (then resigned); Resign: frozen volumes whose key is still this
+	// node's; Keep: frozen, resigned volumes whose export stays
+	// (volmgr ClusterPlan.Drain); Finish: volumes in Stop whose hand-over
+	// ends when the engine is gone; Undrain: volumes held again after a
+	// drain (their export turns optimized once the engine runs).
+	Drain   map[string]owner.Epoch
+	Resign  map[string]owner.Epoch
+	Keep    [][16]byte
+	Finish  []string
+	Undrain []string
 }
 
 // reconcile settles the ownership of every volume of v (see the comment
 // at the top).
 func (o *ownership) reconcile(ctx context.Context, cli *clientv3.Client, v *clusterView) (ownerPlan, error) {
-	p := ownerPlan{Held: map[string]uint64{}, Release: map[string]owner.Epoch{}}
+	p := ownerPlan{Held: map[string]uint64{}, Drain: map[string]owner.Epoch{}, Resign: map[string]owner.Epoch{}}
 	s, err := o.session(ctx, cli)
 	if err != nil {
 		return p, fmt.Errorf("owner session: %w", err)
@@ -186,14 +200,42 @@ func (o *ownership) reconcile(ctx context.Context, cli *clientv3.Client, v *clus
 		if !has || k.Lease != mine || k.Node != o.self {
 			o.forget(vol.UUID)
 		}
+		h := o.handing[vol.UUID]
+		mineNow := has && k.Lease == mine && k.Node == o.self
+		if h != nil && !h.frozen && !mineNow {
+			delete(o.handing, vol.UUID) // lost the key before the drain froze the engine
+			h = nil
+		}
 		switch {
-		case has && k.Lease == mine && k.Node == o.self:
+		case h != nil && h.frozen && mineNow:
+			// Frozen at this epoch, the key not resigned yet: a frozen
+			// engine never thaws at its own epoch, so the hand-over
+			// goes on whatever the record says now.
+			delete(o.absent, vol.UUID)
+			p.Resign[vol.UUID] = k.Epoch
+			p.Keep = append(p.Keep, u)
+			continue
+		case h != nil && h.frozen && vol.Owner != o.self && !o.mayTakeBack(v, vol, has):
+			delete(o.absent, vol.UUID)
+			if o.handedOver(v, vol, k, has, h) {
+				p.Stop = append(p.Stop, u)
+				p.Finish = append(p.Finish, vol.UUID)
+			} else {
+				p.Keep = append(p.Keep, u)
+			}
+			continue
+		case mineNow:
 			delete(o.absent, vol.UUID)
 			if vol.Owner != o.self && vol.State == model.VolumeReady && alive(v, vol.Owner) {
 				// The desired owner is another live node: hand it over.
-				p.Release[vol.UUID] = k.Epoch
-				p.Stop = append(p.Stop, u)
-				continue
+				// This pass still runs it; the drain follows the
+				// manager's reconcile (afterReconcile).
+				if h == nil {
+					o.handing[vol.UUID] = &handover{epoch: k.Epoch}
+				}
+				p.Drain[vol.UUID] = k.Epoch
+			} else if h != nil {
+				delete(o.handing, vol.UUID) // the record came back before the drain froze it
 			}
 			if err := o.fence(ctx, cli, vol, k.Epoch, ""); err != nil {
 				errs = append(errs, err) // not run yet; an engine stays as it is
@@ -255,7 +297,24 @@ func (o *ownership) reconcile(ctx context.Context, cli *clientv3.Client, v *clus
 			continue
 		}
 		p.Held[vol.UUID] = uint64(e)
+		if h != nil {
+			// Held again at a newer epoch (failover chose this node,
+			// or the record came back): the frozen engine thaws at e.
+			delete(o.handing, vol.UUID)
+			p.Undrain = append(p.Undrain, vol.UUID)
+		}
 	}
+	// A frozen hand-over's export goes only through Finish (handedOver):
+	// whatever else put it in Stop (a failed Acquire, a stranger's key)
+	// keeps it linked and inaccessible.
+	p.Stop = slices.DeleteFunc(p.Stop, func(u [16]byte) bool {
+		uuid := volmgr.FormatUUID(u)
+		if h := o.handing[uuid]; h != nil && h.frozen && !slices.Contains(p.Finish, uuid) {
+			p.Keep = append(p.Keep, u)
+			return true
+		}
+		return false
+	})
 	// Keys of this lease whose volume record is gone (deleted here).
 	for uuid, k := range ks {
 		if !records[uuid] && k.Lease == mine {
@@ -416,22 +475,3 @@ func (o *ownership) fence(ctx context.Context, cli *clientv3.Client, vol model.V
 }
 
 func (o *ownership) forget(uuid string) { delete(o.fenced, uuid) }
-
-// resignReleased gives up the keys of the volumes handed over whose
-// engine is stopped now (the record owner acquires them next).
-func (o *ownership) resignReleased(ctx context.Context, cli *clientv3.Client, rel map[string]owner.Epoch, running func([16]byte) bool) error {
-	var errs []error
-	for uuid, e := range rel {
-		u, _ := volmgr.ParseUUID(uuid)
-		if running(u) {
-			continue
-		}
-		if err := owner.Resign(ctx, cli, uuid, e); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		o.forget(uuid)
-		o.log.Info("released volume to its record owner", "uuid", uuid, "epoch", e)
-	}
-	return errors.Join(errs...)
-}

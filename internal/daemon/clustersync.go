@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -69,7 +71,7 @@ func (d *Daemon) reconcileCluster(ctx context.Context) error {
 	}
 	paths := imp.Paths(ires)
 	mp := managerPlan(v, imp, paths)
-	mp.Secret, mp.Auth, mp.Stop = secret, xres.Auth, own.Stop
+	mp.Secret, mp.Auth, mp.Stop, mp.Drain = secret, xres.Auth, own.Stop, own.Keep
 	res, err := d.mgr.ReconcileCluster(ctx, mp)
 	if err != nil {
 		errs = append(errs, err)
@@ -77,11 +79,12 @@ func (d *Daemon) reconcileCluster(ctx context.Context) error {
 	if res.Retry {
 		time.AfterFunc(consumerRetry, d.Kick) // a new owner's export may be up by then
 	}
-	if err := d.owners.resignReleased(ctx, cli, own.Release, d.mgr.Running); err != nil {
-		errs = append(errs, err)
-	}
+	errs = append(errs, d.owners.afterReconcile(ctx, cli, v, own, d.mgr)...) // hand-overs (clustermove.go)
 	wctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 	defer cancel()
+	if err := d.publishPaths(wctx, cli, res.Paths); err != nil {
+		errs = append(errs, err)
+	}
 	for u, ms := range res.Created {
 		if err := markReady(wctx, cli, u, ms); err != nil {
 			errs = append(errs, err)
@@ -158,6 +161,9 @@ func (d *Daemon) publishStatus(ctx context.Context, cli *clientv3.Client, v *clu
 			continue
 		}
 		s := d.volumeStatus(vol)
+		if u, err := volmgr.ParseUUID(vol.UUID); err == nil && d.mgr.Running(u) && s.State != "stopped" && s.State != "waiting" {
+			s.Epoch, s.Exported = v.Held[vol.UUID], d.mgr.Exported(u)
+		}
 		c.mu.Lock()
 		old, ok := c.published[vol.UUID]
 		c.mu.Unlock()
@@ -174,6 +180,39 @@ func (d *Daemon) publishStatus(ctx context.Context, cli *clientv3.Client, v *clu
 		c.mu.Unlock()
 	}
 	return errors.Join(errs...)
+}
+
+// publishPaths writes this node's consumer controllers (paths, from the
+// manager's reconcile) when they changed, on the status lease: the old
+// owner of a hand-over waits for them (clustermove.go).
+func (d *Daemon) publishPaths(ctx context.Context, cli *clientv3.Client, paths map[[16]byte][]volmgr.ConsumerPath) error {
+	c := d.loop
+	lease, err := c.ensureLease(ctx, cli)
+	if err != nil {
+		return err
+	}
+	np := model.NodePaths{Version: model.PathsVersion, Node: d.opts.Config.NodeName, Volumes: map[string][]model.Path{}}
+	for u, ps := range paths {
+		var out []model.Path
+		for _, p := range ps {
+			out = append(out, model.Path{Address: p.Address, State: p.State})
+		}
+		slices.SortFunc(out, func(a, b model.Path) int { return strings.Compare(a.Address+a.State, b.Address+b.State) })
+		np.Volumes[volmgr.FormatUUID(u)] = out
+	}
+	c.mu.Lock()
+	same := c.paths != nil && c.pathsOn == lease && reflect.DeepEqual(*c.paths, np)
+	c.mu.Unlock()
+	if same {
+		return nil
+	}
+	if err := volumes.PutPaths(ctx, cli, lease, np); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.paths, c.pathsOn = &np, lease
+	c.mu.Unlock()
+	return nil
 }
 
 func sameStatus(a, b model.VolumeStatus) bool {

@@ -330,6 +330,7 @@ func (d *Daemon) Handler() http.Handler {
 	})
 	d.clusterRoutes(mux, reply, decode)
 	d.udevRoutes(mux, reply, decode)
+	d.moveRoutes(mux, reply, decode) // clustermove.go
 	mux.HandleFunc("GET /v1/volumes", func(w http.ResponseWriter, r *http.Request) {
 		if d.inCluster() {
 			v, err := d.clusterList(r.Context())

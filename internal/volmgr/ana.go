@@ -113,12 +113,16 @@ func exportOf(exports []Export, nqn string) Export {
 }
 
 // withANA returns exports with their ANA groups (kept from the actual
-// exports, read once from the backend) and states (SetANAState's, else
-// optimized), and this node's controller id range when the backend
+// exports, read once from the backend) and states (inaccessible for the
+// volumes of drain, else SetANAState's, else optimized), and this node's controller id range when the backend
 // applies ranges.
-func (x *exporter) withANA(ctx context.Context, exports []Export, lo, hi uint16) ([]Export, error) {
+func (x *exporter) withANA(ctx context.Context, exports []Export, lo, hi uint16, drain [][16]byte) ([]Export, error) {
 	x.anaMu.Lock()
 	defer x.anaMu.Unlock()
+	x.drain = map[[16]byte]bool{}
+	for _, u := range drain {
+		x.drain[u] = true
+	}
 	if x.ranges == nil {
 		f, err := x.target.Features(ctx)
 		if err != nil {
@@ -157,6 +161,9 @@ func (x *exporter) withANA(ctx context.Context, exports []Export, lo, hi uint16)
 		out[i].ANAState = ANAOptimized
 		if st, ok := x.ana[out[i].UUID]; ok {
 			out[i].ANAState = st
+		}
+		if x.drain[out[i].UUID] {
+			out[i].ANAState = ANAInaccessible // never usable while draining
 		}
 	}
 	for u := range x.ana {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/fabraid/fabraid/plugins/backend"
@@ -59,6 +61,7 @@ func TestCntlIDRange(t *testing.T) {
 
 // anaBackend records what the exporter asks of the target.
 type anaBackend struct {
+	mu      sync.Mutex // ana (SetANAState may run on another goroutine)
 	exports []backend.Export
 	ana     []backend.ANARequest
 	listErr error
@@ -76,8 +79,16 @@ func (b *anaBackend) List(context.Context, string) ([]backend.Export, error) {
 	return b.exports, b.listErr
 }
 func (b *anaBackend) SetANAState(_ context.Context, req backend.ANARequest) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	b.ana = append(b.ana, req)
 	return nil
+}
+
+func (b *anaBackend) anaCalls() []backend.ANARequest {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.ana)
 }
 func (b *anaBackend) Remove(context.Context, string) error { return nil }
 
@@ -97,7 +108,7 @@ func TestExportANA(t *testing.T) {
 	exports := []Export{{UUID: u1, Device: "/dev/ublkb0"}, {UUID: u2, Device: "/dev/ublkb1"}}
 	withANA := func() []backend.Export {
 		t.Helper()
-		ex, err := m.x.withANA(ctx, exports, p.CntlIDMin, p.CntlIDMax)
+		ex, err := m.x.withANA(ctx, exports, p.CntlIDMin, p.CntlIDMax, p.Drain)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,7 +174,7 @@ func TestExportANA(t *testing.T) {
 
 	// A backend without ranges (SPDK) gets none.
 	nr := &Manager{x: &exporter{target: &anaBackend{noRange: true}}}
-	if ex, err := nr.x.withANA(ctx, exports, 1001, 2000); err != nil || ex[0].CntlIDMin != 0 || ex[0].CntlIDMax != 0 {
+	if ex, err := nr.x.withANA(ctx, exports, 1001, 2000, nil); err != nil || ex[0].CntlIDMin != 0 || ex[0].CntlIDMax != 0 {
 		t.Fatalf("no-range backend: %+v, %v", ex, err)
 	}
 	// One-node mode: no cluster plan, refused.
@@ -173,7 +184,7 @@ func TestExportANA(t *testing.T) {
 	}
 	// The actual exports cannot be read: no export is planned blind.
 	bad := &Manager{x: &exporter{target: &anaBackend{listErr: errors.New("plugin down")}}}
-	if _, err := bad.x.withANA(ctx, exports, 0, 0); err == nil || !strings.Contains(err.Error(), "plugin down") {
+	if _, err := bad.x.withANA(ctx, exports, 0, 0, nil); err == nil || !strings.Contains(err.Error(), "plugin down") {
 		t.Fatalf("List error: %v", err)
 	}
 }

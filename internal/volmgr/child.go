@@ -136,6 +136,7 @@ func engineMux(e servedEngine, version string, stop, changed func()) *http.Serve
 	})
 	post("/rebuild", func(q engineReq) error { return e.Rebuild(q.Rate) })
 	post("/scrub", func(q engineReq) error { return e.Scrub(q.Repair, q.Rate) })
+	post("/flush", func(engineReq) error { return e.Flush() })
 	post("/freeze", func(engineReq) error { return e.Freeze() })
 	post("/thaw", func(q engineReq) error {
 		err := e.Thaw(q.Epoch)
@@ -329,6 +330,7 @@ func (c *child) Rebuild(rate int64) error {
 func (c *child) Scrub(repair bool, rate int64) error {
 	return c.call("POST", "/scrub", engineReq{Repair: repair, Rate: rate}, nil)
 }
+func (c *child) Flush() error  { return c.call("POST", "/flush", engineReq{}, nil) }
 func (c *child) Freeze() error { return c.call("POST", "/freeze", engineReq{}, nil) }
 func (c *child) Thaw(epoch uint64) error {
 	return c.call("POST", "/thaw", engineReq{Epoch: epoch}, nil)

@@ -63,6 +63,11 @@ type ClusterPlan struct {
 	// Stop are the volumes this node must not run (it does not hold
 	// their owner key): an engine of one is unexported and stopped.
 	Stop [][16]byte
+	// Drain are the volumes this node hands over (drain.go): their
+	// engine (frozen) is neither started nor stopped and their export
+	// stays linked with its ANA state inaccessible, so consumers queue
+	// their I/O until the new owner's path is live.
+	Drain [][16]byte
 }
 
 // PlannedVolume is one volume this node owns.
@@ -119,6 +124,9 @@ type ClusterResult struct {
 	// Retry: a consumer connection failed (an owner not exporting yet,
 	// after a takeover); reconcile again soon.
 	Retry bool
+	// Paths are this host's controllers of every consumed volume after
+	// the reconcile (what the old owner of a move waits for).
+	Paths map[[16]byte][]ConsumerPath
 }
 
 // ReconcileCluster converges the node to plan p: volumes in state creating
@@ -157,6 +165,7 @@ func (m *Manager) ReconcileCluster(ctx context.Context, p ClusterPlan) (ClusterR
 		errs = append(errs, err)
 	}
 	errs = append(errs, m.stopReleased(&p)...)
+	res.Paths = m.consumerPaths(p.Consumers)
 	return res, errors.Join(errs...)
 }
 

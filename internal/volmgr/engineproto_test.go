@@ -37,6 +37,7 @@ func (f *protoEngine) ReAdd(int, string, int64) error   { f.record("readd"); ret
 func (f *protoEngine) Replace(int, string, int64) error { f.record("replace"); return nil }
 func (f *protoEngine) Rebuild(int64) error              { f.record("rebuild"); return nil }
 func (f *protoEngine) Scrub(bool, int64) error          { f.record("scrub"); return nil }
+func (f *protoEngine) Flush() error                     { f.record("flush"); return nil }
 func (f *protoEngine) Freeze() error                    { f.record("freeze"); return nil }
 func (f *protoEngine) Thaw(uint64) error                { f.record("thaw"); return nil }
 func (f *protoEngine) Stop() error                      { f.record("stop"); return nil }

@@ -113,6 +113,15 @@ type exporter struct {
 	groups map[string]uint32
 	ana    map[[16]byte]string
 	ranges *bool // the backend applies controller id ranges (read once)
+	// drain are the volumes whose export is forced inaccessible
+	// (ClusterPlan.Drain); guarded by anaMu.
+	drain map[[16]byte]bool
+
+	// lastMu guards what the last converge applied and found: the NQNs
+	// exported and this host's controllers by subsystem NQN (drain.go).
+	lastMu   sync.Mutex
+	exported map[string]bool
+	paths    map[string][]ConsumerPath
 }
 
 // reconcile converges the exports and connections and returns the consumer
@@ -133,7 +142,7 @@ func (x *exporter) reconcileCluster(ctx context.Context, exports []Export, p *Cl
 	if err != nil {
 		return nil, err
 	}
-	if exports, err = x.withANA(ctx, exports, p.CntlIDMin, p.CntlIDMax); err != nil {
+	if exports, err = x.withANA(ctx, exports, p.CntlIDMin, p.CntlIDMax, p.Drain); err != nil {
 		return nil, err
 	}
 	return x.converge(ctx, ClusterExportSpec(exports, p.Hosts, p.Auth, p.Addresses, p.Port), desired, true)
@@ -150,6 +159,7 @@ func (x *exporter) converge(ctx context.Context, exports []backend.Export, desir
 	if err != nil {
 		return nil, fmt.Errorf("list controllers: %w", err)
 	}
+	x.noteExported(exports)
 	plan := nvmf.PlanConnections(desired, ctrls, NQNPrefix)
 	var later []string // old paths of desired subsystems (paths.go)
 	if keepGoing {
@@ -178,11 +188,17 @@ func (x *exporter) converge(ctx context.Context, exports []backend.Export, desir
 	if err != nil {
 		return nil, fmt.Errorf("list controllers: %w", err)
 	}
-	for _, name := range oldPathsToDrop(later, desired, ctrls) {
-		if err := x.host.Disconnect(name); err != nil {
-			failed = append(failed, fmt.Errorf("disconnect old path %s: %w", name, err))
+	if drop := oldPathsToDrop(later, desired, ctrls); len(drop) > 0 {
+		for _, name := range drop {
+			if err := x.host.Disconnect(name); err != nil {
+				failed = append(failed, fmt.Errorf("disconnect old path %s: %w", name, err))
+			}
+		}
+		if ctrls, err = x.sysfs.Controllers(); err != nil {
+			return nil, fmt.Errorf("list controllers: %w", err)
 		}
 	}
+	x.notePaths(ctrls)
 	heads := map[string]string{}
 	for _, c := range ctrls {
 		if len(c.Paths) > 0 && c.Paths[0].Head != "" {

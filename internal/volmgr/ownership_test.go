@@ -22,6 +22,7 @@ type epochEngine struct {
 func (f *epochEngine) Status() (EngineStatus, error) {
 	return EngineStatus{Engine: engine.Status{Name: "v", Epoch: f.epoch}, Frozen: f.frozen}, nil
 }
+func (f *epochEngine) Flush() error  { f.record("flush"); return nil }
 func (f *epochEngine) Freeze() error { f.record("freeze"); f.frozen = true; return nil }
 func (f *epochEngine) Thaw(e uint64) error {
 	f.record(fmt.Sprint("thaw ", e))

@@ -77,7 +77,9 @@ func (m *Manager) MemberRemoved(dev string) (string, error) {
 	var errs []error
 	for u, e := range engines {
 		st, err := e.Status()
-		if err != nil {
+		if err != nil || st.Frozen {
+			// A frozen engine (self-fenced, or handed over) writes no
+			// metadata; whoever runs the volume next finds the member.
 			continue
 		}
 		for _, ms := range st.Engine.Members {

@@ -34,6 +34,9 @@ type Engine interface {
 	// Scrub starts a parity check (repairing mismatches when repair) in the
 	// background.
 	Scrub(repair bool, rate int64) error
+	// Flush makes every write the engine completed durable on its
+	// members (engine.Volume.Flush).
+	Flush() error
 	// Freeze stops all member I/O (engine.Volume.Freeze: the owner's
 	// self-fence); requests stay queued, nothing is acknowledged.
 	Freeze() error
@@ -224,6 +227,14 @@ func (l *Local) Status() (EngineStatus, error) {
 	return EngineStatus{Engine: l.vol.Status(), UblkID: l.dev.ID(), UblkPath: l.dev.BlockPath(), PID: pid(), Task: l.task, LastTask: l.last, StartedAt: l.started, IO: l.vol.IOStats(), Frozen: l.vol.Frozen()}, nil
 }
 
+// Flush implements Engine.
+func (l *Local) Flush() error {
+	if err := l.vol.Flush(); err != nil {
+		return fmt.Errorf("volume %s: flush: %w", l.vol.Name(), err)
+	}
+	return nil
+}
+
 // Freeze implements Engine.
 func (l *Local) Freeze() error {
 	l.vol.Freeze()
@@ -362,10 +373,12 @@ func (l *Local) stopTask() {
 // never completes. The volume exports are removed before (the manager
 // unexports first), so no consumer sees those errors through this node.
 func (l *Local) Stop() error {
-	l.stopTask()
 	if l.vol.Frozen() {
+		// Before the task: a rebuild or scrub held at the frozen gate
+		// returns only once the close fails its held I/O.
 		l.vol.Close()
 	}
+	l.stopTask()
 	err := l.dev.Close()
 	l.ctl.Close()
 	if cerr := l.vol.Close(); err == nil && !errors.Is(cerr, engine.ErrClosed) {

@@ -15,6 +15,8 @@
 //	/fabraid/v1/owners/<uuid>        owner.Record: the volume's owner, on its owner lease; create revision = epoch
 //	/fabraid/v1/requests/<uuid>/<id> model.Request: an engine operation for the owner to carry out, and its result
 //	/fabraid/v1/fence/<uuid>/<node>  fence.Record: node's drive exports of the volume allow only the holder of an epoch (on node's lease)
+//	/fabraid/v1/moves/<uuid>         model.Move: a planned move of the volume and its phase (durable)
+//	/fabraid/v1/paths/<node>         model.NodePaths: the node's consumer controllers of every volume (on its status lease)
 //
 // Node names are checked by the configuration (letters, digits, '.', '_',
 // '-'), so they never contain '/'; volume names are checked the same way
@@ -46,6 +48,8 @@ const (
 	DriveClaimsPrefix  = Prefix + "drive-claims/"
 	RequestsPrefix     = Prefix + "requests/"
 	FencePrefix        = Prefix + "fence/"
+	MovesPrefix        = Prefix + "moves/"
+	PathsPrefix        = Prefix + "paths/"
 )
 
 // Node is a node's registry record.
@@ -89,3 +93,9 @@ func FenceVolume(uuid string) string { return FencePrefix + uuid + "/" }
 
 // Fence is node's fence acknowledgement of a volume, by volume UUID.
 func Fence(uuid, node string) string { return FenceVolume(uuid) + node }
+
+// Move is the planned move of a volume, by volume UUID.
+func Move(uuid string) string { return MovesPrefix + uuid }
+
+// Paths are node's consumer controllers of the volume exports.
+func Paths(node string) string { return PathsPrefix + node }

@@ -91,7 +91,13 @@ type VolumeStatus struct {
 	// LastTask is the owner's volmgr.TaskResult of the last finished
 	// rebuild or scrub, as JSON (what --wait on another node waits for).
 	LastTask json.RawMessage `json:"last_task,omitempty"`
-	Updated  time.Time       `json:"updated"`
+	// Epoch is the owner epoch the owner's engine runs at, and Exported
+	// says the owner's export of it is applied (0 and false while it
+	// runs no engine): what an old owner handing the volume over waits
+	// for (docs/cluster.md, "Planned move").
+	Epoch    uint64    `json:"epoch,omitempty"`
+	Exported bool      `json:"exported,omitempty"`
+	Updated  time.Time `json:"updated"`
 }
 
 // VolumeMemberStatus is one member slot as the owner sees it.

@@ -306,7 +306,7 @@ func Delete(ctx context.Context, kv clientv3.KV, uuid string) error {
 		// The name claim is this volume's (the invariant); the mod
 		// revision check keeps a concurrent Update from being lost
 		// silently: it is retried against the new record.
-		ops := []clientv3.Op{clientv3.OpDelete(vk), clientv3.OpDelete(nk), clientv3.OpDelete(keys.VolumeStatus(uuid))}
+		ops := []clientv3.Op{clientv3.OpDelete(vk), clientv3.OpDelete(nk), clientv3.OpDelete(keys.VolumeStatus(uuid)), clientv3.OpDelete(keys.Move(uuid))}
 		for _, m := range v.Members {
 			ops = append(ops, clientv3.OpDelete(keys.DriveClaim(m.Node, m.Drive)))
 		}

@@ -1,0 +1,247 @@
+//go:build linux
+
+package cluster_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fabraid/fabraid/internal/vmtest"
+	"github.com/fabraid/fabraid/internal/volmgr"
+)
+
+// TestIntegrationMove: `fabraid volume move` under I/O, there and back
+// (issue 13, docs/cluster.md "Planned move"). Three 6.12 guests as in
+// TestIntegrationClusterVolume; "volume create v --data 4 --parity 2" on
+// a places two members on every node, owner a.
+//
+//   - c's verifier writes 64 KiB blocks round-robin over a 2 MiB window
+//     of its consumer device (O_DIRECT, each write followed by fsync) and
+//     records per block the data of the last write whose flush completed.
+//   - c asks "volume move v b --wait": a turns its export inaccessible,
+//     drains, flushes and freezes its engine and resigns; b acquires a
+//     newer epoch, fences, assembles and exports; c's head gets b's path;
+//     a removes its export once every node has a live path to b. No write
+//     or flush fails; the longest gap between completed writes is the
+//     pause (VMBENCH {"name":"move",...}). a runs no ublk device after.
+//   - c moves v back to a the same way (VMBENCH "move-back"); b runs no
+//     ublk device after. Every flushed write reads back.
+func TestIntegrationMove(t *testing.T) {
+	vmtest.Run(t, vmtest.Options{Guests: clusterVolumeGuests(t, nil), Timeout: 900 * time.Second}, moveGuest)
+}
+
+func moveGuest(t *testing.T, g *vmtest.Env) {
+	start := time.Now()
+	mountState(t, g)
+	formCluster(t, g, start)
+	noUblk := func(when string) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			m, _ := filepath.Glob("/dev/ublkb*")
+			if len(m) == 0 {
+				step(t, start, "%s runs no ublk device %s", g.Name, when)
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s still runs ublk devices %v %s", g.Name, m, when)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
+	switch g.Name {
+	case "a":
+		g.Wait(t, "c", "joined")
+		step(t, start, "creating 4+2 volume v over the three nodes")
+		var in volmgr.Info
+		if err := json.Unmarshal([]byte(mustFabraid(t, "volume", "create", "v", "--data", "4", "--parity", "2", "--json")), &in); err != nil {
+			t.Fatal(err)
+		}
+		if in.Owner != "a" || in.State != "optimal" {
+			t.Fatalf("volume v: owner %q state %q, want a, optimal", in.Owner, in.State)
+		}
+		step(t, start, "created %s, owner a", in.UUID)
+		g.Signal(t, "created")
+		g.Wait(t, "c", "moved")
+		noUblk("after the move to b")
+		g.Signal(t, "released")
+		g.Wait(t, "c", "done")
+	case "b":
+		g.Wait(t, "a", "created")
+		g.Wait(t, "c", "moved-back")
+		noUblk("after the move back to a")
+		g.Signal(t, "released")
+		g.Wait(t, "c", "done")
+	case "c":
+		g.Wait(t, "a", "created")
+		moveVerifier(t, g, start)
+	}
+}
+
+// moveVerifier (on c) writes while it moves v to b and back to a.
+func moveVerifier(t *testing.T, g *vmtest.Env, start time.Time) {
+	head := waitHead(t, start)
+	f, err := os.OpenFile(head, os.O_RDWR|unix.O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	w := startBlockWriter(f)
+	time.Sleep(3 * time.Second)
+	move := func(to, name, signal string) {
+		t.Helper()
+		if err := w.failed(); err != nil {
+			t.Fatalf("I/O error before the move to %s: %v", to, err)
+		}
+		step(t, start, "moving v to %s under the writer (%d flushed writes so far)", to, w.count())
+		t0 := time.Now()
+		out := mustFabraid(t, "volume", "move", "v", to, "--wait")
+		moved := time.Since(t0)
+		step(t, start, "%s (%.1f s)", out, moved.Seconds())
+		if in := showVolume(t); in.Owner != to {
+			t.Fatalf("volume v after the move: owner %q, want %s", in.Owner, to)
+		}
+		n := w.count()
+		deadline := time.Now().Add(2 * time.Minute)
+		for w.count() < n+20 {
+			if err := w.failed(); err != nil {
+				t.Fatalf("I/O error through %s during the move to %s: %v", head, to, err)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("writes did not go on after the move to %s: %d completed, %d when it returned", to, w.count(), n)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if err := w.failed(); err != nil {
+			t.Fatalf("I/O error through %s during the move to %s: %v", head, to, err)
+		}
+		gap, total := w.pause(t0)
+		step(t, start, "move to %s: longest gap between completed writes %.2f s; command %.1f s; %d writes, none failed", to, gap.Seconds(), moved.Seconds(), total)
+		fmt.Printf("VMBENCH {\"name\":%q,\"pause_seconds\":%.2f,\"command_seconds\":%.2f,\"writes\":%d,\"kernel\":\"6.12\",\"tcg\":true}\n",
+			name, gap.Seconds(), moved.Seconds(), total)
+		g.Signal(t, signal)
+	}
+	move("b", "move", "moved")
+	g.Wait(t, "a", "released")
+	move("a", "move-back", "moved-back")
+	g.Wait(t, "b", "released")
+	acked, err := w.stop()
+	if err != nil {
+		t.Fatalf("I/O error through %s: %v", head, err)
+	}
+	checkAcked(t, f, acked, "after the moves")
+	step(t, start, "every flushed write reads back (%d blocks)", len(acked))
+	g.Signal(t, "done")
+}
+
+// blockWriter writes and flushes 64 KiB blocks round-robin and keeps, per
+// block, the checksum of the last write whose flush completed, and the
+// completion times. (A copy of failoverVerifier's writer in
+// failover_linux_test.go, made reusable: start, count, pause, stop.)
+type blockWriter struct {
+	mu    sync.Mutex
+	ends  []time.Time
+	acked map[int]string
+	quit  chan struct{}
+	done  chan error
+	err   error
+}
+
+func startBlockWriter(f *os.File) *blockWriter {
+	w := &blockWriter{acked: map[int]string{}, quit: make(chan struct{}), done: make(chan error, 1)}
+	buf := make([]byte, foBlock)
+	if b, err := unix.Mmap(-1, 0, foBlock, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE); err == nil {
+		buf = b // page-aligned for O_DIRECT
+	}
+	random := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-w.quit:
+				w.done <- nil
+				return
+			default:
+			}
+			blk := i % foBlocks
+			for j := 0; j+8 <= len(buf); j += 8 {
+				v := random.Uint64()
+				for k := range 8 {
+					buf[j+k] = byte(v >> (8 * k))
+				}
+			}
+			s := sha256.Sum256(buf)
+			if _, err := f.WriteAt(buf, int64(blk)*foBlock); err != nil {
+				w.fail(fmt.Errorf("write block %d (write %d): %w", blk, i, err))
+				return
+			}
+			if err := f.Sync(); err != nil {
+				w.fail(fmt.Errorf("fsync after block %d (write %d): %w", blk, i, err))
+				return
+			}
+			w.mu.Lock()
+			w.ends = append(w.ends, time.Now())
+			w.acked[blk] = hex.EncodeToString(s[:])
+			w.mu.Unlock()
+		}
+	}()
+	return w
+}
+
+func (w *blockWriter) fail(err error) {
+	w.mu.Lock()
+	w.err = err
+	w.mu.Unlock()
+	w.done <- err
+}
+
+func (w *blockWriter) failed() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+func (w *blockWriter) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.ends)
+}
+
+// pause is the longest gap between two completions from t0 on (t0 to the
+// first included) and the number of completed writes.
+func (w *blockWriter) pause(t0 time.Time) (time.Duration, int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	prev, gap := t0, time.Duration(0)
+	for _, e := range w.ends {
+		if !e.After(t0) {
+			continue
+		}
+		gap = max(gap, e.Sub(prev))
+		prev = e
+	}
+	return gap, len(w.ends)
+}
+
+// stop ends the writer and returns the flushed checksums by block.
+func (w *blockWriter) stop() (map[int]string, error) {
+	if err := w.failed(); err != nil {
+		return nil, err
+	}
+	close(w.quit)
+	if err := <-w.done; err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.acked, nil
+}
