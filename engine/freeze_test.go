@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/fabraid/fabraid/engine/layout"
 	"github.com/fabraid/fabraid/engine/superblock"
@@ -418,4 +419,40 @@ func TestFrozenGateHeldBatchesSleep(t *testing.T) {
 	if woke != 0 {
 		t.Fatalf("%d wakeups of %d held batches while the gate stayed frozen: they wake each other", woke, writers)
 	}
+}
+
+// Status does not wait for a frozen volume whose metadata update is held
+// at the gate (a member removal recorded while frozen): it returns the
+// last snapshot, marked Stale. Without it, the daemon's reconcile, which
+// asks a frozen engine's status before stopping it, hung until a thaw.
+func TestStatusOfFrozenWithHeldMetadata(t *testing.T) {
+	r := newFreezeRig(t, 1)
+	before := r.v.Status()
+	if before.Stale {
+		t.Fatal("status of a running volume marked stale")
+	}
+	r.v.Freeze()
+	removed := make(chan error, 1)
+	go func() { removed <- r.v.MemberRemoved(2) }()
+	// The removal holds metaMu while its metadata write waits at the gate.
+	for r.v.metaMu.TryLock() {
+		r.v.metaMu.Unlock()
+		select {
+		case err := <-removed:
+			t.Fatalf("member removal finished on a frozen volume: %v", err)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	got := make(chan Status, 1)
+	go func() { got <- r.v.Status() }()
+	select {
+	case st := <-got:
+		if !st.Stale || st.Epoch != before.Epoch || len(st.Members) != 3 || st.Members[2].Role != before.Members[2].Role {
+			t.Errorf("status while frozen: stale %v, epoch %d, members %+v; want the last snapshot (epoch %d), stale", st.Stale, st.Epoch, st.Members, before.Epoch)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Status of a frozen volume with a held metadata write did not return")
+	}
+	r.v.Abandon()
+	<-removed
 }

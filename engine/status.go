@@ -1,6 +1,9 @@
 package engine
 
 import (
+	"slices"
+	"time"
+
 	"github.com/fabraid/fabraid/engine/layout"
 	"github.com/fabraid/fabraid/engine/superblock"
 )
@@ -55,12 +58,43 @@ type Status struct {
 	// CoverBytes, Bytes and MemberBytes it says how much of the members
 	// it had to rewrite and did.
 	LastRebuild *Progress
+	// Stale: the volume is frozen with a metadata update held at its
+	// gate, so this is the last snapshot taken before (or, with none
+	// taken, only the volume's identity and epoch).
+	Stale bool `json:",omitempty"`
 }
 
-// Status returns a snapshot of the volume's state.
+// Status returns a snapshot of the volume's state. It never waits for a
+// frozen volume: a metadata update held at the gate keeps the metadata
+// lock until a thaw or close, and then Status returns the last snapshot,
+// marked Stale.
 func (v *Volume) Status() Status {
-	v.metaMu.Lock()
+	for !v.metaMu.TryLock() {
+		if v.gate.frozen() {
+			return v.staleStatus()
+		}
+		time.Sleep(time.Millisecond)
+	}
 	defer v.metaMu.Unlock()
+	st := v.statusLocked()
+	v.lastStatus.Store(&st)
+	return st
+}
+
+// staleStatus is the last snapshot, marked Stale.
+func (v *Volume) staleStatus() Status {
+	p := v.lastStatus.Load()
+	if p == nil {
+		return Status{Name: v.base.Name, UUID: v.base.VolumeUUID, Size: v.Size(), Geometry: v.geo, Epoch: v.epoch.Load(), Stale: true}
+	}
+	st := *p
+	st.Members = slices.Clone(st.Members)
+	st.Stale = true
+	return st
+}
+
+// statusLocked builds a snapshot; callers hold metaMu.
+func (v *Volume) statusLocked() Status {
 	st := Status{
 		Name: v.base.Name, UUID: v.base.VolumeUUID, Size: v.Size(), Geometry: v.geo,
 		Events: v.meta.Events, Epoch: v.meta.Epoch, Failed: v.failed.Load(),

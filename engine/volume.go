@@ -162,6 +162,9 @@ type Volume struct {
 
 	metaMu sync.Mutex // guards meta and metadata writes; never taken under bm.mu by I/O
 	meta   *superblock.Superblock
+	// lastStatus is the last Status snapshot (returned, marked Stale, by
+	// Status while the volume is frozen with metaMu held).
+	lastStatus atomic.Pointer[Status]
 
 	rebuildMu sync.Mutex    // one rebuild/scrub/resync at a time
 	done      chan struct{} // closed by Close or Abandon: background work stops

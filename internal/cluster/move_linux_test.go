@@ -157,7 +157,11 @@ type blockWriter struct {
 	err   error
 }
 
-func startBlockWriter(f *os.File) *blockWriter {
+func startBlockWriter(f *os.File) *blockWriter { return startPacedWriter(f, 0) }
+
+// startPacedWriter is startBlockWriter sleeping pace after each flushed
+// write (CPU left to etcd in the TCG guests over a long run).
+func startPacedWriter(f *os.File, pace time.Duration) *blockWriter {
 	w := &blockWriter{acked: map[int]string{}, quit: make(chan struct{}), done: make(chan error, 1)}
 	buf := make([]byte, foBlock)
 	if b, err := unix.Mmap(-1, 0, foBlock, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE); err == nil {
@@ -192,6 +196,7 @@ func startBlockWriter(f *os.File) *blockWriter {
 			w.ends = append(w.ends, time.Now())
 			w.acked[blk] = hex.EncodeToString(s[:])
 			w.mu.Unlock()
+			time.Sleep(pace)
 		}
 	}()
 	return w
@@ -214,6 +219,24 @@ func (w *blockWriter) count() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.ends)
+}
+
+// waitMore waits until n more writes completed than when it was called,
+// failing the test (with what in the message) on a write error or after
+// limit.
+func (w *blockWriter) waitMore(t *testing.T, n int, limit time.Duration, what string) {
+	t.Helper()
+	from := w.count()
+	deadline := time.Now().Add(limit)
+	for w.count() < from+n {
+		if err := w.failed(); err != nil {
+			t.Fatalf("%s: I/O error: %v", what, err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: writes did not go on: %d completed, %d at the start of the wait", what, w.count(), from)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // pause is the longest gap between two completions from t0 on (t0 to the

@@ -113,8 +113,9 @@ func exportOf(exports []Export, nqn string) Export {
 }
 
 // withANA returns exports with their ANA groups (kept from the actual
-// exports, read once from the backend) and states (inaccessible for the
-// volumes of drain, else SetANAState's, else optimized), and this node's controller id range when the backend
+// exports, read once from the backend), their states (inaccessible for
+// the volumes of drain and for frozen engines, else SetANAState's, else
+// optimized), and this node's controller id range when the backend
 // applies ranges.
 func (x *exporter) withANA(ctx context.Context, exports []Export, lo, hi uint16, drain [][16]byte) ([]Export, error) {
 	x.anaMu.Lock()
@@ -162,8 +163,11 @@ func (x *exporter) withANA(ctx context.Context, exports []Export, lo, hi uint16,
 		if st, ok := x.ana[out[i].UUID]; ok {
 			out[i].ANAState = st
 		}
-		if x.drain[out[i].UUID] {
-			out[i].ANAState = ANAInaccessible // never usable while draining
+		if x.drain[out[i].UUID] || out[i].Frozen {
+			// Never usable while draining or frozen: the hosts queue
+			// their I/O (or send it to another owner's path) instead
+			// of waiting on a request the engine holds.
+			out[i].ANAState = ANAInaccessible
 		}
 	}
 	for u := range x.ana {
@@ -206,6 +210,13 @@ func (m *Manager) SetANAState(ctx context.Context, u [16]byte, state string) err
 	if g == 0 {
 		return fmt.Errorf("volume %s: no ANA group of its own on this node (more than %d volumes exported): its state cannot be set alone", FormatUUID(u), maxANAGroup-1)
 	}
+	return x.setANANow(ctx, plan, u, g, state)
+}
+
+// setANANow sets group g of this node's export of volume u to state on
+// every export address of plan, through the target backend only (a later
+// reconcile applies what withANA says).
+func (x *exporter) setANANow(ctx context.Context, plan *ClusterPlan, u [16]byte, g uint32, state string) error {
 	port := plan.Port
 	if port == 0 {
 		port = DefaultClusterExportPort
@@ -217,6 +228,29 @@ func (m *Manager) SetANAState(ctx context.Context, u [16]byte, state string) err
 		if err != nil {
 			errs = append(errs, fmt.Errorf("volume %s at %s: set ANA group %d %s: %w", FormatUUID(u), a, g, state, err))
 		}
+	}
+	return errors.Join(errs...)
+}
+
+// fencedInaccessible turns the exports of the volumes us inaccessible now
+// (their engines just froze: the owner's self-fence), so that the hosts
+// stop sending requests the frozen engines would hold. Volumes without a
+// group of their own or not exported here are left alone.
+func (m *Manager) fencedInaccessible(ctx context.Context, us [][16]byte) error {
+	plan := m.currentPlan()
+	if plan == nil {
+		return nil
+	}
+	x := m.x
+	var errs []error
+	for _, u := range us {
+		x.anaMu.Lock()
+		g := x.groups[NQN(u)]
+		x.anaMu.Unlock()
+		if g == 0 {
+			continue
+		}
+		errs = append(errs, x.setANANow(ctx, plan, u, g, ANAInaccessible))
 	}
 	return errors.Join(errs...)
 }

@@ -145,7 +145,7 @@ func (m *Manager) ReconcileCluster(ctx context.Context, p ClusterPlan) (ClusterR
 	m.plan = &p
 	m.mu.Unlock()
 	res := ClusterResult{Created: map[[16]byte][][16]byte{}}
-	var errs []error
+	errs := m.stopFrozen(ctx, &p)
 	for _, v := range p.Volumes {
 		if v.State != PlanCreating {
 			continue

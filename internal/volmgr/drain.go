@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -148,6 +149,7 @@ func (x *exporter) noteExported(exports []backend.Export) {
 	for _, e := range exports {
 		x.exported[e.NQN] = true
 	}
+	x.applied = slices.Clone(exports)
 }
 
 // notePaths records this host's controllers by subsystem NQN.

@@ -63,7 +63,13 @@ func TestDrainEngine(t *testing.T) {
 	if len(e.calls) != 0 {
 		t.Fatalf("engine calls %q while the device was busy", e.calls)
 	}
-	os.WriteFile(inflight, []byte("       0        0\n"), 0o644)
+	// Renamed into place: DrainEngine polls the file, and a rewrite in
+	// place can be read empty between truncate and write.
+	tmp := inflight + ".new"
+	os.WriteFile(tmp, []byte("       0        0\n"), 0o644)
+	if err := os.Rename(tmp, inflight); err != nil {
+		t.Fatal(err)
+	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}

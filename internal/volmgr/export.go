@@ -33,6 +33,9 @@ type Export struct {
 	// CntlIDMin..CntlIDMax are this node's controller ids
 	// (CntlIDRange); 0 and 0: the target's default.
 	CntlIDMin, CntlIDMax uint16
+	// Frozen: the volume's engine is frozen (self-fence or hand-over);
+	// its export is inaccessible until the engine thaws (ana.go).
+	Frozen bool
 }
 
 // FormatUUID formats a UUID in the dashed lowercase form.
@@ -122,6 +125,9 @@ type exporter struct {
 	lastMu   sync.Mutex
 	exported map[string]bool
 	paths    map[string][]ConsumerPath
+	// applied is the export spec the last converge applied (fencestop.go
+	// unlinks exports from it).
+	applied []backend.Export
 }
 
 // reconcile converges the exports and connections and returns the consumer

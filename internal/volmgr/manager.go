@@ -400,7 +400,7 @@ func (m *Manager) desiredExports(vols map[[16]byte]*onDisk, skip map[[16]byte]bo
 		if e != nil {
 			st, err := e.Status()
 			if err == nil {
-				exports = append(exports, Export{UUID: u, Device: st.UblkPath})
+				exports = append(exports, Export{UUID: u, Device: st.UblkPath, Frozen: st.Frozen})
 				continue
 			}
 			errs = append(errs, fmt.Errorf("volume %s: %w", name, err))

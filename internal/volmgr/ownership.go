@@ -1,9 +1,11 @@
 package volmgr
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/fabraid/fabraid/engine"
 )
@@ -23,22 +25,46 @@ import (
 //     Thaw re-reads every superblock and refuses for good when another
 //     owner ran the volume meanwhile; such an engine is stopped;
 //   - the engine of a volume in Stop loses its export first (so no
-//     consumer is served by it) and is stopped then;
+//     consumer is served by it) and is stopped then; a frozen one loses
+//     only its port links first, then stops, then loses the rest of its
+//     export (fencestop.go);
 //   - FreezeAll (the owner session's self-fence) freezes every engine
 //     without waiting for any lock a reconcile may hold.
 
 // FreezeAll freezes every running engine (engine.Volume.Freeze: no member
 // I/O, nothing acknowledged). It takes no lock a reconcile holds across
 // an engine call, so it can run while one is stuck.
+//
+// Then, in the background, the exports of the frozen engines turn
+// ANA-inaccessible: a host would otherwise keep sending requests that
+// the frozen engine holds until the host's I/O timeout, and retry them on
+// this path again. Inaccessible, they wait at the hosts for another
+// owner's path (or for this node's thaw, when the next reconcile applies
+// optimized again).
 func (m *Manager) FreezeAll() error {
 	var errs []error
+	var frozen [][16]byte
 	for u, e := range m.engineSnapshot() {
 		if err := e.Freeze(); err != nil {
 			errs = append(errs, fmt.Errorf("volume %s: freeze: %w", FormatUUID(u), err))
+			continue
 		}
+		frozen = append(frozen, u)
+	}
+	if len(frozen) > 0 {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), fencedANATimeout)
+			defer cancel()
+			if err := m.fencedInaccessible(ctx, frozen); err != nil {
+				m.log.Warn("frozen engines: exports not set inaccessible (hosts retry on them until their I/O timeout)", "err", err)
+			}
+		}()
 	}
 	return errors.Join(errs...)
 }
+
+// fencedANATimeout bounds FreezeAll's ANA changes.
+const fencedANATimeout = 10 * time.Second
 
 // matchEpoch brings running engine e of v to v's planned epoch: nothing
 // when it runs at it, else Freeze and Thaw(epoch). It returns an error

@@ -97,6 +97,13 @@ type Listener struct {
 	// ANAStates holds the desired ANA state per group ("optimized",
 	// "non-optimized", "inaccessible"); groups not listed are left alone.
 	ANAStates map[uint32]string
+	// Unlinked keeps the listener (the target's port and its ANA states)
+	// but not the export on it: the export's controllers there are torn
+	// down and no host reaches it through it. A caller that must know
+	// the export is off the listener checks List. (volmgr unlinks a
+	// frozen engine's export this way before it stops the engine; the
+	// kernel target waits for in-flight requests when a port is removed.)
+	Unlinked bool
 }
 
 // Host is a host NQN allowed to connect, with optional DH-HMAC-CHAP keys.

@@ -147,7 +147,9 @@ func Spec(own nvmet.Ownership, exports []backend.Export, actual nvmet.State) (nv
 			if p.ID != 0 {
 				used[p.ID] = true
 			}
-			p.Subsystems = append(p.Subsystems, e.NQN)
+			if !l.Unlinked {
+				p.Subsystems = append(p.Subsystems, e.NQN)
+			}
 			for g, st := range l.ANAStates {
 				s := nvmet.ANAState(strings.ReplaceAll(st, "_", "-"))
 				if o, ok := p.ANAStates[g]; ok && o != s {

@@ -89,3 +89,21 @@ func TestFromSpecRoundTrip(t *testing.T) {
 		t.Fatalf("FromSpec → StateOf:\n got %#v\nwant %#v", st.Spec, spec)
 	}
 }
+
+// An unlinked listener keeps its port (and ANA states) without the
+// export on it; the export lists no listener back.
+func TestSpecUnlinkedListener(t *testing.T) {
+	own := knvmet.VolumeOwnership()
+	a := exp("a", "4420", "")
+	a.Listeners[0].Unlinked = true
+	spec, err := Spec(own, []backend.Export{a}, knvmet.State{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(spec.Ports) != 1 || len(spec.Ports[0].Subsystems) != 0 || spec.Ports[0].ANAStates[1] != knvmet.Optimized || len(spec.Subsystems) != 1 {
+		t.Fatalf("ports %+v subsystems %+v: want the port kept with its ANA state, no subsystem on it, the subsystem kept", spec.Ports, spec.Subsystems)
+	}
+	if back := Exports(own, knvmet.State{Spec: spec}); len(back) != 1 || len(back[0].Listeners) != 0 {
+		t.Fatalf("exports back %+v: want a without listeners", back)
+	}
+}

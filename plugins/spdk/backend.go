@@ -206,6 +206,9 @@ func (b *Backend) Apply(ctx context.Context, req backend.ApplyRequest) (backend.
 	}
 	want := map[string]bool{}
 	for _, e := range req.Exports {
+		// An unlinked listener is no listener of the export (SPDK keeps
+		// no listener without a subsystem).
+		e.Listeners = slices.DeleteFunc(slices.Clone(e.Listeners), func(l backend.Listener) bool { return l.Unlinked })
 		want[e.NQN] = true
 		i := slices.IndexFunc(subs, func(s subsystem) bool { return s.NQN == e.NQN })
 		var cur *subsystem
