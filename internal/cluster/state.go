@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/fabraid/fabraid/internal/durable"
 )
 
 // StateVersion is the schema version of State and of the records below.
@@ -64,11 +66,7 @@ func saveState(dir string, s *State) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("cluster state: %w", err)
 	}
-	tmp := statePath(dir) + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
-		return fmt.Errorf("cluster state: %w", err)
-	}
-	if err := os.Rename(tmp, statePath(dir)); err != nil {
+	if err := durable.WriteFile(statePath(dir), append(b, '\n'), 0o600); err != nil {
 		return fmt.Errorf("cluster state: %w", err)
 	}
 	return nil

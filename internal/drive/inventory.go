@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fabraid/fabraid/internal/durable"
 )
 
 // Host names the places a drive's state is read from; the zero value is not
@@ -292,11 +294,12 @@ func (h Host) Claim(dev string, force bool) (Claim, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return Claim{}, fmt.Errorf("claim %s: %w", d.Path, err)
 	}
-	tmp := filepath.Join(dir, "."+d.ID+".tmp")
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+	if err := durable.SyncDir(h.StateDir); err != nil { // the drives directory's entry
 		return Claim{}, fmt.Errorf("claim %s: %w", d.Path, err)
 	}
-	if err := os.Rename(tmp, filepath.Join(dir, d.ID+".json")); err != nil {
+	// Durable: a claim lost in a power cut leaves the drive's members
+	// unexported after the boot.
+	if err := durable.WriteFile(filepath.Join(dir, d.ID+".json"), b, 0o600); err != nil {
 		return Claim{}, fmt.Errorf("claim %s: %w", d.Path, err)
 	}
 	return c, nil

@@ -22,6 +22,8 @@ import (
 	"github.com/fabraid/fabraid/kernel/ublk"
 	"github.com/fabraid/fabraid/plugins/backend"
 	pnvmet "github.com/fabraid/fabraid/plugins/nvmet"
+
+	"github.com/fabraid/fabraid/internal/durable"
 )
 
 // EngineSpec is what an engine needs to start: the volume and its members.
@@ -267,11 +269,7 @@ func (m *Manager) saveRecord(r record, u [16]byte) error {
 		return err
 	}
 	b, _ := json.MarshalIndent(r, "", "  ")
-	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, p)
+	return durable.WriteFile(p, b, 0o600)
 }
 
 // Reconcile converges the node: every volume found on the claimed drives has

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/fabraid/fabraid/internal/durable"
 	"github.com/fabraid/fabraid/kernel/internal/nvmesys"
 )
 
@@ -67,7 +68,7 @@ func LoadHostIdentity(dir string) (HostIdentity, error) {
 		if _, err := os.Stat(p); err == nil {
 			continue
 		}
-		if err := os.WriteFile(p, []byte(f.v+"\n"), 0o644); err != nil {
+		if err := durable.WriteFile(p, []byte(f.v+"\n"), 0o644); err != nil {
 			return h, fmt.Errorf("host identity: %w", err)
 		}
 	}
