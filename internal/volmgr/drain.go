@@ -138,17 +138,13 @@ func (m *Manager) Exported(u [16]byte) bool {
 	x := m.x
 	x.lastMu.Lock()
 	defer x.lastMu.Unlock()
-	return x.exported[NQN(u)]
+	return slices.ContainsFunc(x.applied, func(e backend.Export) bool { return e.NQN == NQN(u) })
 }
 
-// noteExported records the NQNs of an applied export spec.
+// noteExported records an applied export spec.
 func (x *exporter) noteExported(exports []backend.Export) {
 	x.lastMu.Lock()
 	defer x.lastMu.Unlock()
-	x.exported = map[string]bool{}
-	for _, e := range exports {
-		x.exported[e.NQN] = true
-	}
 	x.applied = slices.Clone(exports)
 }
 

@@ -120,14 +120,12 @@ type exporter struct {
 	// (ClusterPlan.Drain); guarded by anaMu.
 	drain map[[16]byte]bool
 
-	// lastMu guards what the last converge applied and found: the NQNs
-	// exported and this host's controllers by subsystem NQN (drain.go).
-	lastMu   sync.Mutex
-	exported map[string]bool
-	paths    map[string][]ConsumerPath
-	// applied is the export spec the last converge applied (fencestop.go
-	// unlinks exports from it).
+	// lastMu guards what the last converge applied and found: the export
+	// spec applied (drain.go; fencestop.go unlinks exports from it) and
+	// this host's controllers by subsystem NQN.
+	lastMu  sync.Mutex
 	applied []backend.Export
+	paths   map[string][]ConsumerPath
 }
 
 // reconcile converges the exports and connections and returns the consumer
