@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fabraid/fabraid/internal/cluster/keys"
@@ -358,4 +359,48 @@ func TestStatusWithoutQuorum(t *testing.T) {
 			st.Healthy, st.Problem, len(st.Members))
 	}
 	t.Log(st.Problem)
+}
+
+// TestRevokeWithoutQuorum: at a shutdown of the whole cluster the last
+// members lose quorum before they revoke their leases. The revoke must
+// fail for want of a leader, not hold until its context ends (fabraidd's
+// stop waits for it), and the lease is left to expire.
+func TestRevokeWithoutQuorum(t *testing.T) {
+	ctx := ctxT(t)
+	var c clock
+	n1, n2, n3 := newNode(t, "n1", &c), newNode(t, "n2", &c), newNode(t, "n3", &c)
+	if err := n1.Init(ctx, "test"); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*Node{n2, n3} {
+		if err := n.Join(ctx, joinAddr(n1), mustToken(t, n1, time.Hour)); err != nil {
+			t.Fatalf("join %s: %v", n.o.Name, err)
+		}
+	}
+	n1.mu.Lock()
+	cli := n1.cli
+	n1.mu.Unlock()
+	hb, err := registry.StartHeartbeat(ctx, cli, "probe", 60, 1, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*Node{n2, n3} {
+		n.crash = true
+		n.Close()
+	}
+	for {
+		st, err := n1.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(st.Problem, "quorum") {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	err = hb.Close(ctx)
+	if !errors.Is(err, rpctypes.ErrNoLeader) {
+		t.Fatalf("revoke without quorum: %v; want %v", err, rpctypes.ErrNoLeader)
+	}
+	t.Log(err)
 }

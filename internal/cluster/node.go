@@ -369,6 +369,12 @@ func (n *Node) register(ctx context.Context, cli *clientv3.Client) error {
 	return nil
 }
 
+// RevokeTimeout bounds each lease revoke at shutdown. A revoke only
+// hastens what the lease's expiry does anyway; a member without a leader
+// refuses it at once, this bounds the window before it knows (a stop of
+// the whole cluster: the last members lose quorum as the others go).
+const RevokeTimeout = 5 * time.Second
+
 // heartbeatLoop renews the node's liveness, taking a new lease whenever
 // the old one is lost (etcd unreachable for longer than the TTL).
 func (n *Node) heartbeatLoop(ctx context.Context, cli *clientv3.Client, hb *registry.Heartbeat) {
@@ -379,7 +385,11 @@ func (n *Node) heartbeatLoop(ctx context.Context, cli *clientv3.Client, hb *regi
 			if n.crash {
 				hb.Abandon()
 			} else {
-				hb.Close()
+				rctx, cancel := context.WithTimeout(context.Background(), RevokeTimeout)
+				if err := hb.Close(rctx); err != nil {
+					n.o.Log.Warn("cluster: node lease not revoked; it expires after its TTL", "ttl_s", n.o.LeaseTTL, "err", err)
+				}
+				cancel()
 			}
 			return
 		case <-hb.Done():

@@ -40,7 +40,7 @@ func TestClusterRequests(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { hb.Close() })
+		t.Cleanup(func() { hb.Close(context.Background()) })
 	}
 	mk := func(n int, name, owner string) model.Volume {
 		rec := model.Volume{UUID: fmt.Sprintf("00000000-0000-4000-8000-%012d", n), Name: name, K: 2, M: 1, Groups: 1, Owner: owner, State: model.VolumeReady, MemberSize: 1 << 30}

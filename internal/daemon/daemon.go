@@ -228,7 +228,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer func() {
 		// Before the cluster client goes: freeze the engines and revoke
 		// the owner lease (another node may take the volumes over).
-		cctx, cancel := context.WithTimeout(context.Background(), etcdTimeout)
+		cctx, cancel := context.WithTimeout(context.Background(), cluster.RevokeTimeout)
 		d.owners.close(cctx)
 		cancel()
 	}()

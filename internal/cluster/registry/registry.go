@@ -19,10 +19,12 @@ package registry
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
@@ -157,8 +159,18 @@ func StartHeartbeat(ctx context.Context, cli *clientv3.Client, name string, ttl 
 // Done is closed when the lease is gone.
 func (h *Heartbeat) Done() <-chan struct{} { return h.s.Done() }
 
-// Close revokes the lease: the node turns dead at once.
-func (h *Heartbeat) Close() error { return h.s.Close() }
+// Close stops renewing and revokes the lease: the node turns dead at
+// once. Like Abandon when the revoke fails (ctx ends, or the member has
+// no leader: it says so at once instead of holding the revoke until ctx
+// ends): the lease then expires after its TTL.
+func (h *Heartbeat) Close(ctx context.Context) error {
+	h.s.Orphan()
+	_, err := h.s.Client().Revoke(clientv3.WithRequireLeader(ctx), h.s.Lease())
+	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return fmt.Errorf("registry: revoke the heartbeat lease of %s: %w", h.name, err)
+	}
+	return nil
+}
 
 // Abandon stops renewing without revoking: the node turns dead when the
 // lease expires (what a crash looks like to the others).
