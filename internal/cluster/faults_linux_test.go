@@ -36,16 +36,10 @@ import (
 // back every block: each holds the data of the last write whose flush
 // completed. No write or flush may fail. A last scrub finds no mismatch.
 //
-// It runs only when FABRAID_FAULT_ROUNDS sets the rounds (3 for a
-// quick run, 10 for a long one): not yet in make test, because the three
-// guests' simultaneous teardown can leave the owner's fabraidd waiting on
-// an etcd without quorum for longer than the harness's 20 s stop bound
-// (seen once after three clean rounds). FABRAID_FAULT_SEED picks the
-// seed (printed; a failing seed reproduces the same schedule).
+// make test runs 3 rounds; FABRAID_FAULT_ROUNDS sets more (10 for a
+// long run). FABRAID_FAULT_SEED picks the seed (printed; a failing seed
+// reproduces the same schedule).
 func TestIntegrationFaultSchedule(t *testing.T) {
-	if !vmtest.InGuest() && os.Getenv("FABRAID_FAULT_ROUNDS") == "" {
-		t.Skip("set FABRAID_FAULT_ROUNDS (e.g. 3) to run the randomized fault schedule")
-	}
 	guests := clusterVolumeGuests(t, nil)
 	if !vmtest.InGuest() && vmtest.Enabled() {
 		seed := uint64(time.Now().UnixNano())
