@@ -7,11 +7,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -93,13 +91,6 @@ func failoverGuest(t *testing.T, g *vmtest.Env) {
 	}
 }
 
-// foWrite is one write+fsync of the verifier.
-type foWrite struct {
-	block      int
-	sum        string
-	start, end time.Time
-}
-
 // failoverVerifier (on c) writes under the kill of a, measures the pause
 // and checks what was flushed.
 func failoverVerifier(t *testing.T, g *vmtest.Env, start time.Time) {
@@ -109,93 +100,26 @@ func failoverVerifier(t *testing.T, g *vmtest.Env, start time.Time) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	buf := alignedBuf(t, foBlock)
-	var (
-		mu     sync.Mutex
-		log    []foWrite
-		acked  = map[int]string{} // block -> sha256 of the last write whose flush completed
-		stop   = make(chan struct{})
-		werr   = make(chan error, 1)
-		random = rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
-	)
-	go func() {
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				werr <- nil
-				return
-			default:
-			}
-			blk := i % foBlocks
-			for j := 0; j+8 <= len(buf); j += 8 {
-				v := random.Uint64()
-				for k := range 8 {
-					buf[j+k] = byte(v >> (8 * k))
-				}
-			}
-			s := sha256.Sum256(buf)
-			w := foWrite{block: blk, sum: hex.EncodeToString(s[:]), start: time.Now()}
-			if _, err := f.WriteAt(buf, int64(blk)*foBlock); err != nil {
-				werr <- fmt.Errorf("write block %d (write %d): %w", blk, i, err)
-				return
-			}
-			if err := f.Sync(); err != nil {
-				werr <- fmt.Errorf("fsync after block %d (write %d): %w", blk, i, err)
-				return
-			}
-			w.end = time.Now()
-			mu.Lock()
-			log = append(log, w)
-			acked[blk] = w.sum
-			mu.Unlock()
-			time.Sleep(foPace)
-		}
-	}()
-	count := func() int { mu.Lock(); defer mu.Unlock(); return len(log) }
+	w := startPacedWriter(f, foPace)
 	time.Sleep(3 * time.Second)
 	if in := showVolume(t); in.Owner != "a" {
 		t.Fatalf("volume v is owned by %q before the kill, want a (a takeover without a failure: owner leases lost on the loaded host?)", in.Owner)
 	}
-	step(t, start, "killing the owner a under the writer (%d flushed writes so far)", count())
+	step(t, start, "killing the owner a under the writer (%d flushed writes so far)", w.count())
 	killed := time.Now()
 	g.Kill(t, "a")
 	g.Signal(t, "a-killed")
 	// Wait until b runs the volume and 20 more writes completed after it.
 	g.Wait(t, "b", "owner")
-	n := count()
-	deadline := time.Now().Add(2 * time.Minute)
-	for count() < n+20 {
-		select {
-		case err := <-werr:
-			t.Fatalf("I/O error through %s during the failover: %v", head, err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("writes did not resume on the new owner: %d completed, %d when b reported", count(), n)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	close(stop)
-	if err := <-werr; err != nil {
+	w.waitMore(t, 20, 2*time.Minute, "I/O through "+head+" on the new owner")
+	acked, err := w.stop()
+	if err != nil {
 		t.Fatalf("I/O error through %s: %v", head, err)
 	}
 	// The pause: the largest gap between two completions after the kill
 	// (including kill -> first completion); failover time = kill -> the
 	// completion that ended it.
-	mu.Lock()
-	var resumed time.Time
-	prev, gap := killed, time.Duration(-1)
-	for _, w := range log {
-		if !w.end.After(killed) {
-			continue
-		}
-		if d := w.end.Sub(prev); d > gap {
-			gap, resumed = d, w.end
-		}
-		prev = w.end
-	}
-	total := len(log)
-	mu.Unlock()
+	gap, resumed, total := w.longestGap(killed)
 	secs := resumed.Sub(killed).Seconds()
 	step(t, start, "failover: I/O paused for %.1f s, first write completed %.1f s after the kill; %d writes, none failed", gap.Seconds(), secs, total)
 	fmt.Printf("VMBENCH {\"name\":\"failover\",\"seconds\":%.2f,\"pause_seconds\":%.2f,\"writes\":%d,\"kernel\":\"6.12\",\"tcg\":true}\n", secs, gap.Seconds(), total)
