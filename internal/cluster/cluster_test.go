@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/fabraid/fabraid/internal/cluster/etcdtest"
 	"github.com/fabraid/fabraid/internal/cluster/keys"
 	"github.com/fabraid/fabraid/internal/cluster/registry"
 	"github.com/fabraid/fabraid/internal/cluster/store"
@@ -25,16 +25,6 @@ import (
 
 // These tests run real etcd members (embedded, several in this process)
 // on loopback ports with TLS, in temporary directories.
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 type clock struct{ off atomic.Int64 }
 
@@ -45,7 +35,7 @@ func newNode(t *testing.T, name string, c *clock) *Node {
 	t.Helper()
 	n, err := New(Options{
 		Dir: t.TempDir() + "/cluster", Name: name, Address: "127.0.0.1",
-		PeerPort: freePort(t), ClientPort: freePort(t), JoinPort: freePort(t),
+		PeerPort: etcdtest.FreePort(t), ClientPort: etcdtest.FreePort(t), JoinPort: etcdtest.FreePort(t),
 		Members: 3, LeaseTTL: 2, TickMs: 20, ElectionMs: 200,
 		Inventory: func() Inventory {
 			return Inventory{HostNQN: "nqn.2014-08.org.nvmexpress:uuid:" + name, StorageAddresses: []string{"10.0.0.1"},

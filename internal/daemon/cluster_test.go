@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -13,20 +12,12 @@ import (
 	"testing"
 
 	"github.com/fabraid/fabraid/internal/api"
+	"github.com/fabraid/fabraid/internal/cluster/etcdtest"
 	"github.com/fabraid/fabraid/internal/cluster/model"
 	"github.com/fabraid/fabraid/internal/cluster/volumes"
 	"github.com/fabraid/fabraid/internal/config"
 	"github.com/fabraid/fabraid/internal/volmgr"
 )
-
-func freePort(t *testing.T) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 func clusterDaemon(t *testing.T, name string) (*Daemon, http.Handler) {
 	dir := t.TempDir()
@@ -35,7 +26,7 @@ func clusterDaemon(t *testing.T, name string) (*Daemon, http.Handler) {
 	c.StateDir = filepath.Join(dir, "state")
 	c.APISocket = filepath.Join(dir, "run/api.sock")
 	c.Cluster.Address = "127.0.0.1"
-	c.Cluster.PeerPort, c.Cluster.ClientPort, c.Cluster.JoinPort = freePort(t), freePort(t), freePort(t)
+	c.Cluster.PeerPort, c.Cluster.ClientPort, c.Cluster.JoinPort = etcdtest.FreePort(t), etcdtest.FreePort(t), etcdtest.FreePort(t)
 	c.Cluster.LeaseTTL = 2
 	d, err := New(Options{Config: c, Version: "test", HostDir: filepath.Join(dir, "nvme"), EngineBinary: "/bin/false"})
 	if err != nil {
