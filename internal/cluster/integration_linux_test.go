@@ -128,11 +128,26 @@ func startDaemon(t *testing.T, g *vmtest.Env) {
 // TTL they used.
 const tcgClusterConf = "owner_lease_ttl = 15\netcd_heartbeat_ms = 200\netcd_election_ms = 2000\n"
 
+// ownerTTLFile, in a guest, overrides tcgClusterConf's owner lease: the
+// host's FABRAID_VMTEST_OWNER_TTL (seconds), for measuring a failover
+// with another lease (clusterVolumeGuests passes it).
+const ownerTTLFile = "/etc/fabraid-test-owner-ttl"
+
+// clusterConf is tcgClusterConf with the owner lease of ownerTTLFile, if
+// the guest has one.
+func clusterConf() string {
+	b, err := os.ReadFile(ownerTTLFile)
+	if err != nil {
+		return tcgClusterConf
+	}
+	return strings.Replace(tcgClusterConf, "owner_lease_ttl = 15\n", "owner_lease_ttl = "+strings.TrimSpace(string(b))+"\n", 1)
+}
+
 // startDaemonClaiming is startDaemon claiming only the given disks (none
 // on a reboot: the claims are in the state directory).
 func startDaemonClaiming(t *testing.T, g *vmtest.Env, claim []string) {
 	t.Helper()
-	conf := "node_name = " + g.Name + "\ncluster_address = " + g.Addr(g.Name) + "\nengine_mode = process\nmetrics_address =\n" + tcgClusterConf
+	conf := "node_name = " + g.Name + "\ncluster_address = " + g.Addr(g.Name) + "\nengine_mode = process\nmetrics_address =\n" + clusterConf()
 	os.MkdirAll("/etc/fabraid", 0o755)
 	if err := os.WriteFile("/etc/fabraid/fabraid.conf", []byte(conf), 0o644); err != nil {
 		t.Fatal(err)

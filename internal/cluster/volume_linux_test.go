@@ -59,6 +59,16 @@ func clusterVolumeGuests(t *testing.T, extra map[string]int) []vmtest.GuestConfi
 		"/usr/bin/fabraid":  vmtest.BuildBinary(t, "github.com/fabraid/fabraid/cmd/fabraid"),
 		"/usr/bin/fabraidd": vmtest.BuildBinary(t, "github.com/fabraid/fabraid/cmd/fabraidd"),
 	}
+	if ttl := os.Getenv("FABRAID_VMTEST_OWNER_TTL"); ttl != "" && !vmtest.InGuest() {
+		if n, err := strconv.Atoi(ttl); err != nil || n < 1 {
+			t.Fatalf("FABRAID_VMTEST_OWNER_TTL=%q: want seconds", ttl)
+		}
+		f := filepath.Join(t.TempDir(), "owner-ttl")
+		if err := os.WriteFile(f, []byte(ttl), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files[ownerTTLFile] = f
+	}
 	mods := []string{"nvmet", "nvmet_tcp", "nvme_tcp", "ublk_drv", "crc32c_generic", "ext4"}
 	var guests []vmtest.GuestConfig
 	for _, n := range []string{"a", "b", "c"} {
