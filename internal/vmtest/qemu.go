@@ -39,7 +39,7 @@ func accel() []string {
 		if a == "kvm" {
 			return []string{"-accel", "kvm", "-cpu", "host"}
 		}
-		return []string{"-accel", a, "-cpu", tcgCPU}
+		return []string{"-accel", a, "-cpu", "max"}
 	}
 	cpuinfo, _ := os.ReadFile("/proc/cpuinfo")
 	_, pvmErr := os.Stat("/sys/module/kvm_pvm")
@@ -48,15 +48,8 @@ func accel() []string {
 	if kvmErr == nil && hw && errors.Is(pvmErr, os.ErrNotExist) {
 		return []string{"-accel", "kvm", "-cpu", "host"}
 	}
-	return []string{"-accel", "tcg", "-cpu", tcgCPU}
+	return []string{"-accel", "tcg", "-cpu", "max"}
 }
-
-// tcgCPU is the emulated CPU: qemu's max without 5-level paging. Every
-// guest that died of a double fault (docs/testing.md, "Kernel findings")
-// ran with LA57 on, at a load from a direct-map address that is canonical
-// only under 5-level paging, with no page fault recorded in CR2; without
-// LA57 the guest kernel uses 4-level paging, as most HPC nodes do.
-const tcgCPU = "max,la57=off"
 
 // qemuGuest is one guest process ready to boot.
 type qemuGuest struct {
