@@ -232,7 +232,7 @@ func managerPlan(v *clusterView, imp plan.Import, paths map[[16]byte][]string) v
 		pv.Config.MemberSize = vol.MemberSize
 		for _, m := range vol.Members {
 			pv.Config.Domains = append(pv.Config.Domains, m.Domain)
-			if n, ok := v.node(m.Node); !ok || !n.Alive {
+			if v.MemberGone(vol, m.Node) {
 				pv.Gone = append(pv.Gone, m.Slot)
 			}
 		}

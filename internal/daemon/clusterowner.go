@@ -329,8 +329,8 @@ func (o *ownership) reconcile(ctx context.Context, cli *clientv3.Client, v *clus
 
 // lapseWindow is how long a node whose owner session ended counts as dead
 // for ownership while its alive key (node_lease_ttl, 10 s) lasts: its
-// volumes are taken over, its members are not waited for nor connected
-// to. Longer than the node lease TTL, so a dead node's alive key is gone
+// volumes are taken over, and its members are not waited for nor
+// connected to until its exporter acknowledges the new epoch (unfenced). Longer than the node lease TTL, so a dead node's alive key is gone
 // by then; a node that is alive again is treated as alive after it.
 const lapseWindow = 30 * time.Second
 
@@ -380,9 +380,9 @@ func (o *ownership) noteLapses(ctx context.Context, cli *clientv3.Client, v *clu
 
 // ownershipView is v with the nodes in lapseWindow dead, for the takeover
 // decision only (ownerGone, plan.ChooseOwner). Everything else keeps them
-// alive: a lapsed node may be alive and only slow to renew, and its
-// members are imported and waited for like any other (the new owner may
-// need them for k).
+// alive: a lapsed node may be alive and only slow to renew; its members
+// are imported and waited for once its exporter acknowledges the new
+// epoch (until then they cannot be: unfenced).
 func (o *ownership) ownershipView(v *clusterView) *clusterView {
 	if len(o.lapsed) == 0 {
 		return v
@@ -395,6 +395,47 @@ func (o *ownership) ownershipView(v *clusterView) *clusterView {
 		}
 	}
 	return &ov
+}
+
+// unfenced is plan.View.Unfenced for the volumes v holds: member nodes
+// in lapseWindow whose drive exporter has not acknowledged the volume's
+// held epoch (a dead owner's alive key outlives its owner key by
+// node_lease_ttl - owner_lease_ttl; a node cut off from etcd cannot
+// acknowledge). A volume whose acknowledgements cannot be read is left
+// out: its members are waited for as on any other node.
+func (o *ownership) unfenced(ctx context.Context, cli *clientv3.Client, v *clusterView) map[string][]string {
+	if len(o.lapsed) == 0 {
+		return nil
+	}
+	out := map[string][]string{}
+	for _, vol := range v.Volumes {
+		e, held := v.Held[vol.UUID]
+		if !held {
+			continue
+		}
+		var nodes []string
+		for _, m := range vol.Members {
+			if _, lapsed := o.lapsed[m.Node]; lapsed && m.Node != o.self && !slices.Contains(nodes, m.Node) {
+				nodes = append(nodes, m.Node)
+			}
+		}
+		if len(nodes) == 0 {
+			continue
+		}
+		actx, cancel := context.WithTimeout(ctx, etcdTimeout)
+		acks, err := fence.Acks(actx, cli, vol.UUID)
+		cancel()
+		if err != nil {
+			o.log.Warn("fence acknowledgements unreadable; waiting for every member", "volume", vol.Name, "err", err)
+			continue
+		}
+		for _, n := range nodes {
+			if a, ok := acks[n]; !ok || a.Epoch != e {
+				out[vol.UUID] = append(out[vol.UUID], n)
+			}
+		}
+	}
+	return out
 }
 
 // alive says whether node is alive in v.

@@ -3,19 +3,24 @@ package daemon
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"log/slog"
-	"sync/atomic"
-	"testing"
-
 	"github.com/fabraid/fabraid/internal/cluster/etcdtest"
+	"github.com/fabraid/fabraid/internal/cluster/fence"
 	"github.com/fabraid/fabraid/internal/cluster/model"
 	"github.com/fabraid/fabraid/internal/cluster/owner"
 	"github.com/fabraid/fabraid/internal/cluster/plan"
 	"github.com/fabraid/fabraid/internal/cluster/volumes"
+	"github.com/fabraid/fabraid/internal/exporter"
+	"github.com/fabraid/fabraid/internal/importer"
 	"github.com/fabraid/fabraid/internal/volmgr"
+	"github.com/fabraid/fabraid/kernel/nvmf"
 )
 
 // TestOwnershipTakeover runs the ownership step of three nodes' reconciles
@@ -197,5 +202,70 @@ func TestOwnershipFencePending(t *testing.T) {
 	a.wait = func(context.Context, *clientv3.Client, string, uint64, []string) error { return nil }
 	if p := f.run(a); p.Held[f.uuid] == 0 || len(p.Stop) != 0 {
 		t.Fatalf("a once fenced: %+v, want v held", p)
+	}
+}
+
+// TestUnfencedMembers: b holds v at a new epoch after a's owner session
+// lapsed while a's alive key lasts. Until a's drive exporter acknowledges
+// that epoch, a's members are gone for v (not waited for by the
+// assembly, not newly connected); once it does, or when a is no longer
+// lapsed, they are wanted again. c (not lapsed) is never unfenced.
+func TestUnfencedMembers(t *testing.T) {
+	f := newOwnerFixture(t)
+	b := f.node("b")
+	const epoch = 7
+	view := func() *clusterView {
+		v := f.view("b")
+		v.Held = map[string]uint64{f.uuid: epoch}
+		v.Unfenced = b.unfenced(f.ctx, f.cli, v)
+		return v
+	}
+	aGone := func(v *clusterView) (gone, keepOnly bool) {
+		imp := plan.ImporterInput(v.View, nvmf.HostIdentity{}, map[string]string{"b-d1": "/dev/b1"})
+		mp := managerPlan(v, imp, imp.Paths(importer.Result{}))
+		if len(mp.Volumes) != 1 {
+			t.Fatalf("manager plan: %d volumes, want 1", len(mp.Volumes))
+		}
+		gone = slices.Contains(mp.Volumes[0].Gone, 0)
+		if slices.Contains(mp.Volumes[0].Gone, 2) {
+			t.Fatalf("c's member gone: %v", mp.Volumes[0].Gone)
+		}
+		for _, r := range imp.Input.Remotes {
+			if r.NQN == exporter.NQN("a-d1") {
+				keepOnly = r.KeepOnly
+			}
+		}
+		return gone, keepOnly
+	}
+	if v := view(); v.Unfenced != nil {
+		t.Fatalf("nothing lapsed: unfenced %v", v.Unfenced)
+	}
+	b.lapsed["a"] = time.Now()
+	lease, err := f.cli.Grant(f.ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fence.Ack(f.ctx, f.cli, lease.ID, f.uuid, "a", 3, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := fence.Ack(f.ctx, f.cli, lease.ID, f.uuid, "c", epoch, "b"); err != nil {
+		t.Fatal(err)
+	}
+	v := view()
+	if got := v.Unfenced[f.uuid]; !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("a lapsed, its ack of epoch 3: unfenced %v, want [a]", got)
+	}
+	if gone, keep := aGone(v); !gone || !keep {
+		t.Fatalf("a unfenced: slot 0 gone %v, keep-only %v; want both", gone, keep)
+	}
+	if err := fence.Ack(f.ctx, f.cli, lease.ID, f.uuid, "a", epoch, "b"); err != nil {
+		t.Fatal(err)
+	}
+	v = view()
+	if len(v.Unfenced) != 0 {
+		t.Fatalf("a acknowledged epoch %d: unfenced %v, want none", epoch, v.Unfenced)
+	}
+	if gone, keep := aGone(v); gone || keep {
+		t.Fatalf("a fenced for the epoch: slot 0 gone %v, keep-only %v; want neither", gone, keep)
 	}
 }

@@ -46,6 +46,7 @@ func (d *Daemon) reconcileCluster(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	v.Held = own.Held // only these are imported and assembled here
+	v.Unfenced = d.owners.unfenced(ctx, cli, v)
 	c.mu.Lock()
 	c.view = v
 	c.mu.Unlock()

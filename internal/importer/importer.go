@@ -22,10 +22,12 @@ type Remote struct {
 	NQN       string // exporter.NQN(drive id)
 	Address   string // the exporting node's storage address
 	ServiceID string // exporter.DefaultServiceID unless configured
-	// KeepOnly: the exporting node is dead; an existing controller is
-	// kept (it reconnects when the node is back) but no new one is
-	// connected (a connect to a dead address blocks for the TCP SYN
-	// retries, minutes, and would hold up a takeover).
+	// KeepOnly: the exporting node is dead, or its owner session lapsed
+	// and its exporter has not re-pointed the drive to this node
+	// (plan.View.MemberGone); an existing controller is kept (it
+	// reconnects when the node is back) but no new one is connected (a
+	// connect to a dead address blocks for the TCP SYN retries, minutes,
+	// and would hold up a takeover).
 	KeepOnly bool
 }
 
@@ -132,7 +134,7 @@ func (im *Importer) Reconcile(ctx context.Context, in Input) (Result, error) {
 	}
 	for _, o := range plan.Connect {
 		if keepOnly[o.NQN] {
-			res.Problems = append(res.Problems, fmt.Errorf("import %s from %s: its node is dead; not connecting", o.NQN, o.Address))
+			res.Problems = append(res.Problems, fmt.Errorf("import %s from %s: its node is dead or not fenced for this owner yet; not connecting", o.NQN, o.Address))
 			continue
 		}
 		if err := im.connect(ctx, o); err != nil {

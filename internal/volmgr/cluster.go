@@ -96,9 +96,10 @@ type PlannedVolume struct {
 	// epoch is frozen and thawed at it. Only volumes whose key the node
 	// holds are planned; 0 only in tests and the one-node mode.
 	Epoch uint64
-	// Gone are the member slots on nodes that are dead (no alive key):
-	// the start gate does not wait for them (a takeover starts degraded
-	// at once instead of after assembly_timeout).
+	// Gone are the member slots on nodes that are dead (no alive key) or
+	// cannot serve this owner yet (plan.View.MemberGone): the start gate
+	// does not wait for them (a takeover starts degraded at once instead
+	// of after assembly_timeout).
 	Gone []int
 }
 

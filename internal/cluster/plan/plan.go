@@ -48,6 +48,20 @@ type View struct {
 	// storage fence for that epoch is acknowledged (the daemon's owner
 	// session). Only these are imported and assembled here.
 	Held map[string]uint64
+	// Unfenced: held volume UUID -> member nodes whose owner session
+	// lapsed and whose drive exporter has not acknowledged the volume's
+	// epoch. Their members cannot be imported before that exporter
+	// re-points them, so for that volume they count as gone (MemberGone)
+	// although their alive key may outlast their owner key.
+	Unfenced map[string][]string
+}
+
+// MemberGone says whether vol's members on node are neither waited for
+// nor newly connected to: the node is dead or unknown, or Unfenced for
+// vol.
+func (v View) MemberGone(vol model.Volume, node string) bool {
+	n, ok := v.node(node)
+	return !ok || !n.Alive || slices.Contains(v.Unfenced[vol.UUID], node)
 }
 
 func (v View) node(name string) (model.NodeStatus, bool) {
@@ -191,9 +205,10 @@ type Import struct {
 // members are imported from their node's first storage address (one path
 // per member drive) at exporter.NQN(drive id); local members are opened at
 // local[claim id]. id is this host's identity; the secret is this node's
-// host key from the View. Nodes that are dead are still wanted: a member
-// that comes back is found again by its UUID; their existing connections
-// are kept, no new one is made (importer.Remote.KeepOnly).
+// host key from the View. Members that are gone (MemberGone: dead or
+// unfenced nodes) are still wanted: a member that comes back is found
+// again by its UUID; their existing connections are kept, no new one is
+// made (importer.Remote.KeepOnly).
 func ImporterInput(v View, id nvmf.HostIdentity, local map[string]string) Import {
 	imp := Import{Input: importer.Input{Identity: id, Secret: v.HostKeys[v.Self]}}
 	seen := map[string]bool{}
@@ -224,7 +239,7 @@ func ImporterInput(v View, id nvmf.HostIdentity, local map[string]string) Import
 				s.Remote = exporter.NQN(m.Drive)
 				if !seen[s.Remote] {
 					seen[s.Remote] = true
-					imp.Input.Remotes = append(imp.Input.Remotes, importer.Remote{NQN: s.Remote, Address: n.StorageAddresses[0], KeepOnly: !n.Alive})
+					imp.Input.Remotes = append(imp.Input.Remotes, importer.Remote{NQN: s.Remote, Address: n.StorageAddresses[0], KeepOnly: v.MemberGone(vol, m.Node)})
 				}
 			}
 			o.Slots = append(o.Slots, s)
