@@ -78,6 +78,9 @@ func (f *fleet) start(i int) {
 		if res.err != nil && errors.As(res.err, &cut) {
 			res.cutBy = cut.by
 		}
+		if res.cutBy == "" && res.verdict == "" {
+			f.markEnded(i, res)
+		}
 		f.mu.Lock()
 		p.results = append(p.results, res)
 		p.stop = nil
@@ -88,6 +91,21 @@ func (f *fleet) start(i int) {
 		f.mu.Unlock()
 		close(done)
 	}()
+}
+
+// markEnded writes guest i's status into the share for a boot that
+// ended without a verdict and not by a power cut (a kernel panic, qemu
+// gone): the guest could not write it, and the other guests' Env.Wait
+// for its events then fails at once instead of at the run's timeout. A
+// status the guest wrote itself is kept.
+func (f *fleet) markEnded(i int, res *guestResult) {
+	name := f.guests[i].name
+	tmp := filepath.Join(f.shared, name+".host-status")
+	if err := os.WriteFile(tmp, []byte("crashed: "+res.describe(name)+"\n"), 0o644); err != nil {
+		return
+	}
+	os.Link(tmp, filepath.Join(f.shared, name+".status")) // whole when seen; fails if the guest wrote one
+	os.Remove(tmp)
 }
 
 // index returns the index of the named guest.

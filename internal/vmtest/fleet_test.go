@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 // fakeFleet is a fleet of named guests whose boots are scripted: script
@@ -235,4 +236,60 @@ func TestFleetEarlierFailureStays(t *testing.T) {
 	if b := outcomes(f)["b"]; b.Passed || b.Boots != 2 || !strings.Contains(b.Reason, "boot 1 check") || !strings.Contains(b.Reason, "(boot 1 of 2)") {
 		t.Errorf("b: %+v, want boot 1's failure", b)
 	}
+}
+
+// A guest whose boot ends without a verdict (its kernel died) gets a
+// status in the share, so that another guest waiting for its event fails
+// at once; a guest that wrote its status keeps it, and a power cut
+// writes none.
+func TestFleetCrashEndsWaits(t *testing.T) {
+	waitErr := make(chan string, 1)
+	f := fakeFleet(t, []string{"a", "b", "c"}, func(ctx context.Context, f *fleet, name string, boot int) *guestResult {
+		switch name {
+		case "a":
+			return &guestResult{exit: 0} // qemu gone, no verdict
+		case "b":
+			os.WriteFile(filepath.Join(f.shared, "b.status"), []byte("fail: its own\n"), 0o644)
+			return &guestResult{exit: 0}
+		default:
+			ft := &fakeT{}
+			env := &Env{Shared: f.shared}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				env.Wait(ft, "a", "created")
+			}()
+			select {
+			case <-done:
+				waitErr <- ft.msg
+			case <-time.After(time.Minute): // a watchdog, not a speed bound
+				waitErr <- "still waiting after a minute"
+			}
+			return passed()
+		}
+	})
+	f.startAll()
+	o := outcomes(f)
+	if o["a"].Passed {
+		t.Fatalf("a passed without a verdict: %+v", o["a"])
+	}
+	msg := <-waitErr
+	if !strings.Contains(msg, "guest a ended (crashed: guest a: qemu exited 0 without a verdict") {
+		t.Errorf("c's wait for a's event: %q, want it to fail naming a's crash", msg)
+	}
+	if b, _ := os.ReadFile(filepath.Join(f.shared, "b.status")); string(b) != "fail: its own\n" {
+		t.Errorf("b's own status overwritten: %q", b)
+	}
+}
+
+// fakeT records a Fatalf and stops the goroutine like testing.T does.
+type fakeT struct {
+	testing.TB
+	msg string
+}
+
+func (f *fakeT) Helper() {}
+func (f *fakeT) Fatalf(format string, a ...any) {
+	f.msg = fmt.Sprintf(format, a...)
+	runtime.Goexit()
 }
