@@ -39,7 +39,7 @@ func accel() []string {
 		if a == "kvm" {
 			return []string{"-accel", "kvm", "-cpu", "host"}
 		}
-		return []string{"-accel", a, "-cpu", "max"}
+		return []string{"-accel", a, "-cpu", tcgCPU}
 	}
 	cpuinfo, _ := os.ReadFile("/proc/cpuinfo")
 	_, pvmErr := os.Stat("/sys/module/kvm_pvm")
@@ -48,8 +48,17 @@ func accel() []string {
 	if kvmErr == nil && hw && errors.Is(pvmErr, os.ErrNotExist) {
 		return []string{"-accel", "kvm", "-cpu", "host"}
 	}
-	return []string{"-accel", "tcg", "-cpu", "max"}
+	return []string{"-accel", "tcg", "-cpu", tcgCPU}
 }
+
+// tcgCPU is the emulated CPU: qemu's max without CMPXCHG16B. Every guest
+// kernel that died of a double fault under TCG (docs/testing.md, "Kernel
+// findings") died in the slab allocator's fast path, whose per-CPU
+// cmpxchg16b retry loop it had just run, with RFLAGS in the frame made of
+// a register's bits: what a wrong lazy-flags result of that instruction's
+// emulation would leave. Without CX16 the kernel runs its
+// interrupt-disabling emulation of that instruction instead.
+const tcgCPU = "max,cx16=off"
 
 // qemuGuest is one guest process ready to boot.
 type qemuGuest struct {
