@@ -327,19 +327,9 @@ func TestExternalEtcd(t *testing.T) {
 func TestStatusWithoutQuorum(t *testing.T) {
 	ctx := ctxT(t)
 	var c clock
-	n1, n2, n3 := newNode(t, "n1", &c), newNode(t, "n2", &c), newNode(t, "n3", &c)
-	if err := n1.Init(ctx, "test"); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range []*Node{n2, n3} {
-		if err := n.Join(ctx, joinAddr(n1), mustToken(t, n1, time.Hour)); err != nil {
-			t.Fatalf("join %s: %v", n.o.Name, err)
-		}
-	}
-	for _, n := range []*Node{n2, n3} {
-		n.crash = true
-		n.Close()
-	}
+	n1, n2, n3 := threeMembers(t, &c)
+	crash(n2)
+	crash(n3)
 	st, err := n1.Status(ctx)
 	if err != nil {
 		t.Fatalf("status without quorum: %v, want an answer", err)
@@ -358,15 +348,7 @@ func TestStatusWithoutQuorum(t *testing.T) {
 func TestRevokeWithoutQuorum(t *testing.T) {
 	ctx := ctxT(t)
 	var c clock
-	n1, n2, n3 := newNode(t, "n1", &c), newNode(t, "n2", &c), newNode(t, "n3", &c)
-	if err := n1.Init(ctx, "test"); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range []*Node{n2, n3} {
-		if err := n.Join(ctx, joinAddr(n1), mustToken(t, n1, time.Hour)); err != nil {
-			t.Fatalf("join %s: %v", n.o.Name, err)
-		}
-	}
+	n1, n2, n3 := threeMembers(t, &c)
 	n1.mu.Lock()
 	cli := n1.cli
 	n1.mu.Unlock()
@@ -374,10 +356,8 @@ func TestRevokeWithoutQuorum(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range []*Node{n2, n3} {
-		n.crash = true
-		n.Close()
-	}
+	crash(n2)
+	crash(n3)
 	for {
 		st, err := n1.Status(ctx)
 		if err != nil {
