@@ -330,7 +330,8 @@ func (o *ownership) reconcile(ctx context.Context, cli *clientv3.Client, v *clus
 // lapseWindow is how long a node whose owner session ended counts as dead
 // for ownership while its alive key (node_lease_ttl, 10 s) lasts: its
 // volumes are taken over, and its members are not waited for nor
-// connected to until its exporter acknowledges the new epoch (unfenced). Longer than the node lease TTL, so a dead node's alive key is gone
+// connected to until its exporter acknowledges the new epoch (unfenced).
+// Longer than the node lease TTL, so a dead node's alive key is gone
 // by then; a node that is alive again is treated as alive after it.
 const lapseWindow = 30 * time.Second
 
