@@ -414,23 +414,20 @@ func (n *Node) heartbeatLoop(ctx context.Context, cli *clientv3.Client, hb *regi
 	}
 }
 
+// putRecord registers the node's record from Inventory (registry.Register:
+// its join time and controller-ID block are kept, and nothing is written
+// when the stored record cannot be read).
 func (n *Node) putRecord(ctx context.Context, cli *clientv3.Client) error {
 	inv := n.o.Inventory()
-	now := n.o.Now().UTC()
 	rec := registry.Node{
 		Name: n.o.Name, Domain: n.o.Domain, HostNQN: inv.HostNQN, ClusterAddress: n.o.Address,
-		StorageAddresses: inv.StorageAddresses, Drives: inv.Drives, Joined: now, Updated: now,
+		StorageAddresses: inv.StorageAddresses, Drives: inv.Drives,
 	}
 	if n.srv != nil {
 		rec.EtcdMember = fmt.Sprintf("%x", n.srv.ID())
 	}
-	if old, ok, err := registry.Get(ctx, cli, n.o.Name); err == nil && ok {
-		rec.Joined = old.Joined
-		if sameRecord(old.Node, rec) {
-			return nil // no new etcd revision every reconcile
-		}
-	}
-	return registry.Put(ctx, cli, rec)
+	_, err := registry.Register(ctx, cli, rec, n.o.Now())
+	return err
 }
 
 // Refresh rewrites the node's registry record from Inventory (drives
@@ -651,13 +648,4 @@ func (n *Node) Token(ctx context.Context, ttl time.Duration) (token.Token, error
 	}
 	n.o.Log.Info("cluster: join token made", "token", t, "ttl", ttl.String())
 	return t, nil
-}
-
-// sameRecord says whether a and b differ only in Version and Updated.
-func sameRecord(a, b registry.Node) bool {
-	a.Version, b.Version = 0, 0
-	a.Updated, b.Updated = time.Time{}, time.Time{}
-	ja, _ := json.Marshal(a)
-	jb, _ := json.Marshal(b)
-	return string(ja) == string(jb)
 }

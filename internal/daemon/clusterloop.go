@@ -211,8 +211,8 @@ func managerPlan(v *clusterView, imp plan.Import, paths map[[16]byte][]string) v
 	var p volmgr.ClusterPlan
 	if self, ok := v.node(v.Self); ok {
 		p.Addresses = self.StorageAddresses
+		p.CntlIDMin, p.CntlIDMax = volmgr.CntlIDRange(self.CntlIDBlock)
 	}
-	p.CntlIDMin, p.CntlIDMax = volmgr.CntlIDRange(nodeIndex(v.Nodes, v.Self))
 	for _, n := range v.Nodes {
 		if n.HostNQN != "" {
 			p.Hosts = append(p.Hosts, volmgr.ExportHost{NQN: n.HostNQN, Secret: v.HostKeys[n.Name]})

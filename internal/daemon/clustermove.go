@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -204,23 +203,6 @@ func pendingConsumers(v *clusterView, uuid string, addrs []string) []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// nodeIndex is self's place in the cluster's nodes ordered by join time,
-// then name: the index of its volume exports' controller id range
-// (volmgr.CntlIDRange). It is the same on every node reading the same
-// registry and changes for a node only when an earlier-joined node is
-// removed (controllers made before keep their ids). -1 when self is not
-// registered.
-func nodeIndex(nodes []model.NodeStatus, self string) int {
-	sorted := slices.Clone(nodes)
-	slices.SortFunc(sorted, func(a, b model.NodeStatus) int {
-		if c := a.Joined.Compare(b.Joined); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.Name, b.Name)
-	})
-	return slices.IndexFunc(sorted, func(n model.NodeStatus) bool { return n.Name == self })
 }
 
 // moveRoutes serves POST /v1/volumes/{ref}/move.

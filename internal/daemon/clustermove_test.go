@@ -1,11 +1,13 @@
 package daemon
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fabraid/fabraid/internal/cluster/model"
+	"github.com/fabraid/fabraid/internal/cluster/plan"
 )
 
 func moveNodes() []model.NodeStatus {
@@ -146,16 +148,29 @@ func TestPendingConsumers(t *testing.T) {
 	}
 }
 
-func TestNodeIndex(t *testing.T) {
-	nodes := moveNodes()
-	for name, want := range map[string]int{"node1": 0, "node2": 1, "node3": 2, "node4": 3, "nodeX": -1} {
-		if got := nodeIndex(nodes, name); got != want {
-			t.Errorf("%s: index %d, want %d", name, got, want)
-		}
+// TestManagerPlanCntlIDRange: a node's volume exports use the range of the
+// controller-ID block in its own record, whatever the other records'
+// join times (a record rewritten with a new join time moves nothing).
+func TestManagerPlanCntlIDRange(t *testing.T) {
+	nodes := moveNodes() // join order node1, node2, node3, node4
+	for i, b := range []int{3, 1, 2, 0} {
+		nodes[i].CntlIDBlock = b // node3 3, node1 1, node2 2, node4 none
 	}
-	// Same join time: by name.
-	nodes[0].Joined = nodes[1].Joined // node3 joins with node1
-	if nodeIndex(nodes, "node3") != 1 || nodeIndex(nodes, "node2") != 2 {
-		t.Errorf("tie not broken by name: node3 %d node2 %d", nodeIndex(nodes, "node3"), nodeIndex(nodes, "node2"))
+	for _, c := range []struct {
+		self   string
+		lo, hi uint16
+	}{{"node1", 1, 1000}, {"node2", 1001, 2000}, {"node3", 2001, 3000}, {"node4", 0, 0}, {"nodeX", 0, 0}} {
+		for _, joined := range []time.Time{{}, time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)} {
+			ns := slices.Clone(nodes)
+			for i := range ns {
+				if ns[i].Name == "node2" && !joined.IsZero() {
+					ns[i].Joined = joined // node2 "rejoins" last
+				}
+			}
+			p := managerPlan(&clusterView{View: plan.View{Self: c.self, Nodes: ns}}, plan.Import{}, nil)
+			if p.CntlIDMin != c.lo || p.CntlIDMax != c.hi {
+				t.Errorf("%s (node2 joined %v): controller ids %d..%d, want %d..%d", c.self, joined, p.CntlIDMin, p.CntlIDMax, c.lo, c.hi)
+			}
+		}
 	}
 }

@@ -73,25 +73,27 @@ func AssignANAGroups(nqns []string, prev map[string]uint32) map[string]uint32 {
 }
 
 // cntlIDBlock is how many controller ids each node hands out for its
-// volume exports; nodes 0..64 get disjoint blocks below 0xffef.
+// volume exports; blocks 1..65 are disjoint and below 0xffef.
 const (
 	cntlIDBlock  = 1000
 	cntlIDBlocks = 65
 )
 
 // CntlIDRange is the controller id range of the volume exports of the
-// node with index i (its place in the cluster's node list ordered by join
-// time, then name). A Linux host refuses a second controller of one NQN
-// with a controller id it already has, and nvmet hands out ids from one
-// allocator per node, so without disjoint ranges a new owner's first
-// controller can collide with the old owner's reconnecting one. Nodes
-// i and i+65 share a block (a collision is then possible, not certain).
-func CntlIDRange(i int) (lo, hi uint16) {
-	if i < 0 {
-		i = -i
+// node holding controller-ID block b (model.Node.CntlIDBlock, claimed
+// once in etcd and never moved). A Linux host refuses a second
+// controller of one NQN with a controller id it already has, and nvmet
+// hands out ids from one allocator per node, so without disjoint ranges
+// a new owner's first controller can collide with the old owner's
+// reconnecting one. Blocks b and b+65 share a range (a collision is then
+// possible, not certain). Block 0 (none claimed yet) is 0, 0: the
+// kernel's whole range for new exports, existing ones keep theirs.
+func CntlIDRange(b int) (lo, hi uint16) {
+	if b <= 0 {
+		return 0, 0
 	}
-	b := i % cntlIDBlocks
-	return uint16(b*cntlIDBlock + 1), uint16((b + 1) * cntlIDBlock)
+	i := (b - 1) % cntlIDBlocks
+	return uint16(i*cntlIDBlock + 1), uint16((i + 1) * cntlIDBlock)
 }
 
 // anaStates is the listener ANA state map of an export.

@@ -47,15 +47,18 @@ func TestAssignANAGroups(t *testing.T) {
 
 func TestCntlIDRange(t *testing.T) {
 	prevHi := uint16(0)
-	for i := 0; i < 65; i++ {
-		lo, hi := CntlIDRange(i)
+	for b := 1; b <= 65; b++ {
+		lo, hi := CntlIDRange(b)
 		if lo != prevHi+1 || hi < lo || hi > 0xffef {
-			t.Fatalf("node %d: %d..%d after %d", i, lo, hi, prevHi)
+			t.Fatalf("block %d: %d..%d after %d", b, lo, hi, prevHi)
 		}
 		prevHi = hi
 	}
-	if lo, _ := CntlIDRange(65); lo != 1 {
-		t.Fatalf("node 65 wraps to block 0, got %d", lo)
+	if lo, _ := CntlIDRange(66); lo != 1 {
+		t.Fatalf("block 66 wraps to block 1's range, got %d", lo)
+	}
+	if lo, hi := CntlIDRange(0); lo != 0 || hi != 0 {
+		t.Fatalf("block 0 (none claimed): %d..%d, want 0..0", lo, hi)
 	}
 }
 

@@ -5,6 +5,7 @@
 //
 //	/fabraid/v1/cluster              Cluster: name, CA fingerprint, etcd member target, created
 //	/fabraid/v1/nodes/<node>         registry.Node: domain, host NQN, addresses, drives (durable)
+//	/fabraid/v1/cntlid-blocks/<n>    model.CntlIDClaim: the node holding controller-ID block n (claimed with its record)
 //	/fabraid/v1/alive/<node>         registry.Alive: attached to the node's lease; gone = dead
 //	/fabraid/v1/tokens/<id>          token.Record: SHA-256 of the secret, expiry, use (leased)
 //	/fabraid/v1/volumes/<uuid>       model.Volume: a volume's desired state (durable)
@@ -23,7 +24,10 @@
 // before they become keys (package volumes), and UUIDs are canonical.
 package keys
 
-import "net/url"
+import (
+	"net/url"
+	"strconv"
+)
 
 // Prefix is the root of every fabraid key.
 const Prefix = "/fabraid/v1/"
@@ -36,6 +40,8 @@ const (
 	NodesPrefix  = Prefix + "nodes/"
 	AlivePrefix  = Prefix + "alive/"
 	TokensPrefix = Prefix + "tokens/"
+	// CntlIDBlocksPrefix holds the claims of the controller-ID blocks.
+	CntlIDBlocksPrefix = Prefix + "cntlid-blocks/"
 )
 
 // The volume prefixes and the host key prefix.
@@ -54,6 +60,9 @@ const (
 
 // Node is a node's registry record.
 func Node(name string) string { return NodesPrefix + name }
+
+// CntlIDBlock is the claim of controller-ID block b (decimal, b >= 1).
+func CntlIDBlock(b int) string { return CntlIDBlocksPrefix + strconv.Itoa(b) }
 
 // Alive is a node's liveness key.
 func Alive(name string) string { return AlivePrefix + name }

@@ -29,9 +29,25 @@ type Node struct {
 	StorageAddresses []string `json:"storage_addresses"`
 	Drives           []Drive  `json:"drives"`
 	// EtcdMember is the node's etcd member ID (hex) when it runs one.
-	EtcdMember string    `json:"etcd_member,omitempty"`
-	Joined     time.Time `json:"joined"`
-	Updated    time.Time `json:"updated"`
+	EtcdMember string `json:"etcd_member,omitempty"`
+	// CntlIDBlock is the node's controller-ID block for its volume
+	// exports (volmgr.CntlIDRange), 1 and up: claimed at the node's
+	// first registration in the same etcd transaction as the record (a
+	// key at keys.CntlIDBlock), and never changed while the record
+	// exists. 0 only in a record an older fabraid wrote, until the
+	// node's next registration claims one.
+	CntlIDBlock int `json:"cntlid_block,omitempty"`
+	// Joined is when the record was first written; Updated, its last
+	// write. Neither orders anything.
+	Joined  time.Time `json:"joined"`
+	Updated time.Time `json:"updated"`
+}
+
+// CntlIDClaim is the value of a controller-ID block's claim: the node
+// whose record holds the block.
+type CntlIDClaim struct {
+	Version int    `json:"version"`
+	Node    string `json:"node"`
 }
 
 // Alive is the value of a node's liveness key.

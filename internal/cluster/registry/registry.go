@@ -47,7 +47,8 @@ type (
 	Status = model.NodeStatus
 )
 
-// Put writes n's record (Version is set).
+// Put writes n's record as it is (Version is set); nodes register with
+// Register, which keeps what registration assigned once.
 func Put(ctx context.Context, kv clientv3.KV, n Node) error {
 	n.Version = NodeVersion
 	b, err := json.Marshal(n)
@@ -115,10 +116,20 @@ func decode(b []byte, version *int, v any, max int) error {
 	return nil
 }
 
-// Delete removes a node's record, liveness key and host key.
+// Delete removes a node's record, liveness key, host key and the claims
+// of its controller-ID blocks (the blocks become free for a later node).
 func Delete(ctx context.Context, kv clientv3.KV, name string) error {
-	_, err := kv.Txn(ctx).Then(clientv3.OpDelete(keys.Node(name)), clientv3.OpDelete(keys.Alive(name)), clientv3.OpDelete(keys.HostKey(name))).Commit()
+	claims, err := blockClaims(ctx, kv)
 	if err != nil {
+		return fmt.Errorf("registry: delete node %s: %w", name, err)
+	}
+	ops := []clientv3.Op{clientv3.OpDelete(keys.Node(name)), clientv3.OpDelete(keys.Alive(name)), clientv3.OpDelete(keys.HostKey(name))}
+	for b, c := range claims {
+		if c == name {
+			ops = append(ops, clientv3.OpDelete(keys.CntlIDBlock(b)))
+		}
+	}
+	if _, err := kv.Txn(ctx).Then(ops...).Commit(); err != nil {
 		return fmt.Errorf("registry: delete node %s: %w", name, err)
 	}
 	return nil
