@@ -9,21 +9,36 @@
 // self-signed, valid for 10 years, and may sign only leaf certificates
 // (MaxPathLen 0). A node certificate names the node (CN and a DNS SAN) and
 // its cluster IP address (an IP SAN), is valid for server and client
-// authentication alike (the same certificate serves etcd's peer and client
-// ports and authenticates the node as an etcd client), and lasts 10 years
-// too: renewal is not implemented yet.
+// authentication alike (it serves etcd's client port and authenticates
+// the node as an etcd client), and lasts 10 years too: renewal is not
+// implemented yet.
+//
+// # Member certificates
+//
+// A node that runs an etcd member also has a member certificate
+// (member.crt, member.key): CN MemberCN, the node name as DNS SAN, its
+// cluster IP as IP SAN, server and client authentication. etcd's peer
+// (raft) port accepts only certificates with CN MemberCN (etcd's
+// TLSInfo.AllowedCNs in package store, checked by etcd both ways), and the join service presents it
+// (VerifyPinned requires it), so a node that holds only a node
+// certificate can neither speak raft nor pose as a join service.
+// Invariant: only a holder of the CA key makes member certificates
+// (EnsureMember), and Issue never signs a node certificate whose CN is
+// MemberCN.
 //
 // # Files
 //
 // Files lays out a node's directory: ca.crt, node.crt and node.key, and
-// ca.key on the nodes that run an etcd member (they can sign certificates
-// for joining nodes). Keys are written 0600 in a 0700 directory.
+// ca.key, member.crt and member.key on the nodes that run an etcd member
+// (they can sign certificates for joining nodes). Keys are written 0600 in
+// a 0700 directory.
 //
 // # Pinning
 //
 // A joining node has no CA yet: the join token carries Fingerprint(CA)
 // and the joiner accepts the join service's certificate only when its
-// chain ends at a CA with that fingerprint (VerifyPinned).
+// chain ends at a CA with that fingerprint and its leaf is a member
+// certificate (VerifyPinned).
 package pki
 
 import (
@@ -98,11 +113,30 @@ func LoadCA(certPEM, keyPEM []byte) (*CA, error) {
 	return &CA{Cert: cert, CertPEM: certPEM, key: key, KeyPEM: keyPEM}, nil
 }
 
-// Issue signs a node certificate for pub, naming node and its IPs.
+// MemberCN is the common name of every member certificate, the identity
+// etcd's peer port requires (AllowedCNs). It has spaces, which no node
+// name has, and Issue refuses it as a node name.
+const MemberCN = "fabraid etcd member"
+
+// Issue signs a node certificate for pub, naming node and its IPs. It
+// refuses the node name MemberCN: a node certificate must never pass for
+// a member certificate.
 func (ca *CA) Issue(pub crypto.PublicKey, node string, ips []net.IP, now time.Time) ([]byte, error) {
+	if node == MemberCN {
+		return nil, fmt.Errorf("pki: %q is reserved for member certificates, not a node name", node)
+	}
+	return ca.issue(pub, node, node, ips, now)
+}
+
+// IssueMember signs the member certificate of node (see MemberCN).
+func (ca *CA) IssueMember(pub crypto.PublicKey, node string, ips []net.IP, now time.Time) ([]byte, error) {
+	return ca.issue(pub, MemberCN, node, ips, now)
+}
+
+func (ca *CA) issue(pub crypto.PublicKey, cn, node string, ips []net.IP, now time.Time) ([]byte, error) {
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: node, Organization: []string{"fabraid"}},
+		Subject:      pkix.Name{CommonName: cn, Organization: []string{"fabraid"}},
 		DNSNames:     []string{node},
 		IPAddresses:  ips,
 		NotBefore:    now.Add(-time.Hour),
@@ -192,10 +226,12 @@ func ParseKey(b []byte) (crypto.Signer, error) {
 }
 
 // VerifyPinned returns a tls.Config VerifyPeerCertificate function that
-// accepts a server whose leaf certificate is signed by the CA with the
-// given fingerprint, that CA being sent in the chain. Use it with
-// InsecureSkipVerify (the usual verification needs a CA the client does
-// not have yet).
+// accepts a server whose leaf certificate is a member certificate (CN
+// MemberCN) signed by the CA with the given fingerprint, that CA being
+// sent in the chain: only etcd members serve joins, and a node with only a
+// node certificate cannot pose as one to take a joiner's token. Use it
+// with InsecureSkipVerify (the usual verification needs a CA the client
+// does not have yet).
 func VerifyPinned(fingerprint string) func([][]byte, [][]*x509.Certificate) error {
 	return func(raw [][]byte, _ [][]*x509.Certificate) error {
 		var certs []*x509.Certificate
@@ -219,6 +255,9 @@ func VerifyPinned(fingerprint string) func([][]byte, [][]*x509.Certificate) erro
 			if err != nil {
 				return fmt.Errorf("pki: server certificate not signed by the pinned CA: %w", err)
 			}
+			if certs[0].Subject.CommonName != MemberCN {
+				return fmt.Errorf("pki: the server's certificate (%q) is not an etcd member's: only members serve joins", certs[0].Subject.CommonName)
+			}
 			return nil
 		}
 		return fmt.Errorf("pki: the server's CA is not the one in the join token (want SHA-256 %s)", fingerprint)
@@ -233,6 +272,11 @@ func (f Files) CACert() string   { return filepath.Join(f.Dir, "ca.crt") }
 func (f Files) CAKey() string    { return filepath.Join(f.Dir, "ca.key") }
 func (f Files) NodeCert() string { return filepath.Join(f.Dir, "node.crt") }
 func (f Files) NodeKey() string  { return filepath.Join(f.Dir, "node.key") }
+
+// MemberCert and MemberKey are the member certificate and its key (etcd
+// members only).
+func (f Files) MemberCert() string { return filepath.Join(f.Dir, "member.crt") }
+func (f Files) MemberKey() string  { return filepath.Join(f.Dir, "member.key") }
 
 // Write stores the CA certificate, the node certificate and key, and the
 // CA key when caKey is not nil. Keys are 0600, the directory 0700.
@@ -293,13 +337,14 @@ func (f Files) ClientTLS() (*tls.Config, error) {
 	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
 }
 
-// JoinServerTLS is the join service's configuration: the node certificate
-// with the CA appended to the chain (joiners pin the CA by fingerprint),
-// and no client certificate required (the join token authenticates).
+// JoinServerTLS is the join service's configuration: the member
+// certificate with the CA appended to the chain (joiners pin the CA by
+// fingerprint and require a member certificate), and no client
+// certificate required (the join token authenticates).
 func (f Files) JoinServerTLS() (*tls.Config, error) {
-	cert, _, err := f.load()
+	cert, err := tls.LoadX509KeyPair(f.MemberCert(), f.MemberKey())
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pki: member certificate: %w", err)
 	}
 	ca, err := os.ReadFile(f.CACert())
 	if err != nil {
@@ -311,6 +356,57 @@ func (f Files) JoinServerTLS() (*tls.Config, error) {
 	}
 	cert.Certificate = append(cert.Certificate, blk.Bytes)
 	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+}
+
+// MemberTLS is the client configuration of a member on etcd's peer port:
+// the member certificate, trusting only the cluster CA (tests; etcd makes
+// its own from MemberTLSInfo).
+func (f Files) MemberTLS() (*tls.Config, error) {
+	_, pool, err := f.load()
+	if err != nil {
+		return nil, err
+	}
+	cert, err := tls.LoadX509KeyPair(f.MemberCert(), f.MemberKey())
+	if err != nil {
+		return nil, fmt.Errorf("pki: member certificate: %w", err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+}
+
+// EnsureMember makes the member certificate of node at ip with the CA key
+// when there is none (init, a member's join, and a member whose state
+// predates member certificates at its start); an existing one that parses
+// and names MemberCN is kept. It fails on a node without the CA key: only
+// members make member certificates.
+func (f Files) EnsureMember(node string, ip net.IP, now time.Time) error {
+	if b, err := os.ReadFile(f.MemberCert()); err == nil {
+		if c, err := ParseCert(b); err == nil && c.Subject.CommonName == MemberCN {
+			if _, err := tls.LoadX509KeyPair(f.MemberCert(), f.MemberKey()); err == nil {
+				return nil
+			}
+		}
+	}
+	ca, err := f.LoadCA()
+	if err != nil {
+		return fmt.Errorf("pki: member certificate needs the CA key: %w", err)
+	}
+	key, keyPEM, err := NewKey()
+	if err != nil {
+		return err
+	}
+	var ips []net.IP
+	if ip != nil {
+		ips = []net.IP{ip}
+	}
+	cert, err := ca.IssueMember(key.Public(), node, ips, now)
+	if err != nil {
+		return err
+	}
+	// The key first: a certificate is only ever next to its key.
+	if err := writeFile(f.MemberKey(), keyPEM, 0o600); err != nil {
+		return err
+	}
+	return writeFile(f.MemberCert(), cert, 0o644)
 }
 
 func (f Files) load() (tls.Certificate, *x509.CertPool, error) {

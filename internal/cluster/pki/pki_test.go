@@ -1,9 +1,11 @@
 package pki
 
 import (
+	"bytes"
 	"crypto/tls"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -37,6 +39,12 @@ func TestIssueVerifyPin(t *testing.T) {
 			t.Errorf("%s mode %v, want 0600", p, st.Mode().Perm())
 		}
 	}
+	if _, err := f.JoinServerTLS(); err == nil {
+		t.Error("join service configured without a member certificate")
+	}
+	if err := f.EnsureMember("node1", net.ParseIP("127.0.0.1"), now); err != nil {
+		t.Fatal(err)
+	}
 	js, err := f.JoinServerTLS()
 	if err != nil {
 		t.Fatal(err)
@@ -44,6 +52,12 @@ func TestIssueVerifyPin(t *testing.T) {
 	raw := js.Certificates[0].Certificate
 	if err := VerifyPinned(Fingerprint(ca.Cert))(raw, nil); err != nil {
 		t.Errorf("pinned CA refused: %v", err)
+	}
+	// A node certificate of the pinned CA (any client-only node has one)
+	// does not pass for a join service.
+	nc, _ := ParseCert(certPEM)
+	if err := VerifyPinned(Fingerprint(ca.Cert))([][]byte{nc.Raw, ca.Cert.Raw}, nil); err == nil || !strings.Contains(err.Error(), "not an etcd member's") {
+		t.Errorf("a node certificate as join service: %v, want refused", err)
 	}
 	other, _ := NewCA("other", now)
 	if err := VerifyPinned(Fingerprint(other.Cert))(raw, nil); err == nil {
@@ -61,5 +75,52 @@ func TestIssueVerifyPin(t *testing.T) {
 	}
 	if s, _ := f.ServerTLS(); s.ClientAuth != tls.RequireAndVerifyClientCert {
 		t.Error("server does not require client certificates")
+	}
+}
+
+// TestMemberCertificates: member certificates carry MemberCN and are made
+// only with the CA key; no node certificate can carry MemberCN; an
+// existing member certificate is kept.
+func TestMemberCertificates(t *testing.T) {
+	now := time.Now()
+	ca, _ := NewCA("test", now)
+	key, keyPEM, _ := NewKey()
+	if _, err := ca.Issue(key.Public(), MemberCN, nil, now); err == nil {
+		t.Error("a node certificate named MemberCN was issued")
+	}
+	certPEM, _ := ca.Issue(key.Public(), "c1", nil, now)
+
+	// A client-only node: no CA key, no member certificate.
+	client := Files{Dir: t.TempDir() + "/pki"}
+	if err := client.Write(ca.CertPEM, certPEM, keyPEM, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.EnsureMember("c1", nil, now); err == nil {
+		t.Error("a node without the CA key made a member certificate")
+	}
+
+	m := Files{Dir: t.TempDir() + "/pki"}
+	if err := m.Write(ca.CertPEM, certPEM, keyPEM, ca.KeyPEM); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.EnsureMember("m1", net.ParseIP("10.0.0.1"), now); err != nil {
+		t.Fatal(err)
+	}
+	first, _ := os.ReadFile(m.MemberCert())
+	c, err := ParseCert(first)
+	if err != nil || c.Subject.CommonName != MemberCN || len(c.DNSNames) != 1 || c.DNSNames[0] != "m1" || !c.IPAddresses[0].Equal(net.ParseIP("10.0.0.1")) {
+		t.Fatalf("member certificate %+v %v", c, err)
+	}
+	if st, _ := os.Stat(m.MemberKey()); st.Mode().Perm() != 0o600 {
+		t.Errorf("member key mode %v, want 0600", st.Mode().Perm())
+	}
+	if err := m.EnsureMember("m1", net.ParseIP("10.0.0.1"), now); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := os.ReadFile(m.MemberCert()); !bytes.Equal(again, first) {
+		t.Error("EnsureMember replaced a valid member certificate")
+	}
+	if _, err := m.MemberTLS(); err != nil {
+		t.Fatal(err)
 	}
 }

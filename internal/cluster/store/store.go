@@ -21,7 +21,9 @@
 //
 // Peer and client traffic use TLS with the cluster CA (package pki);
 // client certificates are required on both ports, so a process without a
-// node certificate cannot read or write etcd.
+// node certificate cannot read or write etcd. The peer port takes only
+// member certificates (CN pki.MemberCN; Start makes the member's own from
+// the CA key when it has none): client-only nodes cannot reach raft.
 package store
 
 import (
@@ -30,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"slices"
 	"sort"
@@ -109,8 +112,18 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 		cfg.InitialCluster = c.InitialCluster
 		cfg.ClusterState = embed.ClusterStateFlagExisting
 	}
-	tls := transport.TLSInfo{CertFile: c.TLS.NodeCert(), KeyFile: c.TLS.NodeKey(), TrustedCAFile: c.TLS.CACert(), ClientCertAuth: true}
-	cfg.PeerTLSInfo, cfg.ClientTLSInfo = tls, tls
+	// The peer (raft) port takes member certificates only: AllowedCNs
+	// makes etcd refuse, both when it accepts and when it dials, a
+	// certificate whose CN is not pki.MemberCN, so a node with only a node
+	// certificate (any client) cannot speak raft or read the peer API.
+	// A member whose files predate member certificates makes its own here
+	// (it has the CA key).
+	if err := c.TLS.EnsureMember(c.Name, net.ParseIP(pu.Hostname()), time.Now()); err != nil {
+		return nil, fmt.Errorf("store: member certificate of %s: %w", c.Name, err)
+	}
+	cfg.PeerTLSInfo = transport.TLSInfo{CertFile: c.TLS.MemberCert(), KeyFile: c.TLS.MemberKey(), TrustedCAFile: c.TLS.CACert(),
+		ClientCertAuth: true, AllowedCNs: []string{pki.MemberCN}}
+	cfg.ClientTLSInfo = transport.TLSInfo{CertFile: c.TLS.NodeCert(), KeyFile: c.TLS.NodeKey(), TrustedCAFile: c.TLS.CACert(), ClientCertAuth: true}
 	// Keep one hour of history (etcd compacts nothing by default).
 	cfg.AutoCompactionMode, cfg.AutoCompactionRetention = "periodic", "1h"
 	if c.TickMs != 0 {
