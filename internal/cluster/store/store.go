@@ -92,6 +92,9 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	if err := checkSpace(c.Dir); err != nil {
+		return nil, err
+	}
 	cfg := embed.NewConfig()
 	cfg.Name = c.Name
 	cfg.Dir = c.Dir
@@ -132,7 +135,7 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(EtcdLogger(log))
 	cfg.Logger = "zap"
 	began := time.Now()
-	e, err := embed.StartEtcd(cfg)
+	e, err := startEtcd(cfg, log)
 	if err != nil {
 		return nil, fmt.Errorf("store: start etcd member %s: %w", c.Name, err)
 	}
