@@ -10,12 +10,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fabraid/fabraid/internal/cluster/keys"
 	"github.com/fabraid/fabraid/internal/cluster/pki"
 	"github.com/fabraid/fabraid/internal/cluster/registry"
 	"github.com/fabraid/fabraid/internal/cluster/store"
@@ -42,10 +42,13 @@ type JoinReply struct {
 	NodeCert      string `json:"node_cert"`
 	// CAKey, MemberID and InitialCluster are set when the joiner becomes
 	// an etcd member (a learner until it promotes itself).
-	CAKey          string   `json:"ca_key,omitempty"`
-	MemberID       string   `json:"member_id,omitempty"`
-	InitialCluster string   `json:"initial_cluster,omitempty"`
-	Endpoints      []string `json:"endpoints"`
+	CAKey          string `json:"ca_key,omitempty"`
+	MemberID       string `json:"member_id,omitempty"`
+	InitialCluster string `json:"initial_cluster,omitempty"`
+	// EtcdMembers is the voting-member target the new member keeps in its
+	// State (set with CAKey).
+	EtcdMembers int      `json:"etcd_members,omitempty"`
+	Endpoints   []string `json:"endpoints"`
 }
 
 // serveJoins starts the join service on the cluster address.
@@ -98,6 +101,14 @@ func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
 }
 
 // admit checks and redeems a join request (see the package documentation).
+//
+// Invariant: the CA key goes only to a joiner this member decided to make
+// an etcd member from what no client-only node can forge, although every
+// node can write all of etcd: the token's record must carry a MAC under
+// the token key, which only holders of the CA key derive (package token;
+// a record set back to unused or copied is refused too), and the
+// voting-member target is this member's own (members), never the cluster
+// record's.
 func (n *Node) admit(ctx context.Context, q JoinRequest) (*JoinReply, error) {
 	n.admitting.Lock()
 	defer n.admitting.Unlock()
@@ -114,8 +125,16 @@ func (n *Node) admit(ctx context.Context, q JoinRequest) (*JoinReply, error) {
 	if err != nil {
 		return nil, &httpError{http.StatusForbidden, err}
 	}
+	ca, err := n.files.LoadCA()
+	if err != nil {
+		return nil, fmt.Errorf("cluster: join service without the CA: %w", err)
+	}
+	tkey, err := ca.TokenKey()
+	if err != nil {
+		return nil, err
+	}
 	now := n.o.Now()
-	if err := token.Check(ctx, cli, tok, now); err != nil {
+	if err := token.Check(ctx, cli, tkey, tok, now); err != nil {
 		return nil, &httpError{http.StatusForbidden, err}
 	}
 	ip := net.ParseIP(q.Address)
@@ -131,22 +150,21 @@ func (n *Node) admit(ctx context.Context, q JoinRequest) (*JoinReply, error) {
 	} else if ok {
 		return nil, &httpError{http.StatusConflict, fmt.Errorf("a node named %s is in the cluster already (fabraid cluster remove %s first, or set another node_name)", q.Node, q.Node)}
 	}
-	if err := token.Redeem(ctx, cli, tok, q.Node, now); err != nil {
+	redeemed, err := token.Redeem(ctx, cli, tkey, tok, q.Node, now)
+	if err != nil {
 		return nil, &httpError{http.StatusForbidden, err}
 	}
-	rep, err := n.admitRedeemed(ctx, cli, st, q, ip, pub, now)
+	rep, err := n.admitRedeemed(ctx, cli, ca, st, q, ip, pub, now)
 	if err != nil {
-		token.Release(ctx, cli, tok, q.Node)
+		if rerr := token.Release(ctx, cli, tkey, redeemed); rerr != nil {
+			n.o.Log.Warn("cluster: join token of a failed join not given back", "node", q.Node, "err", rerr)
+		}
 		return nil, err
 	}
 	return rep, nil
 }
 
-func (n *Node) admitRedeemed(ctx context.Context, cli *clientv3.Client, st *State, q JoinRequest, ip net.IP, pub any, now time.Time) (*JoinReply, error) {
-	ca, err := n.files.LoadCA()
-	if err != nil {
-		return nil, err
-	}
+func (n *Node) admitRedeemed(ctx context.Context, cli *clientv3.Client, ca *pki.CA, st *State, q JoinRequest, ip net.IP, pub any, now time.Time) (*JoinReply, error) {
 	cert, err := ca.Issue(pub, q.Node, []net.IP{ip}, now)
 	if err != nil {
 		return nil, err
@@ -163,28 +181,47 @@ func (n *Node) admitRedeemed(ctx context.Context, cli *clientv3.Client, st *Stat
 			rep.Endpoints = append(rep.Endpoints, m.ClientURLs...)
 		}
 	}
-	if voting < n.members(ctx, cli) {
+	if target := n.members(st); voting < target {
 		peer := "https://" + net.JoinHostPort(q.Address, strconv.Itoa(q.PeerPort))
 		id, initial, err := store.AddLearner(ctx, cli, q.Node, peer)
 		if err != nil {
 			return nil, &httpError{http.StatusConflict, err}
 		}
-		rep.MemberID, rep.InitialCluster, rep.CAKey = fmt.Sprintf("%x", id), initial, string(ca.KeyPEM)
+		rep.MemberID, rep.InitialCluster, rep.CAKey, rep.EtcdMembers = fmt.Sprintf("%x", id), initial, string(ca.KeyPEM), target
 	}
 	return rep, nil
 }
 
-// members is the voting-member target: the cluster record's, else ours.
-func (n *Node) members(ctx context.Context, cli *clientv3.Client) int {
-	resp, err := cli.Get(ctx, keys.Cluster)
-	if err == nil && len(resp.Kvs) == 1 {
-		var r Record
-		if json.Unmarshal(resp.Kvs[0].Value, &r) == nil && r.Members > 0 {
-			return r.Members
-		}
+// members is the voting-member target: this member's State (set at init
+// and handed to each member at its join), else, for a state that
+// predates it, this node's configuration. Never the cluster record in
+// etcd, which every node can write.
+func (n *Node) members(st *State) int {
+	if st.Members > 0 {
+		return st.Members
 	}
 	return n.o.Members
 }
+
+// issueToken stores t's record, MAC'd with the token key derived from
+// the CA key: only an etcd member (which holds it) makes join tokens.
+func (n *Node) issueToken(ctx context.Context, cli *clientv3.Client, t token.Token, ttl time.Duration) error {
+	ca, err := n.files.LoadCA()
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("cluster: join tokens are made on etcd members; this node is an etcd client only (%w)", ErrNotMember)
+	}
+	if err != nil {
+		return err
+	}
+	key, err := ca.TokenKey()
+	if err != nil {
+		return err
+	}
+	return token.Issue(ctx, cli, key, t, ttl, n.o.Now())
+}
+
+// ErrNotMember: an operation only etcd members do (they hold the CA key).
+var ErrNotMember = errors.New("not an etcd member")
 
 // Join joins the cluster whose join service is at addr (host:port; the
 // port defaults to 9437) with the token tok.
@@ -222,6 +259,9 @@ func (n *Node) Join(ctx context.Context, addr, tok string) error {
 		return err
 	}
 	st := &State{Cluster: rep.Cluster, CAFingerprint: rep.CAFingerprint, Member: rep.MemberID != "", MemberID: rep.MemberID, InitialCluster: rep.InitialCluster, Endpoints: rep.Endpoints, Joined: n.o.Now().UTC()}
+	if st.Member {
+		st.Members = rep.EtcdMembers
+	}
 	n.mu.Lock()
 	n.st = st
 	n.mu.Unlock()

@@ -519,7 +519,7 @@ func (n *Node) Init(ctx context.Context, name string) error {
 	if err := n.files.Write(ca.CertPEM, cert, keyPEM, ca.KeyPEM); err != nil {
 		return err
 	}
-	st := &State{Cluster: name, CAFingerprint: pki.Fingerprint(ca.Cert), Member: true, Endpoints: []string{n.url(n.o.ClientPort)}, Joined: now.UTC()}
+	st := &State{Cluster: name, CAFingerprint: pki.Fingerprint(ca.Cert), Member: true, Members: n.o.Members, Endpoints: []string{n.url(n.o.ClientPort)}, Joined: now.UTC()}
 	if err := n.startMember(ctx, ""); err != nil {
 		n.undo()
 		return err
@@ -643,7 +643,7 @@ func (n *Node) Token(ctx context.Context, ttl time.Duration) (token.Token, error
 	if err != nil {
 		return token.Token{}, err
 	}
-	if err := token.Issue(ctx, cli, t, ttl, n.o.Now()); err != nil {
+	if err := n.issueToken(ctx, cli, t, ttl); err != nil {
 		return token.Token{}, err
 	}
 	n.o.Log.Info("cluster: join token made", "token", t, "ttl", ttl.String())

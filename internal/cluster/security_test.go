@@ -1,7 +1,10 @@
 package cluster
 
 import (
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
 	"net/http"
 	"os"
 	"strconv"
@@ -11,7 +14,10 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/fabraid/fabraid/internal/cluster/etcdtest"
+	"github.com/fabraid/fabraid/internal/cluster/keys"
 	"github.com/fabraid/fabraid/internal/cluster/pki"
+	"github.com/fabraid/fabraid/internal/cluster/token"
 )
 
 // These tests (issue 28) play a node that holds only a client
@@ -30,6 +36,135 @@ func clientNode(t *testing.T, c *clock, via *Node) (n4 *Node, tok string) {
 		t.Fatal("n4 became an etcd member beyond the target of 3")
 	}
 	return n4, tok
+}
+
+// TestClientCannotTakeCAKey: a client-only node makes its own join
+// token records, raises etcd_members in the cluster record, sets its own
+// used token back to unused and even removes a member so that the
+// cluster is below its target, then joins through a member's join
+// service: it never gets the CA key. A member's own token still makes a
+// member, and the target stays the members' (3), not the record's (5).
+func TestClientCannotTakeCAKey(t *testing.T) {
+	ctx := ctxT(t)
+	var c clock
+	n1, _, n3 := threeMembers(t, &c)
+	n4, own := clientNode(t, &c, n1)
+	cli := n4.Client()
+	fp := n4.st.CAFingerprint
+
+	put := func(k string, v any) {
+		t.Helper()
+		b, _ := json.Marshal(v)
+		if _, err := cli.Put(ctx, k, string(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	get := func(k string, v any) {
+		t.Helper()
+		resp, err := cli.Get(ctx, k)
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("get %s: %v %v", k, resp, err)
+		}
+		if err := json.Unmarshal(resp.Kvs[0].Value, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The cluster record now asks for 5 voting members.
+	var rec map[string]any
+	get(keys.Cluster, &rec)
+	rec["etcd_members"] = 5
+	put(keys.Cluster, rec)
+
+	// forge writes an unused token record the way token.Issue did, with a
+	// MAC under a key the client can make (its node key's hash).
+	nodeKey, _ := os.ReadFile(n4.files.NodeKey())
+	forge := func() string {
+		t.Helper()
+		tk, err := token.New(fp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := sha256.Sum256([]byte(tk.Secret))
+		m := sha256.Sum256(append(nodeKey, tk.ID...))
+		now := c.now().UTC()
+		put(keys.Token(tk.ID), map[string]any{"version": token.Version, "sha256": hex.EncodeToString(h[:]),
+			"created": now, "expires": now.Add(time.Hour), "seq": 2, "mac": hex.EncodeToString(m[:])})
+		return tk.Encode()
+	}
+	// reuse sets n4's own, used token back to unused.
+	ownTok, _ := token.Parse(own)
+	reuse := func() string {
+		t.Helper()
+		var r map[string]any
+		get(keys.Token(ownTok.ID), &r)
+		delete(r, "used_by")
+		delete(r, "used_at")
+		put(keys.Token(ownTok.ID), r)
+		return own
+	}
+	attempt := func(name, tok, why string) {
+		t.Helper()
+		key, _, _ := pki.NewKey()
+		pub, _ := pki.PublicPEM(key.Public())
+		q := JoinRequest{Version: StateVersion, Token: tok, Node: name, Address: "127.0.0.1",
+			PeerPort: etcdtest.FreePort(t), ClientPort: etcdtest.FreePort(t), PublicKey: string(pub)}
+		rep, err := postJoin(ctx, joinAddr(n1), fp, q)
+		if err == nil && rep.CAKey != "" {
+			t.Fatalf("%s: the client-only node got the CA key (member %s)", name, rep.MemberID)
+		}
+		if err == nil || !strings.Contains(err.Error(), why) {
+			t.Errorf("%s: join %v, want refused: %s", name, err, why)
+		}
+	}
+	const forged, used = "not made by an etcd member", "rewritten after it was issued"
+	attempt("x1", forge(), forged)
+	attempt("x2", reuse(), used)
+
+	// Below the target: the client removes n3's etcd member (etcd's
+	// cluster API takes any client certificate).
+	ml, err := cli.MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ml.Members {
+		if m.Name == "n3" {
+			// etcd refuses changes until every member has been
+			// connected for 5 s (strict reconfiguration check).
+			for {
+				_, err := cli.MemberRemove(ctx, m.ID)
+				if err == nil {
+					break
+				}
+				if !strings.Contains(err.Error(), "unhealthy") || ctx.Err() != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		}
+	}
+	crash(n3)
+	attempt("x3", forge(), forged)
+	attempt("x4", reuse(), used)
+
+	// A member's token: the member's decision (2 voting < 3) makes n5 a
+	// member; n6 is a client although the record says 5.
+	n5, n6 := newNode(t, "n5", &c), newNode(t, "n6", &c)
+	if err := n5.Join(ctx, joinAddr(n1), mustToken(t, n1, time.Hour)); err != nil {
+		t.Fatalf("join n5: %v", err)
+	}
+	if err := n6.Join(ctx, joinAddr(n5), mustToken(t, n5, time.Hour)); err != nil {
+		t.Fatalf("join n6 through n5: %v", err)
+	}
+	if !n5.st.Member || n6.st.Member {
+		t.Fatalf("n5 member %v, n6 member %v; want n5 a member (2 < 3) and n6 a client (3 = 3, the record's 5 ignored)", n5.st.Member, n6.st.Member)
+	}
+	if _, err := os.Stat(n6.files.CAKey()); !os.IsNotExist(err) {
+		t.Errorf("client n6 has a CA key file: %v", err)
+	}
+	// A client-only node cannot make tokens through fabraid either.
+	if _, err := n4.Token(ctx, time.Hour); err == nil {
+		t.Error("client-only n4 made a join token")
+	}
 }
 
 // TestPeerPortMembersOnly: etcd's peer (raft) port refuses a node

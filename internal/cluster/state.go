@@ -24,6 +24,11 @@ type State struct {
 	Member         bool   `json:"member"`
 	MemberID       string `json:"member_id,omitempty"`
 	InitialCluster string `json:"initial_cluster,omitempty"`
+	// Members is the voting-member target (members only): set at init
+	// from Options.Members and handed to each member at its join. The
+	// join service decides from it alone, never from the cluster record
+	// (every node can write etcd). 0: a state that predates it.
+	Members int `json:"etcd_members,omitempty"`
 	// Endpoints are etcd client URLs to dial (refreshed from the member
 	// list at every start).
 	Endpoints []string  `json:"endpoints"`
@@ -35,7 +40,7 @@ type Record struct {
 	Version       int       `json:"version"`
 	Name          string    `json:"name"`
 	CAFingerprint string    `json:"ca_sha256,omitempty"`
-	Members       int       `json:"etcd_members"` // voting member target
+	Members       int       `json:"etcd_members"` // voting member target at init; informational (see State.Members)
 	Created       time.Time `json:"created"`
 }
 

@@ -39,6 +39,12 @@
 // and the joiner accepts the join service's certificate only when its
 // chain ends at a CA with that fingerprint and its leaf is a member
 // certificate (VerifyPinned).
+//
+// # Token key
+//
+// TokenKey derives from the CA key the key that authenticates join token
+// records in etcd (package token): only the etcd members, which hold the
+// CA key, can make a record the join service accepts.
 package pki
 
 import (
@@ -46,6 +52,7 @@ import (
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
+	"crypto/hkdf"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
@@ -131,6 +138,21 @@ func (ca *CA) Issue(pub crypto.PublicKey, node string, ips []net.IP, now time.Ti
 // IssueMember signs the member certificate of node (see MemberCN).
 func (ca *CA) IssueMember(pub crypto.PublicKey, node string, ips []net.IP, now time.Time) ([]byte, error) {
 	return ca.issue(pub, MemberCN, node, ips, now)
+}
+
+// TokenKey is the key that authenticates join token records (package
+// token), derived from the CA key with HKDF-SHA256: every holder of the
+// CA key (the etcd members) gets the same key, nobody else can.
+func (ca *CA) TokenKey() ([]byte, error) {
+	der, err := x509.MarshalPKCS8PrivateKey(ca.key)
+	if err != nil {
+		return nil, fmt.Errorf("pki: token key: %w", err)
+	}
+	k, err := hkdf.Key(sha256.New, der, nil, "fabraid join token records v1", 32)
+	if err != nil {
+		return nil, fmt.Errorf("pki: token key: %w", err)
+	}
+	return k, nil
 }
 
 func (ca *CA) issue(pub crypto.PublicKey, cn, node string, ips []net.IP, now time.Time) ([]byte, error) {

@@ -80,7 +80,7 @@ func TestIssueVerifyPin(t *testing.T) {
 
 // TestMemberCertificates: member certificates carry MemberCN and are made
 // only with the CA key; no node certificate can carry MemberCN; an
-// existing member certificate is kept.
+// existing member certificate is kept; the token key is the CA's.
 func TestMemberCertificates(t *testing.T) {
 	now := time.Now()
 	ca, _ := NewCA("test", now)
@@ -122,5 +122,17 @@ func TestMemberCertificates(t *testing.T) {
 	}
 	if _, err := m.MemberTLS(); err != nil {
 		t.Fatal(err)
+	}
+
+	k1, err := ca.TokenKey()
+	if err != nil || len(k1) != 32 {
+		t.Fatalf("token key %x %v", k1, err)
+	}
+	back, _ := LoadCA(ca.CertPEM, ca.KeyPEM)
+	k2, _ := back.TokenKey()
+	other, _ := NewCA("test", now)
+	k3, _ := other.TokenKey()
+	if !bytes.Equal(k1, k2) || bytes.Equal(k1, k3) {
+		t.Error("token key: want equal for one CA key, different for another")
 	}
 }
