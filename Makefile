@@ -52,8 +52,10 @@ lint:
 	$(GO) vet ./...
 
 # The main job: three guests on Debian's 6.12 kernel make a fabraid cluster
-# (init, join, a 4+2 volume over the three nodes, a node's power cut under
-# I/O, its return with a partial resync, scrub). demo-node: the one-node path.
+# (init, join, a 4+2 volume over the three nodes, the power cut of its owner,
+# read from volume show, under I/O, another node's takeover, the old owner's
+# return as a non-owner with a partial resync, scrub); it prints what it
+# observed and fails when that is not a failover. demo-node: the one-node path.
 demo: setup build
 	$(GOFLAGS_STATIC) $(GO) run ./internal/demo -fabraid $(BIN)/fabraid -fabraidd $(BIN)/fabraidd
 
