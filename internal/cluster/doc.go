@@ -36,6 +36,13 @@
 // when the node becomes a member, so it can serve joins). A member node
 // starts its etcd member, promotes itself once in sync, and serves joins.
 //
+// Every node can write all of etcd, so the join service trusts nothing
+// there to decide who gets the CA key: token records count only with a
+// MAC under a key derived from the CA key (package token), and the
+// voting-member target is the member's own State.Members. The joiner
+// accepts only a join service that presents a member certificate
+// (package pki), which etcd's peer port requires too.
+//
 // # External etcd
 //
 // With Options.External (etcd_endpoints), fabraid runs no etcd member and
