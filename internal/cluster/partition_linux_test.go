@@ -38,13 +38,37 @@ import (
 //     stopped, no ublk device), b resyncs a's members partially, a scrub
 //     is clean, and c reads back every write whose flush completed.
 func TestIntegrationOwnerPartition(t *testing.T) {
-	vmtest.Run(t, vmtest.Options{Guests: clusterVolumeGuests(t, nil), Timeout: 900 * time.Second}, partitionGuest)
+	vmtest.Run(t, vmtest.Options{Guests: clusterVolumeGuests(t, nil), Timeout: 900 * time.Second}, func(t *testing.T, g *vmtest.Env) {
+		partitionGuest(t, g, etcdCut)
+	})
 }
+
+// TestIntegrationOwnerIsolated is TestIntegrationOwnerPartition with the
+// owner a cut off from both other nodes entirely (etcd and NVMe/TCP): c's
+// controller to a stays (reconnecting) while c connects b's export of
+// the same NQN, so c's writes resume on b only if the two nodes' exports
+// hand out controller ids from disjoint, stable blocks. c's kernel log
+// must have no "Duplicate cntlid" and its writes must resume during the
+// partition, with no I/O error.
+func TestIntegrationOwnerIsolated(t *testing.T) {
+	vmtest.Run(t, vmtest.Options{Guests: clusterVolumeGuests(t, nil), Timeout: 900 * time.Second}, func(t *testing.T, g *vmtest.Env) {
+		partitionGuest(t, g, fullCut)
+	})
+}
+
+// partitionCut is what the partition cuts between the owner a and the
+// others.
+type partitionCut int
+
+const (
+	etcdCut partitionCut = iota // etcd's ports only (NVMe/TCP flows)
+	fullCut                     // everything (Env.Isolate)
+)
 
 // etcdPorts are the ports the partition cuts (internal/config defaults).
 var etcdPorts = []int{2379, 2380}
 
-func partitionGuest(t *testing.T, g *vmtest.Env) {
+func partitionGuest(t *testing.T, g *vmtest.Env, cut partitionCut) {
 	start := time.Now()
 	mountState(t, g)
 	formCluster(t, g, start)
@@ -67,7 +91,7 @@ func partitionGuest(t *testing.T, g *vmtest.Env) {
 		g.Wait(t, "c", "done")
 	case "c":
 		g.Wait(t, "a", "created")
-		partitionVerifier(t, g, start)
+		partitionVerifier(t, g, start, cut)
 	}
 }
 
@@ -119,9 +143,11 @@ func partitionedOwner(t *testing.T, g *vmtest.Env, start time.Time) {
 	g.Wait(t, "c", "done")
 }
 
-// partitionVerifier (on c) writes while it cuts a off etcd, checks that
-// the writes resume on b without an error, heals, and reads back.
-func partitionVerifier(t *testing.T, g *vmtest.Env, start time.Time) {
+// partitionVerifier (on c) writes while it cuts a off (etcd, or
+// everything), checks that the writes resume on b without an error and,
+// for a full cut, that the kernel refused no path for a duplicate
+// controller id, heals, and reads back.
+func partitionVerifier(t *testing.T, g *vmtest.Env, start time.Time, how partitionCut) {
 	head := waitHead(t, start)
 	f, err := os.OpenFile(head, os.O_RDWR|unix.O_DIRECT, 0)
 	if err != nil {
@@ -133,17 +159,30 @@ func partitionVerifier(t *testing.T, g *vmtest.Env, start time.Time) {
 	if in := showVolume(t); in.Owner != "a" {
 		t.Fatalf("volume v is owned by %q before the partition, want a", in.Owner)
 	}
-	step(t, start, "cutting etcd between a and the others under the writer (%d flushed writes so far)", w.count())
-	cut := time.Now()
-	for _, o := range []string{"b", "c"} {
-		g.PartitionPorts(t, "a", o, etcdPorts...)
+	name, cut := "partition", time.Time{}
+	if how == fullCut {
+		name = "isolation"
+		step(t, start, "isolating a from b and c (etcd and NVMe/TCP) under the writer (%d flushed writes so far)", w.count())
+		cut = time.Now()
+		g.Isolate(t, "a")
+	} else {
+		step(t, start, "cutting etcd between a and the others under the writer (%d flushed writes so far)", w.count())
+		cut = time.Now()
+		for _, o := range []string{"b", "c"} {
+			g.PartitionPorts(t, "a", o, etcdPorts...)
+		}
 	}
 	g.Signal(t, "partitioned")
 	g.Wait(t, "b", "owner")
 	w.waitMore(t, 20, 3*time.Minute, "writes through "+head+" after b took v over")
-	gap, total := w.pause(cut)
-	step(t, start, "partition: longest gap between completed writes %.1f s; %d writes, none failed", gap.Seconds(), total)
-	fmt.Printf("VMBENCH {\"name\":\"partition\",\"pause_seconds\":%.2f,\"writes\":%d,\"kernel\":\"6.12\",\"tcg\":true}\n", gap.Seconds(), total)
+	gap, end, total := w.longestGap(cut)
+	step(t, start, "%s: longest gap between completed writes %.1f s, ended by a write through b %.1f s after the cut; %d writes, none failed",
+		name, gap.Seconds(), end.Sub(cut).Seconds(), total)
+	if dup := kernelLogLines(t, "Duplicate cntlid"); len(dup) > 0 {
+		t.Errorf("c's kernel refused a path for a duplicate controller id during the %s: %q", name, dup)
+	}
+	fmt.Printf("VMBENCH {\"name\":%q,\"pause_seconds\":%.2f,\"resumed_after_cut_seconds\":%.2f,\"writes\":%d,\"kernel\":\"6.12\",\"tcg\":true}\n",
+		name, gap.Seconds(), end.Sub(cut).Seconds(), total)
 	g.Signal(t, "resumed")
 	g.Wait(t, "a", "checked")
 	step(t, start, "healing the network")
@@ -157,6 +196,31 @@ func partitionVerifier(t *testing.T, g *vmtest.Env, start time.Time) {
 	checkAcked(t, f, acked, "after the partition and the heal")
 	step(t, start, "every flushed write reads back (%d blocks)", len(acked))
 	g.Signal(t, "done")
+}
+
+// kernelLogLines are the kernel log's messages (read from /dev/kmsg, the
+// whole ring buffer) that contain s.
+func kernelLogLines(t *testing.T, s string) []string {
+	t.Helper()
+	fd, err := unix.Open("/dev/kmsg", unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatalf("open /dev/kmsg: %v", err)
+	}
+	defer unix.Close(fd)
+	var out []string
+	buf := make([]byte, 8192)
+	for {
+		n, err := unix.Read(fd, buf)
+		if err == unix.EPIPE {
+			continue // records overwritten while reading: go on with the next
+		}
+		if err != nil || n <= 0 {
+			return out // EAGAIN: the end of the buffer
+		}
+		if rec := string(buf[:n]); strings.Contains(rec, s) {
+			out = append(out, strings.TrimSpace(rec[strings.IndexByte(rec, ';')+1:]))
+		}
+	}
 }
 
 // signalled reports whether guest has signalled event (Env.Wait without
