@@ -53,7 +53,7 @@ const etcdTimeout = 10 * time.Second
 // (state creating) and waits until its owner reports it ready (and this
 // node's consumer device is there, for a while).
 func (d *Daemon) clusterCreate(ctx context.Context, q api.CreateRequest) (volmgr.Info, error) {
-	if err := volmgr.CheckVolumeName(q.Name); err != nil {
+	if err := volmgr.CheckNewVolumeName(q.Name); err != nil {
 		return volmgr.Info{}, fmt.Errorf("%w: %w", volmgr.ErrInvalid, err)
 	}
 	if len(q.Drives) > 0 {

@@ -512,7 +512,7 @@ func pickDrives(free []drive.Drive, want []string, n int) ([]string, error) {
 func (m *Manager) Create(ctx context.Context, r CreateRequest) (Info, error) {
 	m.op.Lock()
 	defer m.op.Unlock()
-	if err := CheckVolumeName(r.Name); err != nil {
+	if err := CheckNewVolumeName(r.Name); err != nil {
 		return Info{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	vols, err := m.scan()

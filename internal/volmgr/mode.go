@@ -37,6 +37,29 @@ func CheckVolumeName(name string) error {
 	return nil
 }
 
+// CheckNewVolumeName is the rule for the name of a volume being created:
+// 1-32 of the ASCII letters, digits, '_', '.' and '-', the first a letter,
+// digit or '_'. Every such name is its own /dev/fabraid/<name> link (udev
+// keeps these characters as they are), its own engine unit and its own
+// Storage Scale NSD name; it cannot be taken for an option ("--help"),
+// for "." or "..", and it carries no invisible or direction-changing
+// characters. Volumes made before this rule keep their names
+// (CheckVolumeName).
+func CheckNewVolumeName(name string) error {
+	if err := CheckVolumeName(name); err != nil {
+		return err
+	}
+	for i, r := range name {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_':
+		case (r == '.' || r == '-') && i > 0:
+		default:
+			return fmt.Errorf("volume name %q: use ASCII letters, digits, '_', '.' and '-', starting with a letter, digit or '_'", name)
+		}
+	}
+	return nil
+}
+
 // SystemdProbe is what the daemon found out about systemd at startup.
 type SystemdProbe struct {
 	// Booted: systemd is PID 1 (/run/systemd/system is a directory).
