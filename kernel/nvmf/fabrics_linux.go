@@ -64,7 +64,7 @@ func (h *Host) Connect(o Options) (Controller, error) {
 		return Controller{}, fmt.Errorf("connect: %w (try: modprobe nvme-%s)", err, o.Transport)
 	}
 	defer f.Close()
-	if _, err := f.Write([]byte(o.String())); err != nil {
+	if _, err := f.Write([]byte(o.Reveal())); err != nil {
 		return Controller{}, connectError(o, err)
 	}
 	buf := make([]byte, 256)

@@ -3,6 +3,7 @@ package nvmf
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -256,13 +257,19 @@ func safe(s string) bool {
 	return true
 }
 
-// String renders the option string for /dev/nvme-fabrics. It does not
-// validate: call Validate (Connect does). Secrets appear in clear: use
-// Redacted for logs.
-func (o Options) String() string { return o.render(false) }
+// Reveal renders the option string for /dev/nvme-fabrics, DH-HMAC-CHAP
+// secrets in clear: for the kernel only, never for a log or an error. It
+// does not validate: call Validate (Connect does).
+func (o Options) Reveal() string { return o.render(false) }
 
-// Redacted is String with DH-HMAC-CHAP secrets replaced by "<secret>".
+// Redacted is Reveal with DH-HMAC-CHAP secrets replaced by "<secret>".
 func (o Options) Redacted() string { return o.render(true) }
+
+// String is Redacted: fmt's %v and %s never print a secret.
+func (o Options) String() string { return o.Redacted() }
+
+// LogValue keeps the secrets out of slog output.
+func (o Options) LogValue() slog.Value { return slog.StringValue(o.Redacted()) }
 
 func (o Options) render(redact bool) string {
 	var b strings.Builder

@@ -1,7 +1,10 @@
 package nvmf
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 )
@@ -42,15 +45,15 @@ func TestOptionsString(t *testing.T) {
 			if err := o.Validate(); err != nil {
 				t.Fatalf("Validate: %v", err)
 			}
-			if got := o.String(); got != tt.want {
-				t.Fatalf("String:\n got %s\nwant %s", got, tt.want)
+			if got := o.Reveal(); got != tt.want {
+				t.Fatalf("Reveal:\n got %s\nwant %s", got, tt.want)
 			}
-			back, err := ParseOptions(o.String())
+			back, err := ParseOptions(o.Reveal())
 			if err != nil {
 				t.Fatalf("ParseOptions: %v", err)
 			}
-			if back.String() != o.String() {
-				t.Fatalf("round trip:\n got %s\nwant %s", back.String(), o.String())
+			if back.Reveal() != o.Reveal() {
+				t.Fatalf("round trip:\n got %s\nwant %s", back.Reveal(), o.Reveal())
 			}
 			if r := o.Redacted(); o.DHCHAPSecret != "" && strings.Contains(r, o.DHCHAPSecret) {
 				t.Fatalf("Redacted leaks the secret: %s", r)
@@ -144,10 +147,10 @@ func TestParseOptionsErrors(t *testing.T) {
 // value for any key (no injection).
 func FuzzOptions(f *testing.F) {
 	o := baseOptions()
-	f.Add(o.String())
+	f.Add(o.Reveal())
 	o.Timeouts = member()
 	o.DHCHAPSecret = Secret{Key: make([]byte, 48)}.Reveal()
-	f.Add(o.String())
+	f.Add(o.Reveal())
 	f.Add("transport=loop,nqn=" + testNQN + ",hostnqn=" + testHostNQN + ",hostid=" + testHostID + ",discovery")
 	f.Add("transport=tcp,traddr=::1,trsvcid=8009,nqn=" + DiscoveryNQN + ",hostnqn=" + testHostNQN + ",hostid=" + testHostID + ",keep_alive_tmo=1,reconnect_delay=1,ctrl_loss_tmo=-1,fast_io_fail_tmo=-1")
 	f.Fuzz(func(t *testing.T, s string) {
@@ -155,12 +158,12 @@ func FuzzOptions(f *testing.F) {
 		if err != nil {
 			return
 		}
-		r1 := o.String()
+		r1 := o.Reveal()
 		o2, err := ParseOptions(r1)
 		if err != nil {
 			t.Fatalf("re-parse of %q: %v", r1, err)
 		}
-		if r2 := o2.String(); r1 != r2 {
+		if r2 := o2.Reveal(); r1 != r2 {
 			t.Fatalf("render not stable:\n%q\n%q", r1, r2)
 		}
 		if o.Validate() != nil {
@@ -178,4 +181,32 @@ func FuzzOptions(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestOptionsNeverPrintSecret: fmt and slog print Options (alone or in a
+// struct, as a value or a pointer) without its DH-HMAC-CHAP secrets; only
+// Reveal, what Connect writes to the kernel, has them.
+func TestOptionsNeverPrintSecret(t *testing.T) {
+	o := baseOptions()
+	o.DHCHAPSecret = "DHHC-1:00:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAACtVQoZ:"
+	o.DHCHAPCtrlSecret = o.DHCHAPSecret
+	if !strings.Contains(o.Reveal(), o.DHCHAPSecret) {
+		t.Fatalf("Reveal has no secret: %s", o.Reveal())
+	}
+	var logged bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logged, nil))
+	log.Info("connect", "options", o, "ptr", &o)
+	slog.New(slog.NewJSONHandler(&logged, nil)).Info("connect", "options", o)
+	wrapped := struct {
+		Name string
+		Opts Options
+	}{"x", o}
+	for what, s := range map[string]string{
+		"%v": fmt.Sprintf("%v", o), "%+v": fmt.Sprintf("%+v", o), "%s": fmt.Sprintf("%s", &o),
+		"struct %+v": fmt.Sprintf("%+v", wrapped), "slog": logged.String(), "error": fmt.Errorf("connect %v: failed", o).Error(),
+	} {
+		if strings.Contains(s, "AAAAAAAA") {
+			t.Errorf("%s prints the secret: %s", what, s)
+		}
+	}
 }
