@@ -267,6 +267,9 @@ func (sb *Superblock) Validate() error {
 	if sb.BitmapOffset < MetaEnd || sb.BitmapOffset%SectorAlign != 0 {
 		return invalid("bitmap offset %d", sb.BitmapOffset)
 	}
+	if sb.BitmapBytes > MaxBitmapBytes {
+		return invalid("bitmap of %d bytes exceeds %d", sb.BitmapBytes, MaxBitmapBytes)
+	}
 	if int64(sb.BitmapBytes)%SectorAlign != 0 || int64(sb.BitmapBytes)*8 < sb.RegionCount() {
 		return invalid("bitmap of %d bytes cannot hold %d regions", sb.BitmapBytes, sb.RegionCount())
 	}
@@ -285,6 +288,9 @@ func (sb *Superblock) Validate() error {
 		if sb.JournalBytes == 0 && sb.JournalOffset == 0 {
 			break
 		}
+		if sb.JournalBytes > MaxJournalBytes {
+			return invalid("journal of %d bytes exceeds %d", sb.JournalBytes, MaxJournalBytes)
+		}
 		if sb.JournalOffset%SectorAlign != 0 || sb.JournalBytes%SectorAlign != 0 ||
 			sb.JournalBytes < MinJournalBytes || sb.JournalOffset < sb.BitmapOffset+int64(sb.BitmapBytes) ||
 			sb.JournalOffset > sb.DataOffset || sb.JournalBytes > sb.DataOffset-sb.JournalOffset {
@@ -300,6 +306,18 @@ func (sb *Superblock) Validate() error {
 // MinJournalBytes is the smallest journal area: two header blocks and one
 // record block.
 const MinJournalBytes = 3 * SectorAlign
+
+// MaxBitmapBytes and MaxJournalBytes bound what assembly reads into memory
+// from a member (the whole bitmap, the whole journal area), so a crafted
+// or corrupt superblock cannot make it allocate gigabytes. Volumes this
+// engine creates stay far below them: a bitmap of 16 MiB covers 128 Mi
+// regions (8 EiB of member data at the default 64 MiB region), and the
+// default journal holds 3 records of the largest size (m = 4 chunks of
+// 1 MiB), about 13 MiB.
+const (
+	MaxBitmapBytes  = 16 << 20
+	MaxJournalBytes = 64 << 20
+)
 
 func (sb *Superblock) version() uint32 {
 	if sb.Version == 0 {

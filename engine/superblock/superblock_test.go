@@ -127,6 +127,14 @@ func TestValidateRefuses(t *testing.T) {
 		"version 4":               func(sb *Superblock) { sb.Version = Version + 1 },
 		"owner journal in v2":     func(sb *Superblock) { sb.Version = VersionJournal; sb.Members[0].OwnerJournal = true },
 		"owner journal, no area":  func(sb *Superblock) { sb.JournalOffset, sb.JournalBytes = 0, 0; sb.Members[0].OwnerJournal = true },
+		// Areas that fit the offsets but would make assembly allocate
+		// them whole: a 4 GiB bitmap, a 1 TiB journal.
+		"huge bitmap": func(sb *Superblock) {
+			sb.BitmapBytes = 1<<32 - SectorAlign
+			sb.JournalOffset, sb.JournalBytes = 0, 0
+			sb.DataOffset = sb.BitmapOffset + int64(sb.BitmapBytes)
+		},
+		"huge journal": func(sb *Superblock) { sb.JournalBytes = 1 << 40; sb.DataOffset = sb.JournalOffset + sb.JournalBytes },
 	} {
 		sb := sample()
 		mut(sb)
