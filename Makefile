@@ -9,7 +9,7 @@ LDFLAGS   := -s -w -X main.version=$(shell git describe --tags --always --dirty 
 # VM tests: a package's guests wait for free CPU slots, so allow plenty.
 VMTEST_TIMEOUT ?= 80m
 
-.PHONY: all build test unit race vmtest vmbench lint demo demo-node clean setup rpm rpm-spec
+.PHONY: all build test unit race vmtest vmbench clusterbench lint demo demo-node clean setup rpm rpm-spec
 
 all: build
 
@@ -46,6 +46,21 @@ vmbench: setup
 		-run '^TestBench.*VM$$' -v ./... 2>&1); rc=$$?; \
 	printf '%s\n' "$$out" | sed -n 's/.*VMBENCH //p'; \
 	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out" | tail -50; fi; exit $$rc
+
+# The cluster benchmark (internal/clusterbench, ~25 min for 3 rounds): three
+# guests, a 4+2 volume over them read and written from a non-owner through
+# its NVMe head, against md RAID-6 over nvme-tcp-imported drives exported
+# the same way; healthy, then with a member node powered off. Prints a
+# VMBENCH JSON line per row and a table; rounds from
+# FABRAID_CLUSTERBENCH_ROUNDS (default 3); the whole log (with the top of the
+# owner engine's CPU profiles, kept in FABRAID_CLUSTERBENCH_PROFILES) stays in
+# CLUSTERBENCH_LOG. Method and results: docs/performance.md.
+CLUSTERBENCH_LOG ?= /tmp/fabraid-clusterbench.log
+clusterbench: setup
+	@$(GOFLAGS_STATIC) FABRAID_VMTEST=1 FABRAID_VMBENCH=1 $(GO) test -count=1 -timeout $(VMTEST_TIMEOUT) \
+		-run '^TestClusterBenchVM$$' -v ./internal/clusterbench >$(CLUSTERBENCH_LOG) 2>&1; rc=$$?; \
+	sed -n 's/.*VMBENCH /VMBENCH /p; s/.*CLUSTERBENCH //p' $(CLUSTERBENCH_LOG); \
+	if [ $$rc -ne 0 ]; then tail -50 $(CLUSTERBENCH_LOG); echo "full log: $(CLUSTERBENCH_LOG)"; fi; exit $$rc
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

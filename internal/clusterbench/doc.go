@@ -1,0 +1,17 @@
+// Package clusterbench is the cluster benchmark of `make clusterbench`:
+// three 6.12 guests (a, b, c) form a cluster, a makes a fabraid 4+2
+// volume over it (two members per node, a the owner), and c, a non-owner,
+// runs fio through the volume's NVMe multipath head. The reference, in the
+// same run on the same guests: on a, md RAID-6 over the same kind of
+// drives (a second, identical pair of virtio disks per node; the four on
+// b and c imported over nvme-tcp), exported by nvmet to c only and read
+// and written by c over nvme-tcp. The four healthy rows (1 MiB sequential
+// write and read at depth 8, 4 KiB random read and write at depth 32) run
+// first, then the same four with b powered off (two members of each array
+// lost). Rounds alternate fabraid and md; every row is the median of the
+// rounds, with the guest CPU-seconds per GiB moved of each (summed over the
+// guests that are up). The owner engine's CPU profiles during one more run
+// of each healthy job are kept. It runs only with
+// FABRAID_VMTEST=1 and FABRAID_VMBENCH=1. Method and results:
+// docs/performance.md ("Cluster benchmark").
+package clusterbench

@@ -1,0 +1,530 @@
+//go:build linux
+
+package clusterbench
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fabraid/fabraid/internal/benchtools"
+	"github.com/fabraid/fabraid/internal/vmtest"
+	"github.com/fabraid/fabraid/internal/volmgr"
+	"github.com/fabraid/fabraid/kernel/nvmet"
+	"github.com/fabraid/fabraid/kernel/nvmf"
+)
+
+// CPU accounting. Every guest answers on cpuPort with its busy jiffies
+// (/proc/stat "cpu" line: user, nice, system, irq, softirq, steal; not
+// idle or iowait). USER_HZ is 100 on x86-64.
+const (
+	cpuPort = 7999
+	userHZ  = 100
+)
+
+func busyJiffies() uint64 {
+	b, _ := os.ReadFile("/proc/stat")
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	var busy uint64
+	for _, i := range []int{1, 2, 3, 6, 7, 8} {
+		if i < len(f) {
+			v, _ := strconv.ParseUint(f[i], 10, 64)
+			busy += v
+		}
+	}
+	return busy
+}
+
+// serveCPU answers every connection on cpuPort with busyJiffies.
+func serveCPU(t *testing.T) {
+	l, err := net.Listen("tcp", fmt.Sprintf(":%d", cpuPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprintf(c, "%d\n", busyJiffies())
+			c.Close()
+		}
+	}()
+}
+
+// cpuNow samples the busy jiffies of this guest ("c") and of nodes.
+func cpuNow(t *testing.T, nodes map[string]string) map[string]uint64 {
+	out := map[string]uint64{"c": busyJiffies()}
+	for n, addr := range nodes {
+		c, err := net.DialTimeout("tcp", net.JoinHostPort(addr, strconv.Itoa(cpuPort)), 10*time.Second)
+		if err != nil {
+			t.Fatalf("CPU counters of %s: %v", n, err)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		b, err := io.ReadAll(c)
+		c.Close()
+		v, perr := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil || perr != nil {
+			t.Fatalf("CPU counters of %s: %v %v %q", n, err, perr, b)
+		}
+		out[n] = v
+	}
+	return out
+}
+
+// cpuWindow runs fn and returns the busy CPU seconds of each guest during it.
+func cpuWindow(t *testing.T, nodes map[string]string, fn func()) map[string]float64 {
+	c0 := cpuNow(t, nodes)
+	fn()
+	c1 := cpuNow(t, nodes)
+	out := map[string]float64{}
+	for n := range c0 {
+		out[n] = float64(c1[n]-c0[n]) / userHZ
+	}
+	return out
+}
+
+// sectors is the sectors read plus written of block device dev
+// (/sys/block/X/stat fields 3 and 7).
+func sectors(dev string) uint64 {
+	f := strings.Fields(readTrim(filepath.Join("/sys/block", filepath.Base(dev), "stat")))
+	if len(f) < 7 {
+		return 0
+	}
+	r, _ := strconv.ParseUint(f[2], 10, 64)
+	w, _ := strconv.ParseUint(f[6], 10, 64)
+	return r + w
+}
+
+// fio runs j on dev (size bytes; slice j.slice of two) for seconds after
+// the ramp, or once over the whole device when seconds is 0, and returns
+// fio's figure, the CPU seconds of the three guests and the GiB that
+// crossed dev in the same window (ramp included). A failed run is
+// returned with err set.
+func fio(t *testing.T, nodes map[string]string, j job, dev string, size int64, seconds int) sample {
+	t.Helper()
+	args := []string{"--output-format=json", "--group_reporting", "--direct=1", "--ioengine=libaio",
+		"--rw=" + j.rw, "--bs=" + j.bs, "--iodepth=" + strconv.Itoa(j.depth), "--randrepeat=0", "--norandommap",
+		"--name=" + j.name, "--filename=" + dev}
+	if seconds > 0 {
+		half := size / 2 / (1 << 20) * (1 << 20)
+		args = append(args, "--time_based", fmt.Sprintf("--runtime=%d", seconds), fmt.Sprintf("--ramp_time=%d", rampSeconds),
+			fmt.Sprintf("--offset=%d", int64(j.slice)*half), fmt.Sprintf("--size=%d", half))
+	} else {
+		args = append(args, fmt.Sprintf("--size=%d", size))
+	}
+	var out []byte
+	var err error
+	s0, t0 := sectors(dev), time.Now()
+	cpu := cpuWindow(t, nodes, func() { out, err = exec.Command(benchtools.Bin+"/fio", args...).Output() })
+	s := sample{cpu: cpu, gib: float64(sectors(dev)-s0) * 512 / (1 << 30), secs: time.Since(t0).Seconds()}
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		s.err = fmt.Sprintf("fio %s on %s: %v: %s", j.name, dev, err, bytes.TrimSpace(append(out, stderr...)))
+		return s
+	}
+	var res struct {
+		Jobs []struct {
+			Read, Write struct {
+				BW   float64 `json:"bw"` // KiB/s
+				IOPS float64 `json:"iops"`
+			}
+		} `json:"jobs"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil || len(res.Jobs) == 0 {
+		s.err = fmt.Sprintf("fio %s on %s: output: %v", j.name, dev, err)
+		return s
+	}
+	st := res.Jobs[0].Read
+	if strings.Contains(j.rw, "write") {
+		st = res.Jobs[0].Write
+	}
+	s.v = st.BW / 1024
+	if j.unit == "IOPS" {
+		s.v = st.IOPS
+	}
+	return s
+}
+
+func devSize(t *testing.T, dev string) int64 {
+	f, err := os.Open(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	n, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// The reference's NVMe names: its own NQN prefix and port id, which
+// fabraid's reconcilers (nqn.2026-11.io.fabraid:*, ports 18000..18199)
+// leave alone.
+const benchPrefix = "nqn.2026-12.io.fabraid.bench:"
+
+var benchOwn = nvmet.Ownership{SubsystemPrefix: benchPrefix, MinPort: 1, MaxPort: 1}
+
+func subsysNQN(node, name string) string { return benchPrefix + node + "-" + name }
+
+// benchID is a node's host identity for the reference's connections, with
+// its DH-HMAC-CHAP secret (fabraid authenticates its connections the same
+// way). A separate NQN from fabraid's: configfs keeps one key per host NQN.
+type benchID struct{ NQN, ID, Secret string }
+
+// benchIdentity makes this node's identity and publishes it to the others.
+func benchIdentity(t *testing.T, g *vmtest.Env) benchID {
+	u := make([]byte, 16)
+	rand.Read(u)
+	u[6] = u[6]&0x0f | 0x40
+	u[8] = u[8]&0x3f | 0x80
+	s, err := nvmf.GenerateSecret(32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := benchID{NQN: benchPrefix + "host-" + g.Name,
+		ID:     fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:]),
+		Secret: s.Reveal()}
+	b, _ := json.Marshal(id)
+	if err := os.WriteFile(filepath.Join(g.Shared, "benchid-"+g.Name), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func readIdentity(t *testing.T, g *vmtest.Env, node string) benchID {
+	var id benchID
+	b, err := os.ReadFile(filepath.Join(g.Shared, "benchid-"+node))
+	if err != nil || json.Unmarshal(b, &id) != nil {
+		t.Fatalf("identity of %s: %v %q", node, err, b)
+	}
+	return id
+}
+
+// export applies the reference's nvmet state on this node: each device as
+// subsystem node-name (namespace 1), allowed to host only, on port 1.
+func export(t *testing.T, g *vmtest.Env, host benchID, devs map[string]string) {
+	t.Helper()
+	spec := nvmet.Spec{Hosts: []nvmet.Host{{NQN: host.NQN, DHCHAPKey: host.Secret}},
+		Ports: []nvmet.Port{{ID: 1, Transport: nvmet.TCP, Address: g.Addr(g.Name), ServiceID: mdService}}}
+	for name, dev := range devs {
+		nqn := subsysNQN(g.Name, name)
+		spec.Subsystems = append(spec.Subsystems, nvmet.Subsystem{NQN: nqn, AllowedHosts: []string{host.NQN},
+			Namespaces: []nvmet.Namespace{{NSID: 1, DevicePath: dev}}})
+		spec.Ports[0].Subsystems = append(spec.Ports[0].Subsystems, nqn)
+	}
+	tg := &nvmet.Target{Root: nvmet.DefaultRoot, Own: benchOwn}
+	if _, err := tg.Apply(spec); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// exportDisks (on b and c) exports the md disks (the third and fourth) to a.
+func exportDisks(t *testing.T, g *vmtest.Env, a benchID) {
+	export(t, g, a, map[string]string{"d0": g.Disks[2], "d1": g.Disks[3]})
+}
+
+// exportMD (on a) exports /dev/md0 to c.
+func exportMD(t *testing.T, g *vmtest.Env, c benchID) {
+	export(t, g, c, map[string]string{"md0": "/dev/md0"})
+}
+
+// importDisks (on a) connects to node's two md disks with the timeouts of
+// a fabraid member connection and returns their block devices.
+func importDisks(t *testing.T, g *vmtest.Env, id benchID, node string) []string {
+	tm, err := nvmf.Profile(nvmf.ProfileMember)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var devs []string
+	for _, name := range []string{"d0", "d1"} {
+		devs = append(devs, connect(t, nvmf.Options{Transport: nvmf.TCP, Address: g.Addr(node), ServiceID: mdService,
+			NQN: subsysNQN(node, name), HostNQN: id.NQN, HostID: id.ID, Timeouts: &tm, DHCHAPSecret: id.Secret}))
+	}
+	return devs
+}
+
+// mdCreate makes /dev/md0: RAID-6, 64 KiB chunk (fabraid's), no bitmap,
+// assumed clean (as productbench), retrying while fabraidd's drive scan
+// holds a device for a moment.
+func mdCreate(t *testing.T, devs []string) {
+	args := append([]string{"--create", "/dev/md0", "--run", "--level=6", "--raid-devices=6", "--chunk=64",
+		"--metadata=1.2", "--assume-clean", "--bitmap=none"}, devs...)
+	for i := 0; ; i++ {
+		cmd := exec.Command(benchtools.Bin+"/mdadm", args...)
+		cmd.Stdin = strings.NewReader("y\n")
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			return
+		}
+		if i == 50 || !(bytes.Contains(out, []byte("busy")) || bytes.Contains(out, []byte("open"))) {
+			t.Fatalf("mdadm %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		exec.Command(benchtools.Bin+"/mdadm", "--stop", "/dev/md0").Run()
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// directReader opens dev for O_DIRECT reads and returns it with a
+// 1 MiB aligned buffer.
+func directReader(t *testing.T, dev string) (*os.File, []byte) {
+	f, err := os.OpenFile(dev, os.O_RDONLY|unix.O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf, err := unix.Mmap(-1, 0, 1<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, buf
+}
+
+// readLoop reads dev (1 MiB every 7 MiB, round and round) until the
+// returned stop is called.
+func readLoop(t *testing.T, dev string) (stop func()) {
+	f, buf := directReader(t, dev)
+	size := devSize(t, dev)
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for off := int64(0); ; off = (off + 7<<20) % (size - 1<<20) {
+			select {
+			case <-quit:
+				return
+			default:
+			}
+			f.ReadAt(buf, off)
+		}
+	}()
+	return func() {
+		close(quit)
+		<-done
+		f.Close()
+	}
+}
+
+// degradeMD (on a, b powered off) reads md0 until md has failed b's two
+// members on the I/O errors of their lost paths (fast_io_fail 0, as
+// fabraid's member connections), as a site's md would; after 60 s it
+// fails the rest with mdadm --fail.
+func degradeMD(t *testing.T, start time.Time, bDevs []string) {
+	f, buf := directReader(t, "/dev/md0")
+	defer f.Close()
+	size := devSize(t, "/dev/md0") - 1<<20
+	t0 := time.Now()
+	for off := int64(0); readTrim("/sys/block/md0/md/degraded") != "2"; off = (off + 7<<20) % size {
+		if time.Since(t0) > 60*time.Second {
+			for _, d := range bDevs {
+				exec.Command(benchtools.Bin+"/mdadm", "/dev/md0", "--fail", d).Run()
+			}
+			logf(t, start, "md0: b's members failed by mdadm --fail after 60 s")
+			break
+		}
+		f.ReadAt(buf, off)
+	}
+	logf(t, start, "md0 degraded after %.1f s: %s", time.Since(t0).Seconds(), readTrim("/proc/mdstat"))
+}
+
+// profileSeconds is the length of the engine CPU profiles.
+const profileSeconds = 6
+
+// profileEngine (on the owner) takes a CPU profile of volume uuid's engine
+// over its socket while c runs job once more, into the shared directory.
+func profileEngine(t *testing.T, g *vmtest.Env, uuid, job string) {
+	g.Wait(t, "c", "profile-"+job)
+	sock := "/run/fabraid/engine-" + uuid + ".sock"
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	done := make(chan error, 1)
+	go func() {
+		resp, err := c.Get(fmt.Sprintf("http://engine/debug/pprof/profile?seconds=%d", profileSeconds))
+		if err != nil {
+			done <- err
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(g.Shared, "owner-engine-"+job+".pprof"), b, 0o644)
+		}
+		done <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	g.Signal(t, "profiling-"+job)
+	if err := <-done; err != nil {
+		t.Errorf("profile of %s: %v", job, err)
+	}
+	g.Signal(t, "profiled-"+job)
+}
+
+// tcgConf is the cluster timing of the VM tests (internal/cluster's
+// tcgClusterConf): TCG guests go seconds without CPU.
+const tcgConf = "owner_lease_ttl = 15\netcd_heartbeat_ms = 200\netcd_election_ms = 2000\n"
+
+// startFabraidd starts fabraidd (log in /tmp/fabraidd.log, printed when
+// the benchmark fails) and claims the given disks.
+func startFabraidd(t *testing.T, g *vmtest.Env, claim []string) {
+	conf := "node_name = " + g.Name + "\ncluster_address = " + g.Addr(g.Name) + "\nengine_mode = process\nmetrics_address =\n" + tcgConf
+	os.MkdirAll("/etc/fabraid", 0o755)
+	if err := os.WriteFile("/etc/fabraid/fabraid.conf", []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.Create("/tmp/fabraidd.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("/usr/bin/fabraidd")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile("/tmp/fabraidd.log")
+			if len(b) > 20000 {
+				b = b[len(b)-20000:]
+			}
+			t.Logf("fabraidd log (end):\n%s", b)
+		}
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+		}
+	})
+	for range 600 {
+		if exec.Command("/usr/bin/fabraid", "volume", "list").Run() == nil {
+			for _, d := range claim {
+				fab(t, "drive", "claim", d)
+			}
+			return
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("fabraidd exited: %v", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	t.Fatal("fabraidd: no API after 60 s")
+}
+
+// fab runs the fabraid CLI. Reads that failed only on a slow etcd read (a
+// CPU-starved TCG guest) are repeated for up to 90 s.
+func fab(t *testing.T, args ...string) string {
+	t.Helper()
+	read := len(args) > 1 && (args[1] == "show" || args[1] == "list" || args[1] == "status")
+	for deadline := time.Now().Add(90 * time.Second); ; {
+		out, err := exec.Command("/usr/bin/fabraid", args...).CombinedOutput()
+		if err == nil {
+			return strings.TrimSpace(string(out))
+		}
+		if !read || !etcdSlow(string(out)) || time.Now().After(deadline) {
+			t.Fatalf("fabraid %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
+func etcdSlow(out string) bool {
+	return strings.Contains(out, "context deadline exceeded") || strings.Contains(out, "request timed out")
+}
+
+// formCluster: init on a, join b then c with tokens passed through the
+// shared directory.
+func formCluster(t *testing.T, g *vmtest.Env, start time.Time) {
+	tok := func(n string) string { return filepath.Join(g.Shared, "token-"+n) }
+	switch g.Name {
+	case "a":
+		fab(t, "cluster", "init", "--name", "bench")
+		for _, n := range []string{"b", "c"} {
+			if err := os.WriteFile(tok(n), []byte(fab(t, "cluster", "token", "--ttl", "10m")), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		g.Signal(t, "init")
+	default:
+		prev := map[string]string{"b": "a", "c": "b"}[g.Name]
+		g.Wait(t, prev, map[string]string{"b": "init", "c": "joined"}[g.Name])
+		b, _ := os.ReadFile(tok(g.Name))
+		fab(t, "cluster", "join", g.Addr("a"), "--token", string(b))
+		g.Signal(t, "joined")
+	}
+	logf(t, start, "%s in the cluster", g.Name)
+}
+
+// createVolume creates v (4+2) and returns its JSON. A create that failed
+// on an etcd deadline is repeated; if the first one had committed, the
+// volume is awaited optimal instead.
+func createVolume(t *testing.T) string {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		out, err := exec.Command("/usr/bin/fabraid", "volume", "create", "v", "--data", "4", "--parity", "2", "--json").CombinedOutput()
+		switch {
+		case err == nil:
+			return strings.TrimSpace(string(out))
+		case bytes.Contains(out, []byte("exists")):
+			return string(waitVolume(t, time.Now(), func(in volmgr.Info) bool { return in.State == "optimal" }))
+		case !etcdSlow(string(out)) || time.Now().After(deadline):
+			t.Fatalf("volume create: %v\n%s", err, out)
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
+// waitVolume polls "volume show v" (up to 3 min) until ok, logging
+// changes of state, and returns the last JSON.
+func waitVolume(t *testing.T, start time.Time, ok func(volmgr.Info) bool) []byte {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	last := ""
+	for {
+		b, err := exec.Command("/usr/bin/fabraid", "volume", "show", "v", "--json").Output()
+		var in volmgr.Info
+		if err == nil && json.Unmarshal(b, &in) == nil {
+			if now := in.State + " " + in.Device + " " + in.Error; now != last {
+				logf(t, start, "volume v: %s", now)
+				last = now
+			}
+			if ok(in) {
+				return b
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("volume v: still %q after 3 min (%v)", last, err)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// waitHead (on a non-owner) waits until the volume is optimal and this
+// node has its consumer device, and returns the device.
+func waitHead(t *testing.T, start time.Time) string {
+	var in volmgr.Info
+	json.Unmarshal(waitVolume(t, start, func(in volmgr.Info) bool { return in.Device != "" && in.State == "optimal" }), &in)
+	return in.Device
+}
