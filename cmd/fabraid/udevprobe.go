@@ -21,7 +21,9 @@ import (
 // udev-probe is run by udev (IMPORT{program}, packaging/udev/) for every
 // block device add/change event. It must be fast and must never block for
 // long: it reads the superblock area only (MetaEnd bytes, one read), talks to
-// nobody and prints KEY=VALUE lines that udev imports only on exit 0.
+// nobody and prints KEY=VALUE lines that udev imports only on exit 0. The
+// rule runs it only on the device types the drive inventory can claim;
+// udev_probe = false in the configuration stops it before it reads.
 
 // headLookupTimeout bounds the daemon lookup of udev-probe --volume: udev
 // must not wait on a daemon that is busy or not running.
@@ -39,8 +41,11 @@ KEY=VALUE lines for udev's IMPORT{program}. Values contain only
 [A-Za-z0-9._+-] (other bytes become '_'); a value that would be empty, "." or
 ".." is left out. Reads only the first 20 KiB of the device.
 
-Exit codes: 0 a member (lines printed), 1 not a fabraid member or unreadable
-(nothing printed, the reason on stderr), 2 bad usage.
+With udev_probe = false in the configuration (--config) it reads nothing and
+exits 1: udev then sees no member.
+
+Exit codes: 0 a member (lines printed), 1 not a fabraid member, unreadable or
+udev_probe = false (nothing printed, the reason on stderr), 2 bad usage.
 
 With --volume UUID (for a volume's consumer device, the NVMe head whose
 namespace UUID is the volume UUID) it asks fabraidd, for at most 3 s, for
@@ -58,6 +63,10 @@ exit 1 when the daemon does not know the volume or does not answer in time.`,
 			if len(args) != 1 {
 				return &exitError{code: 2, err: errors.New("udev-probe: want one DEVNODE")}
 			}
+			path, _ := cmd.Flags().GetString("config")
+			if !udevProbeEnabled(cmd, path) {
+				return &exitError{code: 1, err: fmt.Errorf("udev-probe: udev_probe = false in %s: %s not read", path, args[0])}
+			}
 			sb, err := probeDevice(args[0])
 			if err != nil {
 				return &exitError{code: 1, err: err}
@@ -67,9 +76,27 @@ exit 1 when the daemon does not know the volume or does not answer in time.`,
 		},
 	}
 	cmd.Flags().StringVar(&volume, "volume", "", "print the name of the volume with this UUID (asks fabraidd)")
-	cmd.Flags().String("config", config.DefaultPath, "configuration file (for api_socket)")
+	cmd.Flags().String("config", config.DefaultPath, "configuration file (udev_probe; api_socket)")
 	cmd.Flags().String("socket", "", "fabraidd API socket (default: api_socket from the configuration)")
 	return cmd
+}
+
+// udevProbeEnabled reports the udev_probe key of the configuration at path
+// (true when the file is missing). A file that does not parse for another
+// reason still has its udev_probe line honoured: an admin's "no probing"
+// must not turn into probing over a typo elsewhere.
+func udevProbeEnabled(cmd *cobra.Command, path string) bool {
+	c, err := config.LoadOrDefault(path)
+	if err == nil {
+		return c.UdevProbe
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "udev-probe: %v (reading udev_probe alone)\n", err)
+	v, found, lerr := config.Lookup(path, "udev_probe")
+	if lerr != nil || !found {
+		return true
+	}
+	c, err = config.Parse(strings.NewReader("udev_probe = "+v+"\n"), path)
+	return err != nil || c.UdevProbe
 }
 
 // probeHead prints the UUID and name of volume uuid as fabraidd knows it.

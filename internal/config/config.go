@@ -65,6 +65,12 @@ type Config struct {
 	// after its first member was seen (docs/admin-guide.md, "Boot").
 	// Default 30 s.
 	AssemblyTimeout time.Duration
+	// UdevProbe (udev_probe) lets "fabraid udev-probe", run by
+	// 69-fabraid.rules for every disk event, read the disk's superblock
+	// area. False: it reads nothing and reports no member, so udev gives
+	// members no FABRAID_*/ID_FS_* properties, no links and no
+	// SYSTEMD_WANTS (docs/admin-guide.md, "Boot"). Default true.
+	UdevProbe bool
 }
 
 // Target backends (the target_backend key).
@@ -106,6 +112,7 @@ func Default() Config {
 		TargetBackend:   BackendNvmet,
 		SPDKSocket:      "/var/tmp/spdk.sock",
 		AssemblyTimeout: 30 * time.Second,
+		UdevProbe:       true,
 	}
 }
 
@@ -262,11 +269,20 @@ func (c *Config) set(key, val string) error {
 			return fmt.Errorf("%q: want seconds, 1..3600", val)
 		}
 		c.AssemblyTimeout = time.Duration(n) * time.Second
+	case "udev_probe":
+		switch val {
+		case "true":
+			c.UdevProbe = true
+		case "false":
+			c.UdevProbe = false
+		default:
+			return fmt.Errorf("%q: want true or false", val)
+		}
 	default:
 		if ok, err := c.Cluster.set(key, val); ok {
 			return err
 		}
-		return errors.New("unknown key (known: node_name, storage_interfaces, storage_cidrs, state_dir, api_socket, metrics_address, export_address, export_port, engine_mode, nsd_discovery, target_backend, spdk_rpc_socket, assembly_timeout, " + clusterKeys + ")")
+		return errors.New("unknown key (known: node_name, storage_interfaces, storage_cidrs, state_dir, api_socket, metrics_address, export_address, export_port, engine_mode, nsd_discovery, target_backend, spdk_rpc_socket, assembly_timeout, udev_probe, " + clusterKeys + ")")
 	}
 	return nil
 }
@@ -279,6 +295,27 @@ func Load(path string) (Config, error) {
 	}
 	defer f.Close()
 	return Parse(f, path)
+}
+
+// Lookup returns the value of key in the configuration file at path
+// without parsing the other lines (found is false when the file or the key
+// is missing). For udev-probe, which must honour udev_probe even when
+// another line of the file is wrong.
+func Lookup(path, key string) (val string, found bool, err error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("config: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), "=")
+		if ok && !strings.HasPrefix(k, "#") && strings.TrimSpace(k) == key {
+			val, found = strings.TrimSpace(v), true
+		}
+	}
+	return val, found, nil
 }
 
 // LoadOrDefault is Load, except that a missing file at path gives Default.

@@ -45,7 +45,7 @@ func TestParseDefaults(t *testing.T) {
 	}
 	d := Default()
 	if c.StateDir != d.StateDir || c.APISocket != d.APISocket || c.ExportPort != 4420 || c.NodeName == "" || c.EngineMode != EngineAuto ||
-		c.NSDDiscovery != NSDMerge || c.AssemblyTimeout != 30*time.Second {
+		c.NSDDiscovery != NSDMerge || c.AssemblyTimeout != 30*time.Second || !c.UdevProbe {
 		t.Fatalf("got %+v", c)
 	}
 }
@@ -68,6 +68,7 @@ func TestParseErrors(t *testing.T) {
 		{"engine_mode =", "t.conf:1: engine_mode: \"\": want auto"},
 		{"assembly_timeout = 0", "t.conf:1: assembly_timeout: \"0\": want seconds, 1..3600"},
 		{"assembly_timeout = 30s", "t.conf:1: assembly_timeout: \"30s\": want seconds"},
+		{"udev_probe = 0", "t.conf:1: udev_probe: \"0\": want true or false"},
 	} {
 		_, err := Parse(strings.NewReader(tc.in), "t.conf")
 		var ce *Error
@@ -101,6 +102,29 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("accepted %q into %+v", s, c)
 		}
 	})
+}
+
+func TestParseUdevProbe(t *testing.T) {
+	for in, want := range map[string]bool{"udev_probe = false\n": false, "udev_probe = true\n": true} {
+		if c, err := Parse(strings.NewReader(in), "t.conf"); err != nil || c.UdevProbe != want {
+			t.Errorf("%q: UdevProbe %v, %v", in, c.UdevProbe, err)
+		}
+	}
+}
+
+// Lookup finds a key without parsing the rest of the file.
+func TestLookup(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "fabraid.conf")
+	if v, found, err := Lookup(p, "udev_probe"); v != "" || found || err != nil {
+		t.Fatalf("missing file: %q %v %v", v, found, err)
+	}
+	os.WriteFile(p, []byte("bogus key\n# udev_probe = true\n  udev_probe =  false \nnode_name = a\n"), 0o644)
+	if v, found, err := Lookup(p, "udev_probe"); v != "false" || !found || err != nil {
+		t.Fatalf("got %q %v %v", v, found, err)
+	}
+	if v, found, err := Lookup(p, "state_dir"); v != "" || found || err != nil {
+		t.Fatalf("absent key: %q %v %v", v, found, err)
+	}
 }
 
 func TestParseEngineMode(t *testing.T) {

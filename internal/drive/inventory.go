@@ -68,9 +68,18 @@ func readTrim(path string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// skip reports whether a /sys/block entry is not a drive fabraid may use.
+// NotDrivePrefixes are the /sys/block name prefixes the inventory never
+// lists: loop, ram, zram, dm, md, fabraid's own ublk devices, optical, nbd,
+// floppy. packaging/udev/69-fabraid.rules probes none of them either
+// (cmd/fabraid's rule test checks it against this list).
+var NotDrivePrefixes = []string{"loop", "ram", "zram", "dm-", "md", "ublkb", "sr", "nbd", "fd"}
+
+// skip reports whether a /sys/block entry is not a drive fabraid may use:
+// a NotDrivePrefixes name, a hidden device (an NVMe multipath path) or one
+// of fabraid's exported volumes. Partitions are never listed (only
+// /sys/block entries are).
 func (h Host) skip(name string) bool {
-	for _, p := range []string{"loop", "ram", "zram", "dm-", "md", "ublkb", "sr", "nbd", "fd"} {
+	for _, p := range NotDrivePrefixes {
 		if strings.HasPrefix(name, p) {
 			return true
 		}
