@@ -3,9 +3,11 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 
 	"github.com/fabraid/fabraid/internal/doctor"
+	"github.com/fabraid/fabraid/kernel/nvmet"
 	"github.com/fabraid/fabraid/kernel/ublk"
 	"github.com/fabraid/fabraid/kernel/uring"
 	"github.com/spf13/cobra"
@@ -21,7 +23,9 @@ func newDoctorCmd() *cobra.Command {
 		Short: "Check this node for everything fabraid needs and say how to fix what is missing",
 		Long: `doctor inspects the running kernel and the node's NVMe identity: configfs,
 nvmet and nvmet-tcp, nvme-tcp with native multipath, ublk_drv and its feature
-bits (asked from the kernel), io_uring, /etc/nvme/hostnqn and hostid.
+bits (asked from the kernel), io_uring, /etc/nvme/hostnqn and hostid, and
+whether nvmet has DH-HMAC-CHAP (without it a cluster's exports allow hosts by
+host NQN alone: a warning, not a failure).
 
 Exit status: 0 when every required piece is present, 3 when one is missing.`,
 		Example: "  fabraid doctor\n  fabraid doctor --json | jq '.checks[] | select(.status != \"ok\")'",
@@ -71,6 +75,9 @@ func liveProbes() doctor.Probes {
 				return err
 			}
 			return r.Close()
+		},
+		NvmetAuth: func() (bool, error) {
+			return nvmet.HostAuth(nvmet.DefaultRoot, fmt.Sprintf("nqn.2014-08.org.nvmexpress:fabraid-doctor-%d", os.Getpid()))
 		},
 	}
 }

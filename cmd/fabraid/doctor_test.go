@@ -60,7 +60,8 @@ func TestIntegrationDoctor612(t *testing.T) {
 }
 
 // TestIntegrationDoctor61: Debian's 6.1 has no ublk; doctor says so, names
-// what is needed, exits 3, and finds the NVMe-oF pieces present.
+// what is needed, exits 3, and finds the NVMe-oF pieces present; nvmet has
+// no DH-HMAC-CHAP there, a warning that names the kernel option.
 func TestIntegrationDoctor61(t *testing.T) {
 	vmtest.Run(t, vmtest.Options{Guests: []vmtest.GuestConfig{{
 		Name: "a", Kernel: vmtest.Kernel61,
@@ -77,6 +78,10 @@ func TestIntegrationDoctor61(t *testing.T) {
 			case c.Name == "ublk":
 				if c.Status != doctor.Missing || !strings.Contains(c.Fix, "CONFIG_BLK_DEV_UBLK") {
 					t.Errorf("ublk on 6.1: %s, fix %q; want missing with the kernel option named", c.Status, c.Fix)
+				}
+			case c.Name == "nvmet-auth":
+				if c.Status != doctor.Warn || !strings.Contains(c.Fix, "CONFIG_NVME_TARGET_AUTH") {
+					t.Errorf("nvmet-auth on 6.1: %s (%s), fix %q; want a warning naming CONFIG_NVME_TARGET_AUTH", c.Status, c.Detail, c.Fix)
 				}
 			case c.Status != doctor.OK:
 				t.Errorf("%s: %s: %s", c.Name, c.Status, c.Detail)

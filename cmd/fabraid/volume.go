@@ -201,6 +201,13 @@ func newVolumeShowCmd() *cobra.Command {
 			if v.Owner != "" {
 				fmt.Fprintf(w, "owner:    %s\n", v.Owner)
 			}
+			switch v.ExportAuth {
+			case volmgr.ExportAuthDHCHAP:
+				fmt.Fprintf(w, "exports:  DH-HMAC-CHAP (each host presents its secret)\n")
+			case volmgr.ExportAuthHostNQN:
+				fmt.Fprintf(w, "WARNING:  exports unauthenticated: allowed by host NQN alone, the target has no DH-HMAC-CHAP\n"+
+					"          (nvmet without CONFIG_NVME_TARGET_AUTH; see fabraid doctor)\n")
+			}
 			if v.Error != "" {
 				fmt.Fprintf(w, "error:    %s\n", v.Error)
 			}

@@ -153,3 +153,22 @@ func serveMux(t *testing.T, routes func(*http.ServeMux)) string {
 	t.Cleanup(func() { srv.Close() })
 	return sock
 }
+
+// volume show says when the exports are unauthenticated (a target
+// without DH-HMAC-CHAP) and, in JSON, export_auth says it too.
+func TestVolumeShowExportAuth(t *testing.T) {
+	for _, tc := range []struct{ auth, want string }{
+		{volmgr.ExportAuthHostNQN, "WARNING:  exports unauthenticated: allowed by host NQN alone"},
+		{volmgr.ExportAuthDHCHAP, "exports:  DH-HMAC-CHAP"},
+	} {
+		sock := fakeAPI(t, volmgr.Info{Name: "v1", State: "optimal", K: 2, M: 1, Groups: 1, Owner: "a", ExportAuth: tc.auth}, map[string]api.OpRequest{})
+		out, errOut, code := runCLI(t, "volume", "show", "v1", "--socket", sock)
+		if code != 0 || !strings.Contains(out, tc.want) {
+			t.Errorf("export auth %s: volume show (%d, %s) lacks %q:\n%s", tc.auth, code, errOut, tc.want, out)
+		}
+		js, _, _ := runCLI(t, "volume", "show", "v1", "--json", "--socket", sock)
+		if !strings.Contains(js, `"export_auth":"`+tc.auth+`"`) {
+			t.Errorf("volume show --json lacks export_auth %s:\n%s", tc.auth, js)
+		}
+	}
+}

@@ -1,8 +1,8 @@
 // Package doctor inspects a node for everything fabraid needs from its
 // kernel and configuration — configfs, the nvmet target and its TCP
-// transport, the nvme-tcp initiator with native multipath, ublk_drv and its
-// feature bits, io_uring, the NVMe host identity — and says, for each
-// missing piece, exactly how to fix it.
+// transport and DH-HMAC-CHAP, the nvme-tcp initiator with native
+// multipath, ublk_drv and its feature bits, io_uring, the NVMe host
+// identity — and says, for each missing piece, exactly how to fix it.
 //
 // Checks read /proc, /sys and /etc under a root directory (normally "/"),
 // and ask the kernel itself through injected probes (ublk GET_FEATURES,
@@ -57,6 +57,9 @@ type Probes struct {
 	UblkFeatures func() (uint64, []string, error)
 	// IOUring sets up and tears down a small ring.
 	IOUring func() error
+	// NvmetAuth says whether the nvmet target has DH-HMAC-CHAP (a
+	// throw-away configfs host entry has dhchap_key; nvmet.HostAuth).
+	NvmetAuth func() (bool, error)
 }
 
 // Doctor runs the checks against the system under Root.
@@ -90,6 +93,7 @@ func (d *Doctor) Run() *Report {
 			"/sys/kernel/config/nvmet", "CONFIG_NVME_TARGET (Linux 4.8+; RHEL 8+)"),
 		d.checkModule("nvmet-tcp", "nvmet_tcp", "NVMe/TCP target transport",
 			"", "CONFIG_NVME_TARGET_TCP (Linux 5.0+; RHEL 8.2+)"),
+		d.checkNvmetAuth(),
 		d.checkModule("nvme-tcp", "nvme_tcp", "NVMe/TCP initiator (imports peers' drives)",
 			"/dev/nvme-fabrics", "CONFIG_NVME_TCP (Linux 5.0+; RHEL 8.2+)"),
 		d.checkMultipath(),
@@ -130,6 +134,50 @@ func (d *Doctor) checkModule(name, module, role, provides, kernelNeed string) Ch
 	default:
 		c.Status, c.Detail = Missing, role+": module "+module+" not loaded"
 		c.Fix = "modprobe " + module + " (kernel needs " + kernelNeed + "); fabraid's RPM loads it at boot via modules-load.d"
+	}
+	return c
+}
+
+// NvmetAuthFix is the fix the nvmet-auth check names.
+const NvmetAuthFix = "boot a kernel built with CONFIG_NVME_TARGET_AUTH=y (nvmet's DH-HMAC-CHAP, Linux 6.0+; " +
+	"Debian's 6.12 has it, its 6.1 does not)"
+
+// checkNvmetAuth: without DH-HMAC-CHAP in nvmet, a cluster node's drive
+// and volume exports allow their hosts by host NQN alone (not required:
+// fabraid works, unauthenticated, and says so).
+func (d *Doctor) checkNvmetAuth() Check {
+	c := Check{Name: "nvmet-auth"}
+	if !d.moduleLoaded("nvmet") || !d.exists("/sys/kernel/config/nvmet") {
+		c.Status, c.Detail = Warn, "nvmet is not loaded: cannot tell whether it has DH-HMAC-CHAP"
+		c.Fix = "modprobe nvmet (with configfs mounted) and run fabraid doctor again"
+		return c
+	}
+	has, known, why := false, false, ""
+	if p := d.Probes.NvmetAuth; p != nil {
+		if ok, err := p(); err == nil {
+			has, known = ok, true
+		} else {
+			why = " (probe: " + err.Error() + ")"
+		}
+	}
+	if !known {
+		// Without the probe: a host entry that exists already says it.
+		if hosts, err := os.ReadDir(d.path("/sys/kernel/config/nvmet/hosts")); err == nil && len(hosts) > 0 {
+			has, known = d.exists(filepath.Join("/sys/kernel/config/nvmet/hosts", hosts[0].Name(), "dhchap_key")), true
+		}
+	}
+	switch {
+	case !known:
+		c.Status, c.Detail = Warn, "cannot tell whether nvmet has DH-HMAC-CHAP"+why
+		c.Fix = "run fabraid doctor as root"
+	case has:
+		c.Status, c.Detail = OK, "nvmet has DH-HMAC-CHAP: cluster exports require each host's secret"
+	default:
+		c.Status = Warn
+		c.Detail = "nvmet has no DH-HMAC-CHAP (no hosts/*/dhchap_key): in a cluster this node's drive and volume exports " +
+			"allow their hosts by host NQN alone, which any machine on the storage network can present " +
+			"(host NQNs are readable in etcd and sent in clear)"
+		c.Fix = NvmetAuthFix
 	}
 	return c
 }

@@ -55,6 +55,7 @@ func okProbes() Probes {
 	return Probes{
 		UblkFeatures: func() (uint64, []string, error) { return 0x1fe, []string{"USER_RECOVERY", "USER_COPY"}, nil },
 		IOUring:      func() error { return nil },
+		NvmetAuth:    func() (bool, error) { return true, nil },
 	}
 }
 
@@ -147,8 +148,8 @@ func TestMissingPiecesNameTheirFix(t *testing.T) {
 // piece carrying a fix.
 func TestThisHost(t *testing.T) {
 	r := (&Doctor{Root: "/"}).Run()
-	if len(r.Checks) != 9 {
-		t.Fatalf("%d checks, want 9", len(r.Checks))
+	if len(r.Checks) != 10 {
+		t.Fatalf("%d checks, want 10", len(r.Checks))
 	}
 	for _, c := range r.Checks {
 		if c.Status == Missing && c.Fix == "" {
@@ -158,5 +159,44 @@ func TestThisHost(t *testing.T) {
 	var b strings.Builder
 	if err := r.WriteText(&b); err != nil || !strings.Contains(b.String(), "kernel ") {
 		t.Fatalf("WriteText: %v\n%s", err, b.String())
+	}
+}
+
+// TestNvmetAuth: nvmet without DH-HMAC-CHAP (Debian's 6.1) is a warning
+// that says the cluster's exports allow hosts by NQN alone and names the
+// kernel option; the node stays healthy (it works, unauthenticated).
+func TestNvmetAuth(t *testing.T) {
+	cases := []struct {
+		name   string
+		mutate func(map[string]string, *Probes)
+		status Status
+		want   string // in Detail or Fix
+	}{
+		{"probe: auth", func(map[string]string, *Probes) {}, OK, "DH-HMAC-CHAP"},
+		{"probe: no auth (6.1)", func(_ map[string]string, p *Probes) {
+			p.NvmetAuth = func() (bool, error) { return false, nil }
+		}, Warn, "CONFIG_NVME_TARGET_AUTH"},
+		{"no probe, a host entry with dhchap_key", func(f map[string]string, p *Probes) {
+			p.NvmetAuth = nil
+			f["/sys/kernel/config/nvmet/hosts/nqn.h/dhchap_key"] = ""
+		}, OK, "DH-HMAC-CHAP"},
+		{"probe fails, a host entry without dhchap_key", func(f map[string]string, p *Probes) {
+			p.NvmetAuth = func() (bool, error) { return false, errors.New("permission denied") }
+			f["/sys/kernel/config/nvmet/hosts/nqn.h/"] = ""
+		}, Warn, "host NQN alone"},
+		{"probe fails, nothing to look at", func(_ map[string]string, p *Probes) {
+			p.NvmetAuth = func() (bool, error) { return false, errors.New("permission denied") }
+		}, Warn, "permission denied"},
+		{"nvmet unloaded", func(f map[string]string, _ *Probes) { delete(f, "/sys/module/nvmet/") }, Warn, "modprobe nvmet"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			files, probes := complete(), okProbes()
+			tc.mutate(files, &probes)
+			c := find(t, (&Doctor{Root: tree(t, files), Probes: probes}).Run(), "nvmet-auth")
+			if c.Status != tc.status || !strings.Contains(c.Detail+" "+c.Fix, tc.want) || c.Required {
+				t.Errorf("nvmet-auth: %s %q fix %q required %v; want %s, not required, mentioning %q", c.Status, c.Detail, c.Fix, c.Required, tc.status, tc.want)
+			}
+		})
 	}
 }

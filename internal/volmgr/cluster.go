@@ -46,6 +46,9 @@ type ClusterPlan struct {
 	// with its DH-HMAC-CHAP secret.
 	Hosts []ExportHost
 	// Auth: the kernel's nvmet has DH-HMAC-CHAP; the hosts get their keys.
+	// Without it every export of this node (drive and volume exports
+	// alike) allows its hosts by host NQN alone: ReconcileCluster warns
+	// once per export set and Info says so (ExportAuth).
 	Auth bool
 	// Addresses are this node's storage addresses (one export port each).
 	Addresses []string
@@ -145,6 +148,7 @@ func (m *Manager) ReconcileCluster(ctx context.Context, p ClusterPlan) (ClusterR
 	m.mu.Lock()
 	m.plan = &p
 	m.mu.Unlock()
+	m.warnUnauthenticated(&p)
 	res := ClusterResult{Created: map[[16]byte][][16]byte{}}
 	errs := m.stopFrozen(ctx, &p)
 	for _, v := range p.Volumes {
@@ -168,6 +172,52 @@ func (m *Manager) ReconcileCluster(ctx context.Context, p ClusterPlan) (ClusterR
 	errs = append(errs, m.stopReleased(&p)...)
 	res.Paths = m.consumerPaths(p.Consumers)
 	return res, errors.Join(errs...)
+}
+
+// Values of Info.ExportAuth (cluster mode only).
+const (
+	ExportAuthDHCHAP  = "dh-hmac-chap"  // each allowed host must present its secret
+	ExportAuthHostNQN = "host-nqn-only" // the target lacks DH-HMAC-CHAP: allowed by host NQN alone
+)
+
+// exportAuth is Info.ExportAuth under plan p ("" without a plan).
+func exportAuth(p *ClusterPlan) string {
+	switch {
+	case p == nil:
+		return ""
+	case p.Auth:
+		return ExportAuthDHCHAP
+	}
+	return ExportAuthHostNQN
+}
+
+// warnUnauthenticated logs that this node's exports allow their hosts by
+// host NQN alone when the target has no DH-HMAC-CHAP: once per set of
+// owned volumes and allowed hosts, not every reconcile (the set is the
+// same for many reconciles). The caller holds op.
+func (m *Manager) warnUnauthenticated(p *ClusterPlan) {
+	if p.Auth {
+		m.unauthWarned = ""
+		return
+	}
+	vols := make([]string, 0, len(p.Volumes))
+	for _, v := range p.Volumes {
+		vols = append(vols, v.Name)
+	}
+	hosts := make([]string, 0, len(p.Hosts))
+	for _, h := range p.Hosts {
+		hosts = append(hosts, h.NQN)
+	}
+	slices.Sort(vols)
+	slices.Sort(hosts)
+	key := "volumes " + strings.Join(vols, ",") + "; hosts " + strings.Join(hosts, ",")
+	if key == m.unauthWarned {
+		return
+	}
+	m.unauthWarned = key
+	m.log.Warn("exports unauthenticated: the NVMe target has no DH-HMAC-CHAP (kernel nvmet without CONFIG_NVME_TARGET_AUTH, or a target plugin without it), "+
+		"so this node's drive and volume exports allow their hosts by host NQN alone; fabraid doctor says how to fix it",
+		"volumes", vols, "hosts", len(hosts))
 }
 
 // currentPlan is the last cluster plan; nil in the one-node mode.

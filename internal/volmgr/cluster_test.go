@@ -179,3 +179,39 @@ func TestRegionSize(t *testing.T) {
 		}
 	}
 }
+
+// Without DH-HMAC-CHAP in the target, ReconcileCluster's warning that the
+// exports allow hosts by NQN alone comes once per export set (volumes
+// and hosts), not every reconcile, and again after auth came and went;
+// Info's export_auth follows the plan.
+func TestWarnUnauthenticated(t *testing.T) {
+	var logged strings.Builder
+	m := &Manager{log: slog.New(slog.NewTextHandler(&logged, nil))}
+	count := func() int { return strings.Count(logged.String(), "exports unauthenticated") }
+	p := ClusterPlan{Volumes: []PlannedVolume{{Name: "v1"}}, Hosts: []ExportHost{{NQN: "nqn.a"}, {NQN: "nqn.b"}}}
+	for range 3 {
+		m.warnUnauthenticated(&p)
+	}
+	if n := count(); n != 1 || !strings.Contains(logged.String(), "CONFIG_NVME_TARGET_AUTH") {
+		t.Fatalf("%d warnings after 3 reconciles of one export set, want 1 naming the kernel option:\n%s", n, logged.String())
+	}
+	p.Hosts = append(p.Hosts, ExportHost{NQN: "nqn.c"})
+	m.warnUnauthenticated(&p)
+	m.warnUnauthenticated(&p)
+	if n := count(); n != 2 {
+		t.Fatalf("%d warnings after a host joined, want 2", n)
+	}
+	p.Auth = true
+	m.warnUnauthenticated(&p)
+	if n := count(); n != 2 || exportAuth(&p) != ExportAuthDHCHAP {
+		t.Fatalf("with auth: %d warnings, export auth %q", n, exportAuth(&p))
+	}
+	p.Auth = false
+	m.warnUnauthenticated(&p)
+	if n := count(); n != 3 || exportAuth(&p) != ExportAuthHostNQN || exportAuth(nil) != "" {
+		t.Fatalf("auth lost again: %d warnings (want 3), export auth %q", n, exportAuth(&p))
+	}
+	if strings.Contains(logged.String(), "nqn.a") {
+		t.Errorf("the warning lists host NQNs (a count is enough):\n%s", logged.String())
+	}
+}

@@ -50,6 +50,11 @@ type Info struct {
 	// Rebuild is how much the running or last rebuild (or resync of
 	// returning members) rewrites (rebuildbytes.go).
 	Rebuild *RebuildBytes `json:"rebuild_bytes,omitempty"`
+	// ExportAuth is how this node's exports authenticate their hosts (in
+	// a cluster, on the owner): ExportAuthDHCHAP, or ExportAuthHostNQN
+	// when the target lacks DH-HMAC-CHAP and any host presenting an
+	// allowed host NQN gets in.
+	ExportAuth string `json:"export_auth,omitempty"`
 }
 
 // MemberInfo is one member slot.
@@ -114,7 +119,8 @@ func (m *Manager) Info(ref string) (Info, error) {
 	in := Info{Name: s.Name, UUID: FormatUUID(u), State: State(s), Size: s.Size, K: s.Geometry.K, M: s.Geometry.M,
 		Groups: s.Geometry.Groups, ChunkSize: s.Geometry.ChunkSize, Device: head, NQN: NQN(u), Ublk: st.UblkPath,
 		EnginePID: st.PID, Task: st.Task, LastTask: st.LastTask, IO: &st.IO,
-		Journal: s.Journal, WriteHoleStripes: s.WriteHoleStripes, OwnerJournal: s.OwnerJournal, Rebuild: rebuildBytes(s)}
+		Journal: s.Journal, WriteHoleStripes: s.WriteHoleStripes, OwnerJournal: s.OwnerJournal, Rebuild: rebuildBytes(s),
+		ExportAuth: exportAuth(m.currentPlan())}
 	for _, ms := range s.Members {
 		role := strings.ToLower(ms.Role.String())
 		mi := MemberInfo{Slot: ms.Slot, Device: ms.Device, Domain: ms.Domain, Role: role, Resync: ms.Resync, Checkpoint: ms.Checkpoint}

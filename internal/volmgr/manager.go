@@ -107,6 +107,10 @@ type Manager struct {
 	// plan is the cluster's desired state (ReconcileCluster); nil in
 	// the one-node mode. Guarded by mu.
 	plan *ClusterPlan
+	// unauthWarned is the export set (volumes and hosts) the last
+	// "exports unauthenticated" warning was about; "" after a plan with
+	// Auth. Guarded by op (warnUnauthenticated).
+	unauthWarned string
 }
 
 // New returns a Manager; it loads (or creates, like nvme-cli) the host

@@ -88,3 +88,23 @@ func Probe(root, sysModule string, own Ownership) (Features, error) {
 	}
 	return f, nil
 }
+
+// HostAuth reports whether the nvmet target under root has DH-HMAC-CHAP
+// (hosts/*/dhchap_key, NVME_TARGET_AUTH) without touching anything fabraid
+// owns: it makes the host entry hosts/<nqn>, looks for the attribute and
+// removes the entry again. nqn must be a name nobody else uses (a host
+// entry that exists already is refused, not removed).
+func HostAuth(root, nqn string) (bool, error) {
+	dir := filepath.Join(root, "hosts", nqn)
+	if _, err := os.Stat(dir); err == nil {
+		return false, fmt.Errorf("probe nvmet auth: hosts/%s already exists", nqn)
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return false, fmt.Errorf("probe nvmet auth: %w", newError("mkdir", filepath.Join("hosts", nqn), "", err))
+	}
+	_, err := os.Stat(filepath.Join(dir, "dhchap_key"))
+	if rerr := os.Remove(dir); rerr != nil {
+		return false, fmt.Errorf("probe nvmet auth: %w", newError("rmdir", filepath.Join("hosts", nqn), "", rerr))
+	}
+	return err == nil, nil
+}
