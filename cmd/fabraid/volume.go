@@ -196,10 +196,11 @@ func newVolumeShowCmd() *cobra.Command {
 				return printJSON(cmd, v)
 			}
 			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "name:     %s\nuuid:     %s\nstate:    %s\nsize:     %s (%d bytes)\nlayout:   %d+%d x %d group(s), chunk %s\ndevice:   %s\nnqn:      %s\nublk:     %s (engine pid %d)\n",
-				v.Name, v.UUID, stateWithProgress(v), humanSize(v.Size), v.Size, v.K, v.M, v.Groups, humanSize(int64(v.ChunkSize)), v.Device, v.NQN, v.Ublk, v.EnginePID)
+			fmt.Fprintf(w, "name:     %s\nuuid:     %s\nstate:    %s\nsize:     %s (%d bytes)\nlayout:   %d+%d x %d group(s), chunk %s\ndevice:   %s\nnqn:      %s\n",
+				v.Name, v.UUID, stateWithProgress(v), humanSize(v.Size), v.Size, v.K, v.M, v.Groups, chunkText(v.ChunkSize), v.Device, v.NQN)
+			fmt.Fprintf(w, "ublk:     %s\n", ublkText(v))
 			if v.Owner != "" {
-				fmt.Fprintf(w, "owner:    %s\n", v.Owner)
+				fmt.Fprintf(w, "owner:    %s%s\n", v.Owner, epochText(v.Epoch))
 			}
 			switch v.ExportAuth {
 			case volmgr.ExportAuthDHCHAP:
@@ -211,7 +212,7 @@ func newVolumeShowCmd() *cobra.Command {
 			if v.Error != "" {
 				fmt.Fprintf(w, "error:    %s\n", v.Error)
 			}
-			if v.State != "stopped" && v.State != "waiting" {
+			if v.State != "stopped" && v.State != "waiting" && v.State != "unknown" {
 				fmt.Fprintf(w, "journal:  %s\n", journalText(v.Journal))
 				if v.OwnerJournal > 0 {
 					fmt.Fprintf(w, "          owner-domain journaling on: writes to the owner's %d member(s) survive the owner's loss with them\n", v.OwnerJournal)
@@ -644,6 +645,34 @@ func rebuildText(r *volmgr.RebuildBytes) string {
 		pct = 100 * float64(r.CoverBytes) / float64(r.MemberBytes)
 	}
 	return fmt.Sprintf("%s; member data %s (to write: %.1f%% of it)", what, humanSize(r.MemberBytes), pct)
+}
+
+// ublkText is the engine's device and process, or where the engine runs
+// when this node runs none (a cluster volume seen from a non-owner).
+func ublkText(v volmgr.Info) string {
+	switch {
+	case v.Ublk != "" || v.EnginePID != 0:
+		return fmt.Sprintf("%s (engine pid %d)", v.Ublk, v.EnginePID)
+	case v.Owner != "":
+		return "none on this node (" + v.Owner + " runs the engine)"
+	}
+	return "none (no engine runs)"
+}
+
+// chunkText is the chunk size, or "unknown" when this node does not know it
+// (a non-owner before the owner published its status).
+func chunkText(n int) string {
+	if n == 0 {
+		return "unknown"
+	}
+	return humanSize(int64(n))
+}
+
+func epochText(e uint64) string {
+	if e == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (owner epoch %d)", e)
 }
 
 func journalText(on bool) string {

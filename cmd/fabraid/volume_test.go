@@ -89,6 +89,36 @@ func TestVolumeShowUnreachableResync(t *testing.T) {
 	}
 }
 
+// volume show on a non-owner says where the engine runs and the owner's
+// epoch, the chunk size and journal the owner published, never an engine
+// pid 0 or a chunk of 0 B; with the owner's status unknown it prints no
+// journal line.
+func TestVolumeShowNonOwner(t *testing.T) {
+	in := volmgr.Info{Name: "v1", State: "optimal", K: 4, M: 2, Groups: 1, ChunkSize: 64 << 10, Owner: "node2", Epoch: 41, Journal: true, OwnerJournal: 2}
+	out, errOut, code := runCLI(t, "volume", "show", "v1", "--socket", fakeAPI(t, in, map[string]api.OpRequest{}))
+	if code != 0 {
+		t.Fatal(errOut)
+	}
+	for _, want := range []string{"chunk 64.0 KiB", "ublk:     none on this node (node2 runs the engine)", "owner:    node2 (owner epoch 41)", "journal:  on"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("volume show lacks %q:\n%s", want, out)
+		}
+	}
+	for _, bad := range []string{"engine pid 0", "chunk 0 B", "format version 1"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("volume show prints %q:\n%s", bad, out)
+		}
+	}
+	in = volmgr.Info{Name: "v1", State: "unknown", K: 4, M: 2, Groups: 1, Owner: "node2", Error: "owner node2 publishes no status (down?)"}
+	out, errOut, code = runCLI(t, "volume", "show", "v1", "--socket", fakeAPI(t, in, map[string]api.OpRequest{}))
+	if code != 0 {
+		t.Fatal(errOut)
+	}
+	if strings.Contains(out, "journal:") || !strings.Contains(out, "chunk unknown") {
+		t.Errorf("volume show with the owner's status unknown:\n%s", out)
+	}
+}
+
 // scrub --wait on a node whose owner answers 202 (accepted, not finished
 // in the daemon's wait) follows the request until the owner carried it
 // out and prints the scrub's result; a request the owner refuses ends

@@ -237,6 +237,7 @@ func (d *Daemon) volumeStatus(vol model.Volume) model.VolumeStatus {
 		return s
 	}
 	s.State, s.Error, s.Task = in.State, in.Error, in.Task
+	s.ChunkSize, s.Journal, s.OwnerJournal = in.ChunkSize, in.Journal, in.OwnerJournal
 	if in.Progress != nil {
 		s.Progress = in.Progress.Percent
 	}

@@ -128,7 +128,7 @@ func (d *Daemon) clusterInfo(v *clusterView, vol model.Volume) volmgr.Info {
 	head := d.mgr.Head(u)
 	if vol.Owner == v.Self && vol.State == model.VolumeReady {
 		if in, err := d.mgr.Info(vol.UUID); err == nil {
-			in.Owner, in.Device = vol.Owner, head
+			in.Owner, in.Device, in.Epoch = vol.Owner, head, v.Status[vol.UUID].Epoch
 			for i, m := range in.Members {
 				if m.Slot < len(vol.Members) {
 					in.Members[i].Domain = vol.Members[m.Slot].Domain
@@ -137,9 +137,17 @@ func (d *Daemon) clusterInfo(v *clusterView, vol model.Volume) volmgr.Info {
 			return in
 		}
 	}
-	in := volmgr.Info{Name: vol.Name, UUID: vol.UUID, K: vol.K, M: vol.M, Groups: vol.Groups, ChunkSize: vol.ChunkSize,
-		NQN: volmgr.NQN(u), Device: head, Owner: vol.Owner, Size: headSize(head)}
 	st, has := v.Status[vol.UUID]
+	return remoteInfo(vol, st, has, head, headSize(head))
+}
+
+// remoteInfo is vol as a node that does not run its engine sees it: the
+// record, the owner's published status st (has: there is one) and this
+// node's consumer device head of size bytes.
+func remoteInfo(vol model.Volume, st model.VolumeStatus, has bool, head string, size int64) volmgr.Info {
+	u, _ := volmgr.ParseUUID(vol.UUID)
+	in := volmgr.Info{Name: vol.Name, UUID: vol.UUID, K: vol.K, M: vol.M, Groups: vol.Groups, ChunkSize: vol.ChunkSize,
+		NQN: volmgr.NQN(u), Device: head, Owner: vol.Owner, Size: size}
 	switch {
 	case vol.State != model.VolumeReady:
 		in.State = vol.State
@@ -150,6 +158,10 @@ func (d *Daemon) clusterInfo(v *clusterView, vol model.Volume) volmgr.Info {
 		in.Error = fmt.Sprintf("owner %s publishes no status (down?)", vol.Owner)
 	}
 	if has {
+		in.Epoch, in.Journal, in.OwnerJournal = st.Epoch, st.Journal, st.OwnerJournal
+		if in.ChunkSize == 0 {
+			in.ChunkSize = st.ChunkSize // a record made with the engine's default
+		}
 		if st.Error != "" {
 			in.Error = st.Error
 		}

@@ -21,8 +21,10 @@ type Info struct {
 	Groups    int    `json:"groups"`
 	ChunkSize int    `json:"chunk_size"`
 	Device    string `json:"device,omitempty"` // consumer device: NVMe multipath head
-	// Owner is the node running the engine (in a cluster).
+	// Owner is the node running the engine (in a cluster), and Epoch the
+	// owner epoch its engine runs at (0: not known here).
 	Owner     string       `json:"owner,omitempty"`
+	Epoch     uint64       `json:"epoch,omitempty"`
 	NQN       string       `json:"nqn"`
 	Ublk      string       `json:"ublk,omitempty"`
 	EnginePID int          `json:"engine_pid,omitempty"`

@@ -95,9 +95,14 @@ type VolumeStatus struct {
 	// says the owner's export of it is applied (0 and false while it
 	// runs no engine): what an old owner handing the volume over waits
 	// for (docs/cluster.md, "Planned move").
-	Epoch    uint64    `json:"epoch,omitempty"`
-	Exported bool      `json:"exported,omitempty"`
-	Updated  time.Time `json:"updated"`
+	Epoch    uint64 `json:"epoch,omitempty"`
+	Exported bool   `json:"exported,omitempty"`
+	// ChunkSize, Journal and OwnerJournal are the engine's (volmgr.Info):
+	// what the other nodes show of the volume.
+	ChunkSize    int       `json:"chunk_size,omitempty"`
+	Journal      bool      `json:"journal,omitempty"`
+	OwnerJournal int       `json:"owner_journal,omitempty"`
+	Updated      time.Time `json:"updated"`
 }
 
 // VolumeMemberStatus is one member slot as the owner sees it.
