@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"strconv"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/fabraid/fabraid/internal/cluster/registry"
 	"github.com/fabraid/fabraid/internal/cluster/store"
 	"github.com/fabraid/fabraid/internal/cluster/token"
+	"github.com/fabraid/fabraid/internal/config"
 )
 
 // JoinRequest is the body of POST /v1/join.
@@ -82,7 +84,7 @@ func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
 		if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&q); err != nil {
 			return nil, &httpError{http.StatusBadRequest, err}
 		}
-		return n.admit(r.Context(), q)
+		return n.admit(r.Context(), q, r.RemoteAddr)
 	}()
 	w.Header().Set("Content-Type", "application/json")
 	if err != nil {
@@ -109,7 +111,14 @@ func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
 // a record set back to unused or copied is refused too), and the
 // voting-member target is this member's own (members), never the cluster
 // record's.
-func (n *Node) admit(ctx context.Context, q JoinRequest) (*JoinReply, error) {
+//
+// remote is the TCP peer address of the request (ip:port). The node
+// certificate names q.Node and q.Address only when the name passes the
+// configuration's node_name rule and q.Address is that peer address
+// (checkJoinRequest): a token holder cannot have the CA certify a name
+// that is a path or holds control characters, nor an IP it does not
+// join from.
+func (n *Node) admit(ctx context.Context, q JoinRequest, remote string) (*JoinReply, error) {
 	n.admitting.Lock()
 	defer n.admitting.Unlock()
 	n.mu.Lock()
@@ -125,6 +134,10 @@ func (n *Node) admit(ctx context.Context, q JoinRequest) (*JoinReply, error) {
 	if err != nil {
 		return nil, &httpError{http.StatusForbidden, err}
 	}
+	ip, err := checkJoinRequest(q, remote)
+	if err != nil {
+		return nil, &httpError{http.StatusBadRequest, err}
+	}
 	ca, err := n.files.LoadCA()
 	if err != nil {
 		return nil, fmt.Errorf("cluster: join service without the CA: %w", err)
@@ -136,10 +149,6 @@ func (n *Node) admit(ctx context.Context, q JoinRequest) (*JoinReply, error) {
 	now := n.o.Now()
 	if err := token.Check(ctx, cli, tkey, tok, now); err != nil {
 		return nil, &httpError{http.StatusForbidden, err}
-	}
-	ip := net.ParseIP(q.Address)
-	if ip == nil || q.Node == "" || q.PeerPort <= 0 || q.ClientPort <= 0 {
-		return nil, &httpError{http.StatusBadRequest, fmt.Errorf("join request needs node, address and ports")}
 	}
 	pub, err := pki.ParsePublic([]byte(q.PublicKey))
 	if err != nil {
@@ -162,6 +171,34 @@ func (n *Node) admit(ctx context.Context, q JoinRequest) (*JoinReply, error) {
 		return nil, err
 	}
 	return rep, nil
+}
+
+// checkJoinRequest checks what the node certificate will name: q.Node
+// by the node_name rule of the configuration (config.CheckNodeName), and
+// q.Address, which must be the IP the request comes from (remote, the
+// TCP peer address): the joiner dials from its cluster address
+// (postJoin), and etcd members reach it there, so a request from
+// elsewhere (a NAT between nodes, which etcd's peer URLs do not survive
+// either) or naming another node's IP is refused. It returns the IP.
+func checkJoinRequest(q JoinRequest, remote string) (net.IP, error) {
+	if err := config.CheckNodeName(q.Node); err != nil {
+		return nil, fmt.Errorf("join request: node name %w", err)
+	}
+	if q.PeerPort <= 0 || q.PeerPort > 65535 || q.ClientPort <= 0 || q.ClientPort > 65535 {
+		return nil, fmt.Errorf("join request: ports %d and %d, want 1..65535", q.PeerPort, q.ClientPort)
+	}
+	a, err := netip.ParseAddr(q.Address)
+	if err != nil || a.Zone() != "" {
+		return nil, fmt.Errorf("join request: address %q is not an IP address", q.Address)
+	}
+	from, err := netip.ParseAddrPort(remote)
+	if err != nil {
+		return nil, fmt.Errorf("join request from %q: %w", remote, err)
+	}
+	if a.Unmap() != from.Addr().Unmap() {
+		return nil, fmt.Errorf("join request names cluster address %s but comes from %s: a node joins from its cluster_address", a, from.Addr())
+	}
+	return net.IP(a.Unmap().AsSlice()), nil
 }
 
 func (n *Node) admitRedeemed(ctx context.Context, cli *clientv3.Client, ca *pki.CA, st *State, q JoinRequest, ip net.IP, pub any, now time.Time) (*JoinReply, error) {
@@ -247,7 +284,7 @@ func (n *Node) Join(ctx context.Context, addr, tok string) error {
 		return err
 	}
 	q := JoinRequest{Version: StateVersion, Token: t.Encode(), Node: n.o.Name, Address: n.o.Address, PeerPort: n.o.PeerPort, ClientPort: n.o.ClientPort, PublicKey: string(pubPEM)}
-	rep, err := postJoin(ctx, addr, t.CA, q)
+	rep, err := postJoin(ctx, addr, n.o.Address, t.CA, q)
 	if err != nil {
 		return err
 	}
@@ -318,8 +355,16 @@ func (n *Node) becomeMember(ctx context.Context, rep *JoinReply) error {
 	return nil
 }
 
-func postJoin(ctx context.Context, addr, caFingerprint string, q JoinRequest) (*JoinReply, error) {
-	tr := &http.Transport{TLSClientConfig: &tls.Config{
+// postJoin sends q to the join service at addr from the local IP from
+// (the joiner's cluster address: the join service certifies only the
+// address a request comes from), accepting only a member certificate of
+// the CA pinned by caFingerprint.
+func postJoin(ctx context.Context, addr, from, caFingerprint string, q JoinRequest) (*JoinReply, error) {
+	d := &net.Dialer{Timeout: 30 * time.Second}
+	if ip := net.ParseIP(from); ip != nil {
+		d.LocalAddr = &net.TCPAddr{IP: ip}
+	}
+	tr := &http.Transport{DialContext: d.DialContext, TLSClientConfig: &tls.Config{
 		InsecureSkipVerify:    true, // VerifyPeerCertificate pins the CA from the token
 		VerifyPeerCertificate: pki.VerifyPinned(caFingerprint),
 		MinVersion:            tls.VersionTLS12,

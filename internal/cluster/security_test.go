@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -108,7 +110,7 @@ func TestClientCannotTakeCAKey(t *testing.T) {
 		pub, _ := pki.PublicPEM(key.Public())
 		q := JoinRequest{Version: StateVersion, Token: tok, Node: name, Address: "127.0.0.1",
 			PeerPort: etcdtest.FreePort(t), ClientPort: etcdtest.FreePort(t), PublicKey: string(pub)}
-		rep, err := postJoin(ctx, joinAddr(n1), fp, q)
+		rep, err := postJoin(ctx, joinAddr(n1), "127.0.0.1", fp, q)
 		if err == nil && rep.CAKey != "" {
 			t.Fatalf("%s: the client-only node got the CA key (member %s)", name, rep.MemberID)
 		}
@@ -249,5 +251,65 @@ func TestPeerPortMembersOnly(t *testing.T) {
 	st, err := again.Status(ctx)
 	if v, _ := voting(st); err != nil || v != 3 || !st.Healthy {
 		t.Errorf("status after n3's restart: %d voting, healthy %v, %v", v, st.Healthy, err)
+	}
+}
+
+// TestJoinChecksNameAndAddress: the join service certifies only a node
+// name that passes the configuration's node_name rule and the IP the
+// request comes from; a refused request leaves the token unused. A joiner
+// that dials from the address it names (postJoin binds its cluster
+// address) gets that address in its certificate.
+func TestJoinChecksNameAndAddress(t *testing.T) {
+	ctx := ctxT(t)
+	var c clock
+	n1 := newNode(t, "n1", &c)
+	n1.o.Members = 1 // joiners become clients: no learner for an address nobody serves
+	if err := n1.Init(ctx, "test"); err != nil {
+		t.Fatal(err)
+	}
+	fp := n1.st.CAFingerprint
+	var tok string
+	join := func(name, addr, from string) (*JoinReply, error) {
+		t.Helper()
+		key, _, _ := pki.NewKey()
+		pub, _ := pki.PublicPEM(key.Public())
+		q := JoinRequest{Version: StateVersion, Token: tok, Node: name, Address: addr,
+			PeerPort: 2380, ClientPort: 2379, PublicKey: string(pub)}
+		return postJoin(ctx, joinAddr(n1), from, fp, q)
+	}
+	for _, tc := range []struct{ name, addr, from, why string }{
+		{"../../x/y", "127.0.0.1", "127.0.0.1", "node name"},
+		{"a\nb", "127.0.0.1", "127.0.0.1", "node name"},
+		{"a b", "127.0.0.1", "127.0.0.1", "node name"},
+		{"", "127.0.0.1", "127.0.0.1", "node name"},
+		{"-x", "127.0.0.1", "127.0.0.1", "node name"},
+		{"x\u202e", "127.0.0.1", "127.0.0.1", "node name"},
+		{pki.MemberCN, "127.0.0.1", "127.0.0.1", "node name"},
+		{strings.Repeat("a", 64), "127.0.0.1", "127.0.0.1", "node name"},
+		{"n2", "10.9.9.9", "127.0.0.1", "comes from 127.0.0.1"},
+		{"n2", "127.0.0.2", "127.0.0.1", "comes from 127.0.0.1"},
+		{"n2", "127.0.0.1", "127.0.0.2", "comes from 127.0.0.2"},
+		{"n2", "not-an-ip", "127.0.0.1", "not an IP address"},
+	} {
+		tok = mustToken(t, n1, time.Hour) // each case its own: a certified one must not hide the next
+		rep, err := join(tc.name, tc.addr, tc.from)
+		if err == nil {
+			cert, _ := pki.ParseCert([]byte(rep.NodeCert))
+			t.Errorf("join as %q at %s from %s: certified (%v %v), want refused: %s", tc.name, tc.addr, tc.from, cert.DNSNames, cert.IPAddresses, tc.why)
+			continue
+		}
+		if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), tc.why) {
+			t.Errorf("join as %q at %s from %s: %v, want refused: %s", tc.name, tc.addr, tc.from, err, tc.why)
+		}
+	}
+	// The last refused case's token is still unused: a joiner at
+	// 127.0.0.2 dialling from it gets a certificate for that address.
+	rep, err := join("n2", "127.0.0.2", "127.0.0.2")
+	if err != nil {
+		t.Fatalf("join from the named address: %v", err)
+	}
+	cert, err := pki.ParseCert([]byte(rep.NodeCert))
+	if err != nil || len(cert.IPAddresses) != 1 || !cert.IPAddresses[0].Equal(net.ParseIP("127.0.0.2")) || cert.Subject.CommonName != "n2" {
+		t.Fatalf("certificate %v: IPs %v, CN %q", err, cert.IPAddresses, cert.Subject.CommonName)
 	}
 }

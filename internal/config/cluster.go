@@ -76,8 +76,8 @@ func (c *Cluster) set(key, val string) (ok bool, err error) {
 		}
 		c.Address = a.String()
 	case "failure_domain":
-		if !nodeNameRE.MatchString(val) {
-			return true, fmt.Errorf("%q: want 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit", val)
+		if err := CheckNodeName(val); err != nil {
+			return true, err
 		}
 		c.Domain = val
 	case "etcd_peer_port":

@@ -141,6 +141,16 @@ func (e *Error) Unwrap() error { return e.Err }
 
 var nodeNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 
+// CheckNodeName applies the node_name rule (also failure_domain's): 1-63
+// ASCII letters, digits, '.', '_' or '-', the first a letter or digit.
+// The cluster's join service checks the names it certifies with it.
+func CheckNodeName(s string) error {
+	if !nodeNameRE.MatchString(s) {
+		return fmt.Errorf("%q: want 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit", s)
+	}
+	return nil
+}
+
 // Parse reads a configuration from r; name is used in error messages.
 func Parse(r io.Reader, name string) (Config, error) {
 	c := Default()
@@ -189,8 +199,8 @@ func list(v string) []string {
 func (c *Config) set(key, val string) error {
 	switch key {
 	case "node_name":
-		if !nodeNameRE.MatchString(val) {
-			return fmt.Errorf("%q: want 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit", val)
+		if err := CheckNodeName(val); err != nil {
+			return err
 		}
 		c.NodeName = val
 	case "storage_interfaces":
