@@ -44,8 +44,8 @@ func TestHostKeyAtRegistration(t *testing.T) {
 		t.Fatalf("file and HostSecret differ (%v)", err)
 	}
 	m, err := volumes.HostKeys(ctx, n1.cli)
-	if err != nil || len(m) != 1 || m["n1"] != sec.Reveal() {
-		t.Fatalf("etcd host keys: %d, n1 matches %v, %v", len(m), m["n1"] == sec.Reveal(), err)
+	if err != nil || len(m) != 1 || m["n1"].Reveal() != sec.Reveal() {
+		t.Fatalf("etcd host keys: %d, n1 matches %v, %v", len(m), m["n1"].Reveal() == sec.Reveal(), err)
 	}
 	r1, _ := n1.cli.Get(ctx, keys.HostKey("n1"))
 
@@ -67,7 +67,7 @@ func TestHostKeyAtRegistration(t *testing.T) {
 	if err := n1.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if m, _ := volumes.HostKeys(ctx, n1.cli); m["n1"] != sec.Reveal() {
+	if m, _ := volumes.HostKeys(ctx, n1.cli); m["n1"].Reveal() != sec.Reveal() {
 		t.Error("refresh did not restore the host key")
 	}
 	if strings.Contains(logs.String(), sec.Reveal()[10:40]) {

@@ -16,6 +16,7 @@ import (
 	"github.com/fabraid/fabraid/internal/cluster/plan"
 	"github.com/fabraid/fabraid/internal/cluster/volumes"
 	"github.com/fabraid/fabraid/internal/volmgr"
+	"github.com/fabraid/fabraid/kernel/nvmf"
 )
 
 // reconcileCluster is one pass of the data-plane loop (clusterloop.go).
@@ -32,7 +33,7 @@ func (d *Daemon) reconcileCluster(ctx context.Context) error {
 	if !ok {
 		return errNoEtcd // registration makes it
 	}
-	secret := hs.Reveal()
+	secret := nvmf.SecretText(hs.Reveal())
 	rctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 	v, err := readView(rctx, cli, self)
 	cancel()

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/fabraid/fabraid/kernel/nvmet"
+	"github.com/fabraid/fabraid/kernel/nvmf"
 )
 
 // NQNPrefix is the subsystem NQN prefix of exported drives.
@@ -66,7 +67,7 @@ type Host struct {
 	NQN string
 	// Secret is the host's DH-HMAC-CHAP secret in DHHC-1 form (kernel/nvmf
 	// GenerateSecret); empty: none.
-	Secret string
+	Secret nvmf.SecretText
 }
 
 // Volume is one volume as the exporter needs it.
@@ -161,7 +162,7 @@ func Desire(in Input, f nvmet.Features) Desired {
 			volOf[id] = v
 		}
 	}
-	secrets := map[string]string{}
+	secrets := map[string]nvmf.SecretText{}
 	badHost := map[string]bool{}
 	for _, v := range in.Volumes {
 		h := v.Owner
@@ -206,7 +207,7 @@ func Desire(in Input, f nvmet.Features) Desired {
 			hosts[h.NQN] = true
 			host := nvmet.Host{NQN: h.NQN}
 			if f.Auth {
-				host.DHCHAPKey = h.Secret
+				host.DHCHAPKey = h.Secret.Reveal()
 			}
 			d.Spec.Hosts = append(d.Spec.Hosts, host)
 		}

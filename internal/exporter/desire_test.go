@@ -27,7 +27,7 @@ func base() Input {
 	return Input{
 		HostNQN:   hostA,
 		Drives:    []Drive{{ID: "d1", Path: "/dev/nvme0n1"}, {ID: "d2", Path: "/dev/nvme1n1"}, {ID: "d3", Path: "/dev/nvme2n1"}},
-		Volumes:   []Volume{{UUID: "v1", Owner: Host{NQN: hostB, Secret: keyB}, Members: []string{"d1", "x9", "d2"}}},
+		Volumes:   []Volume{{UUID: "v1", Owner: Host{NQN: hostB, Secret: nvmf.SecretText(keyB)}, Members: []string{"d1", "x9", "d2"}}},
 		Addresses: []string{"10.0.0.1"},
 	}
 }
@@ -67,12 +67,12 @@ func TestDesire(t *testing.T) {
 				Ports: []nvmet.Port{port(NQN("d1"), NQN("d2"))}},
 			exports: []string{"d1:" + hostB + ":false", "d2:" + hostB + ":false"}},
 		{name: "volume owned by this node: nothing exported", f: auth,
-			in: func(in *Input) { in.Volumes[0].Owner = Host{NQN: hostA, Secret: keyB} }},
+			in: func(in *Input) { in.Volumes[0].Owner = Host{NQN: hostA, Secret: nvmf.SecretText(keyB)} }},
 		{name: "no volumes: nothing exported", f: auth, in: func(in *Input) { in.Volumes = nil }},
 		{name: "no owner (failover): exported to nobody, no problem", f: auth, in: func(in *Input) { in.Volumes[0].Owner = Host{} }},
 		{name: "drive in two volumes is refused, the rest exported", f: auth,
 			in: func(in *Input) {
-				in.Volumes = append(in.Volumes, Volume{UUID: "v2", Owner: Host{NQN: hostC, Secret: keyC}, Members: []string{"d2", "d3"}})
+				in.Volumes = append(in.Volumes, Volume{UUID: "v2", Owner: Host{NQN: hostC, Secret: nvmf.SecretText(keyC)}, Members: []string{"d2", "d3"}})
 			},
 			spec: nvmet.Spec{Hosts: []nvmet.Host{{NQN: hostB, DHCHAPKey: keyB}, {NQN: hostC, DHCHAPKey: keyC}},
 				Subsystems: []nvmet.Subsystem{sub("d1", hostB), sub("d3", hostC)}, Ports: []nvmet.Port{port(NQN("d1"), NQN("d3"))}},
@@ -80,7 +80,7 @@ func TestDesire(t *testing.T) {
 			problems: []string{`drive d2: member of volumes v1 and v2: conflicting input`}},
 		{name: "one host with two secrets is refused", f: auth,
 			in: func(in *Input) {
-				in.Volumes = append(in.Volumes, Volume{UUID: "v2", Owner: Host{NQN: hostB, Secret: keyC}, Members: []string{"d3"}})
+				in.Volumes = append(in.Volumes, Volume{UUID: "v2", Owner: Host{NQN: hostB, Secret: nvmf.SecretText(keyC)}, Members: []string{"d3"}})
 			},
 			problems: []string{`host .*0b: two different DH-HMAC-CHAP secrets`}},
 		{name: "two addresses, two ports, own service id", f: auth,
@@ -171,7 +171,7 @@ func TestNamespaceIDsStable(t *testing.T) {
 func TestFence(t *testing.T) {
 	in := base()
 	old := Desire(in, auth).Spec
-	in.Volumes[0].Owner = Host{NQN: hostC, Secret: keyC}
+	in.Volumes[0].Owner = Host{NQN: hostC, Secret: nvmf.SecretText(keyC)}
 	want := Desire(in, auth).Spec
 	actual := asState(old)
 
@@ -227,7 +227,7 @@ func TestFence(t *testing.T) {
 func TestFenceKeyChange(t *testing.T) {
 	in := base()
 	old := Desire(in, auth).Spec
-	in.Volumes[0].Owner.Secret = keyC // rotated
+	in.Volumes[0].Owner.Secret = nvmf.SecretText(keyC) // rotated
 	_, fenced := Fence(Desire(in, auth).Spec, asState(old))
 	if !reflect.DeepEqual(fenced, []string{"d1", "d2"}) {
 		t.Fatalf("a rotated secret fenced %v, want [d1 d2]", fenced)

@@ -17,7 +17,7 @@ func ExampleDesire() {
 	in := exporter.Input{
 		HostNQN: "nqn.2014-08.org.nvmexpress:uuid:0a0a0a0a-0000-4000-8000-00000000000a",
 		Drives:  []exporter.Drive{{ID: "S1", Path: "/dev/nvme0n1"}, {ID: "S2", Path: "/dev/nvme1n1"}},
-		Volumes: []exporter.Volume{{UUID: "v1", Owner: exporter.Host{NQN: b, Secret: nvmf.Secret{Key: bytes.Repeat([]byte{1}, 32)}.Reveal()},
+		Volumes: []exporter.Volume{{UUID: "v1", Owner: exporter.Host{NQN: b, Secret: nvmf.SecretText(nvmf.Secret{Key: bytes.Repeat([]byte{1}, 32)}.Reveal())},
 			Members: []string{"S1", "n2-S7", "n3-S9"}}},
 		Addresses: []string{"10.0.0.1"},
 	}

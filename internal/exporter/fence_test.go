@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/fabraid/fabraid/kernel/nvmet"
+	"github.com/fabraid/fabraid/kernel/nvmf"
 	"github.com/fabraid/fabraid/plugins/backend"
 	pnvmet "github.com/fabraid/fabraid/plugins/nvmet"
 )
@@ -58,8 +59,8 @@ func listened(exports []backend.Export) []string {
 func restartInput() (old nvmet.Spec, in Input) {
 	in = base()
 	old = Desire(in, auth).Spec
-	in.Volumes[0].Owner, in.Volumes[0].Epoch = Host{NQN: hostC, Secret: keyC}, 9
-	in.Volumes = append(in.Volumes, Volume{UUID: "v2", Owner: Host{NQN: hostC, Secret: keyC}, Epoch: 11, Members: []string{"d3"}})
+	in.Volumes[0].Owner, in.Volumes[0].Epoch = Host{NQN: hostC, Secret: nvmf.SecretText(keyC)}, 9
+	in.Volumes = append(in.Volumes, Volume{UUID: "v2", Owner: Host{NQN: hostC, Secret: nvmf.SecretText(keyC)}, Epoch: 11, Members: []string{"d3"}})
 	return old, in
 }
 

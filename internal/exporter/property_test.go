@@ -34,9 +34,9 @@ func randomInput(r *rand.Rand) (Input, nvmet.Features) {
 	}
 	for v := range r.IntN(5) {
 		owner := hosts[r.IntN(3)]
-		vol := Volume{UUID: "v" + strconv.Itoa(v), Owner: Host{NQN: owner, Secret: keys[owner]}}
+		vol := Volume{UUID: "v" + strconv.Itoa(v), Owner: Host{NQN: owner, Secret: nvmf.SecretText(keys[owner])}}
 		if r.IntN(8) == 0 { // a stale secret for the same host
-			vol.Owner.Secret = nvmf.Secret{Key: bytes.Repeat([]byte{0x77}, 32)}.Reveal()
+			vol.Owner.Secret = nvmf.SecretText(nvmf.Secret{Key: bytes.Repeat([]byte{0x77}, 32)}.Reveal())
 		}
 		for range 1 + r.IntN(4) {
 			id := "d" + strconv.Itoa(r.IntN(8)) // d5..d7 are other nodes' drives
@@ -85,7 +85,7 @@ func checkDesired(t *testing.T, in Input, f nvmet.Features, d Desired) {
 			t.Fatalf("%s allows %v, owner %s", id, s.AllowedHosts, vs[0].Owner.NQN)
 		case s.AllowedHosts[0] == in.HostNQN:
 			t.Fatalf("%s exported to this node", id)
-		case f.Auth && keys[s.AllowedHosts[0]] != vs[0].Owner.Secret:
+		case f.Auth && keys[s.AllowedHosts[0]] != vs[0].Owner.Secret.Reveal():
 			t.Fatalf("%s: host key is not the owner's secret", id)
 		case f.Auth && !in.AllowNoAuth && keys[s.AllowedHosts[0]] == "":
 			t.Fatalf("%s exported without DH-HMAC-CHAP on an auth kernel", id)

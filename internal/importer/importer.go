@@ -37,7 +37,7 @@ type Input struct {
 	Identity nvmf.HostIdentity // this host's NQN and id
 	// Secret is this host's DH-HMAC-CHAP secret (DHHC-1 form); empty:
 	// connect without authentication.
-	Secret  string
+	Secret  nvmf.SecretText
 	Members [][16]byte // wanted member UUIDs
 	Remotes []Remote   // exports to connect
 	Local   []string   // local block devices that may hold members
@@ -96,7 +96,7 @@ func Connections(in Input) ([]nvmf.Options, error) {
 			svc = exporter.DefaultServiceID
 		}
 		o := nvmf.Options{Transport: nvmf.TCP, Address: r.Address, ServiceID: svc, NQN: r.NQN,
-			HostNQN: in.Identity.NQN, HostID: in.Identity.ID, Timeouts: &t, DHCHAPSecret: in.Secret}
+			HostNQN: in.Identity.NQN, HostID: in.Identity.ID, Timeouts: &t, DHCHAPSecret: in.Secret.Reveal()}
 		if err := o.Validate(); err != nil {
 			return nil, fmt.Errorf("import %s from %s: %w", r.NQN, r.Address, err)
 		}

@@ -101,7 +101,7 @@ func TestReconcileLocal(t *testing.T) {
 
 func TestConnections(t *testing.T) {
 	secret := nvmf.Secret{Key: make([]byte, 32)}.Reveal()
-	in := Input{Identity: id, Secret: secret, Remotes: []Remote{
+	in := Input{Identity: id, Secret: nvmf.SecretText(secret), Remotes: []Remote{
 		{NQN: exporter.NQN("d1"), Address: "10.0.0.2"},
 		{NQN: exporter.NQN("d2"), Address: "10.0.0.3", ServiceID: "4500"},
 	}}

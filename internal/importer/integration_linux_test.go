@@ -82,7 +82,7 @@ func volumeInput(g *vmtest.Env, owner nvmf.HostIdentity, key string) exporter.In
 	return exporter.Input{
 		HostNQN: hostA.NQN,
 		Drives:  []exporter.Drive{{ID: drivesA[0], Path: g.Disks[0]}, {ID: drivesA[1], Path: g.Disks[1]}},
-		Volumes: []exporter.Volume{{UUID: "vol1", Owner: exporter.Host{NQN: owner.NQN, Secret: key},
+		Volumes: []exporter.Volume{{UUID: "vol1", Owner: exporter.Host{NQN: owner.NQN, Secret: nvmf.SecretText(key)},
 			Members: []string{"b-disk0", "b-disk1", drivesA[0], drivesA[1]}}},
 		Addresses: []string{g.Addr("a")},
 	}
@@ -181,7 +181,7 @@ func ownerSide(t *testing.T, g *vmtest.Env) {
 	defer cancel()
 	g.Wait(t, "a", "exported")
 	im := importer.New()
-	in := importer.Input{Identity: hostB, Secret: keyB, Remotes: remotes(g), Local: g.Disks}
+	in := importer.Input{Identity: hostB, Secret: nvmf.SecretText(keyB), Remotes: remotes(g), Local: g.Disks}
 	res := importOK(t, ctx, im, in)
 	// Fresh drives: four candidates, no superblocks yet.
 	devs := map[string]string{} // local path or export NQN -> device
@@ -355,7 +355,7 @@ func outsiderSide(t *testing.T, g *vmtest.Env) {
 		hex.Decode(u[:], []byte(s))
 		uuids = append(uuids, u)
 	}
-	res := importOK(t, ctx, importer.New(), importer.Input{Identity: hostC, Secret: keyC, Remotes: remotes(g), Members: uuids[2:]})
+	res := importOK(t, ctx, importer.New(), importer.Input{Identity: hostC, Secret: nvmf.SecretText(keyC), Remotes: remotes(g), Members: uuids[2:]})
 	for _, u := range uuids[2:] {
 		p := res.Paths[u]
 		if p == "" {
@@ -520,7 +520,7 @@ func TestIntegrationDriveExportImport61(t *testing.T) {
 				h.Disconnect(c.Name)
 				t.Fatal("a host outside allowed_hosts connected")
 			}
-			res := importOK(t, ctx, importer.New(), importer.Input{Identity: hostB, Secret: keyB, Remotes: remotes(g)})
+			res := importOK(t, ctx, importer.New(), importer.Input{Identity: hostB, Secret: nvmf.SecretText(keyB), Remotes: remotes(g)})
 			n := 0
 			for _, d := range res.Devices {
 				if d.Remote != "" {

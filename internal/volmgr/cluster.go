@@ -62,7 +62,7 @@ type ClusterPlan struct {
 	Consumers []Consumer
 	// Secret is this host's DH-HMAC-CHAP secret for the consumer
 	// connections; empty: none.
-	Secret string
+	Secret nvmf.SecretText
 	// Stop are the volumes this node must not run (it does not hold
 	// their owner key): an engine of one is unexported and stopped.
 	Stop [][16]byte
@@ -109,7 +109,7 @@ type PlannedVolume struct {
 // ExportHost is a host allowed on the volume exports.
 type ExportHost struct {
 	NQN    string
-	Secret string // DHHC-1 form; empty: none
+	Secret nvmf.SecretText // DHHC-1 form; empty: none
 }
 
 // Consumer is a volume to connect to.
@@ -412,7 +412,7 @@ func ClusterExportSpec(exports []Export, hosts []ExportHost, auth bool, addrs []
 	for _, h := range hosts {
 		bh := backend.Host{NQN: h.NQN}
 		if auth {
-			bh.DHCHAPKey = backend.Secret(h.Secret)
+			bh.DHCHAPKey = backend.Secret(h.Secret.Reveal())
 		}
 		hs = append(hs, bh)
 	}
@@ -435,7 +435,7 @@ func ClusterExportSpec(exports []Export, hosts []ExportHost, auth bool, addrs []
 // ConsumerConnections are the connections of this host to the consumer
 // volumes: one per owner address (paths of one multipath head),
 // volume-path timeout profile, with the host's secret. Pure.
-func ConsumerConnections(cs []Consumer, id nvmf.HostIdentity, secret string) ([]nvmf.Options, error) {
+func ConsumerConnections(cs []Consumer, id nvmf.HostIdentity, secret nvmf.SecretText) ([]nvmf.Options, error) {
 	t, err := nvmf.Profile(nvmf.ProfileVolumePath)
 	if err != nil {
 		return nil, err
@@ -448,7 +448,7 @@ func ConsumerConnections(cs []Consumer, id nvmf.HostIdentity, secret string) ([]
 		}
 		for _, a := range c.Addresses {
 			out = append(out, nvmf.Options{Transport: nvmf.TCP, Address: a, ServiceID: strconv.Itoa(port),
-				NQN: NQN(c.UUID), HostNQN: id.NQN, HostID: id.ID, Timeouts: &t, DHCHAPSecret: secret})
+				NQN: NQN(c.UUID), HostNQN: id.NQN, HostID: id.ID, Timeouts: &t, DHCHAPSecret: secret.Reveal()})
 		}
 	}
 	return out, nil

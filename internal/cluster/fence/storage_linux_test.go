@@ -97,7 +97,7 @@ func exporterNode(t *testing.T, g *vmtest.Env) {
 	view := plan.View{Self: "x", Nodes: []model.NodeStatus{node("x", idX), node("o", idO), node("n", idN)},
 		Volumes: []model.Volume{{Version: 1, UUID: fencedVol, Name: "f", K: 1, M: 1, Groups: 1, Owner: "o", State: model.VolumeReady,
 			Members: []model.VolumeMember{{Slot: 0, Node: "x", Domain: "x", Drive: driveX}, {Slot: 1, Node: "y", Domain: "y", Drive: "y-disk0"}}}},
-		HostKeys: map[string]string{"o": secretO, "n": secretN}}
+		HostKeys: map[string]nvmf.SecretText{"o": nvmf.SecretText(secretO), "n": nvmf.SecretText(secretN)}}
 	x := exporter.New("")
 	pass := func() exporter.Result {
 		t.Helper()
@@ -199,7 +199,7 @@ func allowsOnly(t *testing.T, host string) {
 // connect imports x's drive as id and returns its device.
 func connect(t *testing.T, ctx context.Context, g *vmtest.Env, id nvmf.HostIdentity, secret string) string {
 	t.Helper()
-	res, err := importer.New().Reconcile(ctx, importer.Input{Identity: id, Secret: secret,
+	res, err := importer.New().Reconcile(ctx, importer.Input{Identity: id, Secret: nvmf.SecretText(secret),
 		Remotes: []importer.Remote{{NQN: exporter.NQN(driveX), Address: g.Addr("x")}}})
 	if err != nil || len(res.Devices) != 1 {
 		t.Fatalf("import as %s: %+v, %v", id.NQN, res, err)

@@ -39,10 +39,10 @@ import (
 
 // View is the cluster as one node sees it at one moment.
 type View struct {
-	Self     string             // this node's name
-	Nodes    []model.NodeStatus // the registry with liveness (registry.List)
-	Volumes  []model.Volume     // every volume record (volumes.List)
-	HostKeys map[string]string  // node -> DH-HMAC-CHAP secret (volumes.HostKeys); never logged
+	Self     string                     // this node's name
+	Nodes    []model.NodeStatus         // the registry with liveness (registry.List)
+	Volumes  []model.Volume             // every volume record (volumes.List)
+	HostKeys map[string]nvmf.SecretText // node -> DH-HMAC-CHAP secret (volumes.HostKeys)
 	// Held are the volumes this node runs: volume UUID -> the epoch of
 	// the owner key it holds on its current owner lease, once the
 	// storage fence for that epoch is acknowledged (the daemon's owner

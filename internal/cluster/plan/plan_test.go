@@ -52,7 +52,7 @@ func view(self string) View {
 		Members: members("b-d2", "c-d2", "a-d2")}
 	held := map[string]map[string]uint64{"a": {us(1): 7}, "b": {us(2): 8}}[self]
 	return View{Self: self, Nodes: []model.NodeStatus{node("a", true), node("b", true), node("c", true), node("d", false)},
-		Volumes: []model.Volume{v1, v2}, HostKeys: map[string]string{"a": "KEY-a", "b": "KEY-b", "c": "KEY-c", "d": "KEY-d"}, Held: held}
+		Volumes: []model.Volume{v1, v2}, HostKeys: map[string]nvmf.SecretText{"a": "KEY-a", "b": "KEY-b", "c": "KEY-c", "d": "KEY-d"}, Held: held}
 }
 
 func TestPlacementNodes(t *testing.T) {
@@ -129,6 +129,21 @@ func TestExporterInput(t *testing.T) {
 				t.Errorf("\n got %+v\nwant %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestPlansPrintNoSecret: the view and the inputs the planners derive
+// from it carry the host keys, and print none of them (a log line or an
+// error that prints a plan must not leak a DH-HMAC-CHAP secret).
+func TestPlansPrintNoSecret(t *testing.T) {
+	v := view("c")
+	id := nvmf.HostIdentity{NQN: "nqn.host:c", ID: us(9)}
+	for what, x := range map[string]any{"view": v, "exporter input": ExporterInput(v, nil), "importer input": ImporterInput(v, id, nil)} {
+		for _, s := range []string{fmt.Sprintf("%v", x), fmt.Sprintf("%+v", x), fmt.Sprintf("%#v", x)} {
+			if strings.Contains(s, "KEY-") {
+				t.Errorf("%s prints a host key: %s", what, s)
+			}
+		}
 	}
 }
 

@@ -46,19 +46,19 @@ func EnsureHostKey(ctx context.Context, kv clientv3.KV, node string, local func(
 }
 
 // HostKeys returns every node's DH-HMAC-CHAP secret (DHHC-1 form) by
-// node name. Never log the values.
-func HostKeys(ctx context.Context, kv clientv3.KV) (map[string]string, error) {
+// node name.
+func HostKeys(ctx context.Context, kv clientv3.KV) (map[string]nvmf.SecretText, error) {
 	resp, err := kv.Get(ctx, keys.HostKeysPrefix, clientv3.WithPrefix())
 	if err != nil {
 		return nil, fmt.Errorf("volumes: host keys: %w", err)
 	}
-	out := make(map[string]string, len(resp.Kvs))
+	out := make(map[string]nvmf.SecretText, len(resp.Kvs))
 	for _, e := range resp.Kvs {
 		h, err := DecodeHostKey(e.Value)
 		if err != nil {
 			return nil, fmt.Errorf("volumes: %s: %w", e.Key, err)
 		}
-		out[string(e.Key[len(keys.HostKeysPrefix):])] = h.Secret
+		out[string(e.Key[len(keys.HostKeysPrefix):])] = nvmf.SecretText(h.Secret)
 	}
 	return out, nil
 }

@@ -246,8 +246,8 @@ func TestHostKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	m, err := HostKeys(ctx, cli)
-	if err != nil || len(m) != 1 || m["a"] != s2.Reveal() {
-		t.Errorf("HostKeys: %d keys, a matches: %v, %v", len(m), m["a"] == s2.Reveal(), err)
+	if err != nil || len(m) != 1 || m["a"].Reveal() != s2.Reveal() {
+		t.Errorf("HostKeys: %d keys, a matches: %v, %v", len(m), m["a"].Reveal() == s2.Reveal(), err)
 	}
 	bad := "DHHC-1:00:" + strings.Repeat("QUFB", 12) + ":"
 	secret = bad
