@@ -31,7 +31,9 @@ import (
 // udev's database (udevadm info) a member has ID_FS_TYPE=fabraid_member,
 // ID_FS_USAGE=raid and the volume UUID; a loop device over a copy of a
 // member's superblock area (which udev-probe itself calls a member) is not
-// probed by the rules; udevd reports no syntax problem in our rules file.
+// probed by the rules; udevd reports no syntax problem in our rules file;
+// with fabraid.probe=0 (through SYSTEMD_PROC_CMDLINE) udevadm test runs no
+// probe, with udev_probe = false the probe reports no member.
 func TestIntegrationUdevRules(t *testing.T) {
 	disks := make([]vmtest.Disk, 5)
 	for i := range disks {
@@ -149,6 +151,11 @@ func udevGuest(t *testing.T, g *vmtest.Env) {
 			t.Errorf("udevd about our rules: %s", l)
 		}
 	}
+	probeRun := "udev-probe " + members[0]
+	if !strings.Contains(test, probeRun) {
+		t.Errorf("udevadm test %s: the trace does not name %q", members[0], probeRun)
+	}
+	udevOptOuts(t, members[0], probeRun)
 	loop := memberCopyOnLoop(t, members[0])
 
 	var first map[string]string
@@ -206,6 +213,52 @@ func udevGuest(t *testing.T, g *vmtest.Env) {
 	}
 	if failed := guestMust(t, "systemctl", "--failed", "--no-legend"); strings.TrimSpace(failed) != "" {
 		t.Errorf("failed units:\n%s", failed)
+	}
+}
+
+// udevOptOuts runs udevadm test on member with each opt-out: fabraid.probe=0
+// on the kernel command line (given through SYSTEMD_PROC_CMDLINE, systemd's
+// stand-in for /proc/cmdline, which IMPORT{cmdline} reads) must keep the
+// rules from running the probe at all; udev_probe = false in fabraid.conf
+// must make the probe report no member.
+func udevOptOuts(t *testing.T, member, probeRun string) {
+	t.Helper()
+	const confPath = "/etc/fabraid/fabraid.conf"
+	conf, err := os.ReadFile(confPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.WriteFile(confPath, conf, 0o644)
+	for _, c := range []struct {
+		name, env, conf string
+		probes          bool
+	}{
+		{"fabraid.probe=0", "SYSTEMD_PROC_CMDLINE=fabraid.probe=0", "", false},
+		{"udev_probe = false", "", string(conf) + "udev_probe = false\n", true},
+	} {
+		if c.conf != "" {
+			if err := os.WriteFile(confPath, []byte(c.conf), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cmd := exec.Command("udevadm", "test", "/sys/class/block/"+filepath.Base(member))
+		if c.env != "" {
+			cmd.Env = append(os.Environ(), c.env)
+		}
+		b, err := cmd.CombinedOutput()
+		out := string(b)
+		if err != nil {
+			t.Errorf("%s: udevadm test: %v\n%s", c.name, err, out)
+		}
+		if strings.Contains(out, probeRun) != c.probes {
+			t.Errorf("%s: udevadm test ran %q: %v, want %v", c.name, probeRun, strings.Contains(out, probeRun), c.probes)
+		}
+		if strings.Contains(out, "FABRAID_MEMBER=1") || strings.Contains(out, "fabraid_member") {
+			t.Errorf("%s: the member still got our properties:\n%s", c.name, out)
+		}
+		if c.conf != "" {
+			os.WriteFile(confPath, conf, 0o644)
+		}
 	}
 }
 
