@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"strconv"
 	"time"
@@ -288,6 +289,9 @@ func (n *Node) Join(ctx context.Context, addr, tok string) error {
 	if err != nil {
 		return err
 	}
+	if err := checkReply(rep, t.CA, n.o.Name, net.ParseIP(n.o.Address), key.Public()); err != nil {
+		return fmt.Errorf("cluster: join %s: %w", addr, err)
+	}
 	var caKey []byte
 	if rep.MemberID != "" {
 		caKey = []byte(rep.CAKey)
@@ -317,6 +321,60 @@ func (n *Node) Join(ctx context.Context, addr, tok string) error {
 		return err
 	}
 	n.o.Log.Info("cluster: joined", "cluster", st.Cluster, "via", addr, "etcd_member", st.Member)
+	return nil
+}
+
+// ErrBadReply: a join reply this node does not take (checkReply).
+var ErrBadReply = errors.New("join reply refused")
+
+// checkReply checks a join reply before anything of it is written: its
+// CA certificate must be the one the token pins, the node certificate
+// the CA's, for this node's name, cluster address and key
+// (pki.VerifyIssued); a CA key must be the CA certificate's; and the
+// endpoints must be etcd client URLs, https://IP:port with nothing else.
+// The endpoints are not checked further here: the etcd client trusts
+// only the cluster CA and checks each endpoint's certificate against its
+// IP, so an endpoint can only lead to a node the CA certified for it.
+func checkReply(rep *JoinReply, pin, node string, ip net.IP, pub any) error {
+	if _, err := pki.VerifyIssued([]byte(rep.CACert), []byte(rep.NodeCert), pin, node, ip, pub); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadReply, err)
+	}
+	if rep.MemberID != "" {
+		if _, err := strconv.ParseUint(rep.MemberID, 16, 64); err != nil {
+			return fmt.Errorf("%w: member ID %q", ErrBadReply, rep.MemberID)
+		}
+		if _, err := pki.LoadCA([]byte(rep.CACert), []byte(rep.CAKey)); err != nil {
+			return fmt.Errorf("%w: CA key: %w", ErrBadReply, err)
+		}
+		if rep.InitialCluster == "" {
+			return fmt.Errorf("%w: a member without an initial cluster", ErrBadReply)
+		}
+	}
+	if len(rep.Endpoints) == 0 {
+		return fmt.Errorf("%w: no etcd endpoints", ErrBadReply)
+	}
+	for _, e := range rep.Endpoints {
+		if err := checkEndpoint(e); err != nil {
+			return fmt.Errorf("%w: etcd endpoint %q: %w", ErrBadReply, e, err)
+		}
+	}
+	return nil
+}
+
+// checkEndpoint accepts an etcd client URL as members advertise it
+// (Node.url): https://IP:port, no user, path, query or fragment.
+func checkEndpoint(e string) error {
+	u, err := url.Parse(e)
+	if err != nil {
+		return err
+	}
+	if u.Scheme != "https" || u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
+		return errors.New("want https://IP:port")
+	}
+	ap, err := netip.ParseAddrPort(u.Host)
+	if err != nil || ap.Port() == 0 || ap.Addr().Zone() != "" {
+		return errors.New("want https://IP:port")
+	}
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
@@ -8,6 +9,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strconv"
 	"strings"
@@ -311,5 +313,107 @@ func TestJoinChecksNameAndAddress(t *testing.T) {
 	cert, err := pki.ParseCert([]byte(rep.NodeCert))
 	if err != nil || len(cert.IPAddresses) != 1 || !cert.IPAddresses[0].Equal(net.ParseIP("127.0.0.2")) || cert.Subject.CommonName != "n2" {
 		t.Fatalf("certificate %v: IPs %v, CN %q", err, cert.IPAddresses, cert.Subject.CommonName)
+	}
+}
+
+// fakeJoinService serves POST /v1/join with a member certificate of ca
+// and the reply reply makes: a join service the token's pin accepts but
+// whose reply may be wrong.
+func fakeJoinService(t *testing.T, ca *pki.CA, reply func(q JoinRequest, pub any) JoinReply) string {
+	t.Helper()
+	key, keyPEM, _ := pki.NewKey()
+	certPEM, err := ca.IssueMember(key.Public(), "fake", []net.IP{net.ParseIP("127.0.0.1")}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert.Certificate = append(cert.Certificate, ca.Cert.Raw)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var q JoinRequest
+		json.NewDecoder(r.Body).Decode(&q)
+		pub, err := pki.ParsePublic([]byte(q.PublicKey))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		json.NewEncoder(w).Encode(reply(q, pub))
+	}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv.Listener.Addr().String()
+}
+
+// TestJoinChecksReply: the joiner takes a join reply only if its CA
+// certificate is the pinned one, the node certificate chains to it and
+// names this node, its address and its key, a CA key is the CA's, and
+// the endpoints are https://IP:port; a refused reply leaves nothing on
+// disk. The join service here presents a member certificate of the
+// pinned CA, so the TLS pin passes and only the reply is wrong.
+func TestJoinChecksReply(t *testing.T) {
+	var c clock
+	now := time.Now()
+	caA, _ := pki.NewCA("a", now)
+	caB, _ := pki.NewCA("b", now)
+	fpA := pki.Fingerprint(caA.Cert)
+	issue := func(ca *pki.CA, pub any, name, ip string) string {
+		b, err := ca.Issue(pub, name, []net.IP{net.ParseIP(ip)}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	other, _, _ := pki.NewKey()
+	good := func(q JoinRequest, pub any) JoinReply {
+		return JoinReply{Version: StateVersion, Cluster: "a", CAFingerprint: fpA, CACert: string(caA.CertPEM),
+			NodeCert: issue(caA, pub, q.Node, q.Address), Endpoints: []string{"https://127.0.0.1:1"}}
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(r *JoinReply, q JoinRequest, pub any)
+		why    string
+	}{
+		{"another CA", func(r *JoinReply, q JoinRequest, pub any) {
+			r.CACert, r.NodeCert = string(caB.CertPEM), issue(caB, pub, q.Node, q.Address)
+		}, "the join token pins " + fpA},
+		{"node certificate of another CA", func(r *JoinReply, q JoinRequest, pub any) { r.NodeCert = issue(caB, pub, q.Node, q.Address) }, "not signed by the pinned CA"},
+		{"another name", func(r *JoinReply, q JoinRequest, pub any) { r.NodeCert = issue(caA, pub, "x", q.Address) }, `this node is "j"`},
+		{"another IP", func(r *JoinReply, q JoinRequest, pub any) { r.NodeCert = issue(caA, pub, q.Node, "10.0.0.9") }, "cluster address is 127.0.0.1"},
+		{"another key", func(r *JoinReply, q JoinRequest, pub any) { r.NodeCert = issue(caA, other.Public(), q.Node, q.Address) }, "not for the key"},
+		{"no certificate", func(r *JoinReply, q JoinRequest, pub any) { r.NodeCert = "" }, "node certificate"},
+		{"CA key of another CA", func(r *JoinReply, q JoinRequest, pub any) {
+			r.MemberID, r.InitialCluster, r.CAKey = "1", "x=https://127.0.0.1:1", string(caB.KeyPEM)
+		}, "CA key"},
+		{"no endpoints", func(r *JoinReply, q JoinRequest, pub any) { r.Endpoints = nil }, "no etcd endpoints"},
+		{"http endpoint", func(r *JoinReply, q JoinRequest, pub any) { r.Endpoints = []string{"http://127.0.0.1:2379"} }, "want https://IP:port"},
+		{"endpoint with a path", func(r *JoinReply, q JoinRequest, pub any) { r.Endpoints = []string{"https://127.0.0.1:2379/x"} }, "want https://IP:port"},
+		{"endpoint with a user", func(r *JoinReply, q JoinRequest, pub any) { r.Endpoints = []string{"https://u:p@127.0.0.1:2379"} }, "want https://IP:port"},
+		{"endpoint without a port", func(r *JoinReply, q JoinRequest, pub any) { r.Endpoints = []string{"https://127.0.0.1"} }, "want https://IP:port"},
+		{"endpoint by name", func(r *JoinReply, q JoinRequest, pub any) { r.Endpoints = []string{"https://etcd.example:2379"} }, "want https://IP:port"},
+	} {
+		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
+			addr := fakeJoinService(t, caA, func(q JoinRequest, pub any) JoinReply {
+				r := good(q, pub)
+				tc.change(&r, q, pub)
+				return r
+			})
+			n := newNode(t, "j", &c)
+			tok, _ := token.New(fpA)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err := n.Join(ctx, addr, tok.Encode())
+			if !errors.Is(err, ErrBadReply) || !strings.Contains(err.Error(), tc.why) {
+				t.Errorf("join: %v, want %v: %s", err, ErrBadReply, tc.why)
+			}
+			if n.InCluster() {
+				t.Error("in a cluster after a bad reply")
+			}
+			if _, err := os.Stat(n.files.CACert()); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("%s after a bad reply: %v", n.files.CACert(), err)
+			}
+		})
 	}
 }

@@ -38,7 +38,10 @@
 // A joining node has no CA yet: the join token carries Fingerprint(CA)
 // and the joiner accepts the join service's certificate only when its
 // chain ends at a CA with that fingerprint and its leaf is a member
-// certificate (VerifyPinned).
+// certificate (VerifyPinned). It then takes the reply's CA certificate
+// and its own node certificate only when the CA has that fingerprint and
+// the certificate chains to it for the joiner's name, address and key
+// (VerifyIssued).
 //
 // # Token key
 //
@@ -284,6 +287,45 @@ func VerifyPinned(fingerprint string) func([][]byte, [][]*x509.Certificate) erro
 		}
 		return fmt.Errorf("pki: the server's CA is not the one in the join token (want SHA-256 %s)", fingerprint)
 	}
+}
+
+// VerifyIssued checks what a join service sent back (the joiner's side):
+// caPEM must be the CA with the pinned fingerprint, and certPEM a node
+// certificate it signed, for node (CN and the only DNS SAN) and ip (the
+// only IP SAN), for client and server authentication, of the public key
+// pub the joiner sent. It returns the CA certificate.
+func VerifyIssued(caPEM, certPEM []byte, fingerprint, node string, ip net.IP, pub crypto.PublicKey) (*x509.Certificate, error) {
+	ca, err := ParseCert(caPEM)
+	if err != nil {
+		return nil, fmt.Errorf("pki: CA certificate: %w", err)
+	}
+	if got := Fingerprint(ca); got != fingerprint {
+		return nil, fmt.Errorf("pki: the CA certificate has SHA-256 %s, the join token pins %s", got, fingerprint)
+	}
+	if !ca.IsCA {
+		return nil, errors.New("pki: the CA certificate is not a CA")
+	}
+	c, err := ParseCert(certPEM)
+	if err != nil {
+		return nil, fmt.Errorf("pki: node certificate: %w", err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	for _, u := range []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth} {
+		if _, err := c.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{u}}); err != nil {
+			return nil, fmt.Errorf("pki: node certificate not signed by the pinned CA: %w", err)
+		}
+	}
+	if c.Subject.CommonName != node || len(c.DNSNames) != 1 || c.DNSNames[0] != node {
+		return nil, fmt.Errorf("pki: node certificate names %q (DNS %q), this node is %q", c.Subject.CommonName, c.DNSNames, node)
+	}
+	if len(c.IPAddresses) != 1 || !c.IPAddresses[0].Equal(ip) {
+		return nil, fmt.Errorf("pki: node certificate names IPs %v, this node's cluster address is %s", c.IPAddresses, ip)
+	}
+	if !publicEqual(c.PublicKey, pub) {
+		return nil, errors.New("pki: node certificate is not for the key this node sent")
+	}
+	return ca, nil
 }
 
 // Files is a node's certificate directory.
