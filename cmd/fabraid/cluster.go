@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -81,28 +83,77 @@ carries the CA fingerprint the joining node checks. Treat it as a password.`,
 }
 
 func newClusterJoinCmd() *cobra.Command {
-	var tok string
+	var tok, tokFile string
 	cmd := &cobra.Command{
-		Use:   "join ADDR --token TOKEN",
+		Use:   "join ADDR (--token-file FILE | --token - | --token TOKEN)",
 		Short: "Join the cluster whose member answers at ADDR (host[:join_port])",
-		Args:  cobra.ExactArgs(1),
+		Long: `Join the cluster whose member answers at ADDR (host[:join_port]) with a join
+token from "fabraid cluster token" on a member. Give the token in a file
+(--token-file FILE, best 0600) or on standard input (--token -): a token on the
+command line (--token TOKEN) works but is visible to other users (ps,
+/proc/PID/cmdline) and stays in the shell's history.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if tok == "" {
-				return &exitError{code: 2, err: fmt.Errorf("--token is required (make one with fabraid cluster token on a member)")}
+			t, err := joinToken(cmd, tok, tokFile)
+			if err != nil {
+				return &exitError{code: 2, err: err}
 			}
 			c, err := apiClient(cmd)
 			if err != nil {
 				return err
 			}
-			if err := c.ClusterJoin(args[0], tok); err != nil {
+			if err := c.ClusterJoin(args[0], t); err != nil {
 				return apiError(err)
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), "joined")
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&tok, "token", "", "join token from fabraid cluster token")
+	cmd.Flags().StringVar(&tok, "token", "", `join token from fabraid cluster token, or "-" to read it from standard input (a token here is visible to other users)`)
+	cmd.Flags().StringVar(&tokFile, "token-file", "", "file that holds the join token (its first line)")
 	return cmd
+}
+
+// joinToken is the token of cluster join: the first line of --token-file
+// or, with --token -, of standard input, else --token itself (with a
+// warning: argv is visible to every user of the host and lands in shell
+// history).
+func joinToken(cmd *cobra.Command, tok, file string) (string, error) {
+	warn := cmd.ErrOrStderr()
+	switch {
+	case tok != "" && file != "":
+		return "", fmt.Errorf("give --token or --token-file, not both")
+	case file != "":
+		f, err := os.Open(file)
+		if err != nil {
+			return "", fmt.Errorf("--token-file: %w", err)
+		}
+		defer f.Close()
+		if fi, err := f.Stat(); err == nil && fi.Mode().Perm()&0o077 != 0 {
+			fmt.Fprintf(warn, "warning: %s is readable by other users (mode %04o): the join token is a password, chmod 600 it\n", file, fi.Mode().Perm())
+		}
+		return firstLine(f, "--token-file "+file)
+	case tok == "-":
+		return firstLine(cmd.InOrStdin(), "standard input")
+	case tok != "":
+		fmt.Fprintln(warn, "warning: a join token given with --token is visible to other users (ps, /proc/PID/cmdline) and stays in the shell history; use --token-file FILE or --token - (standard input)")
+		return tok, nil
+	}
+	return "", fmt.Errorf("--token-file FILE or --token - (standard input) is required (make a token with fabraid cluster token on a member)")
+}
+
+// firstLine reads the first non-empty line of r (at most 4 KiB), trimmed.
+func firstLine(r io.Reader, what string) (string, error) {
+	sc := bufio.NewScanner(io.LimitReader(r, 4<<10))
+	for sc.Scan() {
+		if l := strings.TrimSpace(sc.Text()); l != "" {
+			return l, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return "", fmt.Errorf("%s: %w", what, err)
+	}
+	return "", fmt.Errorf("%s: no join token", what)
 }
 
 func newClusterStatusCmd() *cobra.Command {

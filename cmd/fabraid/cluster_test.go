@@ -2,6 +2,13 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -44,5 +51,93 @@ func TestPrintClusterStatusNoVolumes(t *testing.T) {
 	printClusterStatus(&b, api.ClusterStatus{Cluster: "c1", Healthy: true})
 	if !strings.Contains(b.String(), "no volumes") {
 		t.Errorf("output lacks \"no volumes\":\n%s", b.String())
+	}
+}
+
+// TestClusterJoinToken: the join token comes from --token-file or, with
+// --token -, from standard input, without a warning; --token TOKEN still
+// works but warns that argv is visible to other users, and so does a
+// token file others can read. Both flags, neither, or an empty source
+// are usage errors (exit 2) that send nothing.
+func TestClusterJoinToken(t *testing.T) {
+	const tok = "fbj1.000000000000.00000000000000000000000000000000.0000000000000000000000000000000000000000000000000000000000000000"
+	var got []string
+	sock := filepath.Join(t.TempDir(), "api.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var q api.JoinRequest
+		if r.URL.Path != "/v1/cluster/join" || json.NewDecoder(r.Body).Decode(&q) != nil {
+			http.NotFound(w, r)
+			return
+		}
+		got = append(got, q.Address+" "+q.Token)
+		w.Write([]byte("{}"))
+	})}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+
+	dir := t.TempDir()
+	file := func(name, body string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), mode); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(p, mode)
+		return p
+	}
+	private := file("tok", "\n  "+tok+"  \nrest\n", 0o600)
+	shared := file("shared", tok+"\n", 0o644)
+	empty := file("empty", "\n\n", 0o600)
+	const argvWarning = "visible to other users (ps, /proc/PID/cmdline)"
+	for _, tc := range []struct {
+		args       []string
+		stdin      string
+		code       int
+		sent       bool
+		warn, fail string
+	}{
+		{args: []string{"--token-file", private}, code: 0, sent: true},
+		{args: []string{"--token", "-"}, stdin: tok + "\n", code: 0, sent: true},
+		{args: []string{"--token", tok}, code: 0, sent: true, warn: argvWarning},
+		{args: []string{"--token-file", shared}, code: 0, sent: true, warn: "readable by other users (mode 0644)"},
+		{args: []string{"--token", tok, "--token-file", private}, code: 2, fail: "not both"},
+		{args: nil, code: 2, fail: "--token-file FILE or --token - (standard input) is required"},
+		{args: []string{"--token-file", empty}, code: 2, fail: "no join token"},
+		{args: []string{"--token", "-"}, stdin: "", code: 2, fail: "standard input: no join token"},
+		{args: []string{"--token-file", filepath.Join(dir, "none")}, code: 2, fail: "no such file"},
+	} {
+		got = nil
+		var out, errb bytes.Buffer
+		root := newRootCmd()
+		root.SetOut(&out)
+		root.SetErr(&errb)
+		root.SetIn(strings.NewReader(tc.stdin))
+		root.SetArgs(append([]string{"cluster", "join", "10.0.0.1", "--socket", sock}, tc.args...))
+		err := root.Execute()
+		code := 0
+		if err != nil {
+			code = 1
+			var ee *exitError
+			if errors.As(err, &ee) {
+				code = ee.code
+			}
+		}
+		name := strings.Join(tc.args, " ")
+		if code != tc.code || (tc.fail != "" && !strings.Contains(fmt.Sprint(err), tc.fail)) {
+			t.Errorf("%s: exit %d (%v), want %d %q", name, code, err, tc.code, tc.fail)
+		}
+		if tc.sent != (len(got) == 1 && got[0] == "10.0.0.1 "+tok) {
+			t.Errorf("%s: sent %q, want the token sent: %v", name, got, tc.sent)
+		}
+		warned := strings.Contains(errb.String(), "warning:")
+		if warned != (tc.warn != "") || !strings.Contains(errb.String(), tc.warn) {
+			t.Errorf("%s: stderr %q, want warning %q", name, errb.String(), tc.warn)
+		}
+		if strings.Contains(errb.String()+out.String()+fmt.Sprint(err), tok) {
+			t.Errorf("%s: the token is printed: %q %q", name, out.String(), errb.String())
+		}
 	}
 }

@@ -386,7 +386,7 @@ if [ "$boot" = 1 ]; then
 	*)
 		waitfor node1 init
 		[ $me = node2 ] || waitfor node2 joined
-		fab cluster join "$(addr node1)" --token "$(cat $sh/token-$me)"
+		fab cluster join "$(addr node1)" --token - < "$sh/token-$me"
 		signal joined
 		;;
 	esac
