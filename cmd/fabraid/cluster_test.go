@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -110,34 +108,19 @@ func TestClusterJoinToken(t *testing.T) {
 		{args: []string{"--token-file", filepath.Join(dir, "none")}, code: 2, fail: "no such file"},
 	} {
 		got = nil
-		var out, errb bytes.Buffer
-		root := newRootCmd()
-		root.SetOut(&out)
-		root.SetErr(&errb)
-		root.SetIn(strings.NewReader(tc.stdin))
-		root.SetArgs(append([]string{"cluster", "join", "10.0.0.1", "--socket", sock}, tc.args...))
-		err := root.Execute()
-		code := 0
-		if err != nil {
-			code = 1
-			var ee *exitError
-			if errors.As(err, &ee) {
-				code = ee.code
-			}
-		}
+		out, stderr, code := runCLIIn(t, strings.NewReader(tc.stdin), append([]string{"cluster", "join", "10.0.0.1", "--socket", sock}, tc.args...)...)
 		name := strings.Join(tc.args, " ")
-		if code != tc.code || (tc.fail != "" && !strings.Contains(fmt.Sprint(err), tc.fail)) {
-			t.Errorf("%s: exit %d (%v), want %d %q", name, code, err, tc.code, tc.fail)
+		if code != tc.code || !strings.Contains(stderr, tc.fail) {
+			t.Errorf("%s: exit %d (%s), want %d %q", name, code, stderr, tc.code, tc.fail)
 		}
 		if tc.sent != (len(got) == 1 && got[0] == "10.0.0.1 "+tok) {
 			t.Errorf("%s: sent %q, want the token sent: %v", name, got, tc.sent)
 		}
-		warned := strings.Contains(errb.String(), "warning:")
-		if warned != (tc.warn != "") || !strings.Contains(errb.String(), tc.warn) {
-			t.Errorf("%s: stderr %q, want warning %q", name, errb.String(), tc.warn)
+		if strings.Contains(stderr, "warning:") != (tc.warn != "") || !strings.Contains(stderr, tc.warn) {
+			t.Errorf("%s: stderr %q, want warning %q", name, stderr, tc.warn)
 		}
-		if strings.Contains(errb.String()+out.String()+fmt.Sprint(err), tok) {
-			t.Errorf("%s: the token is printed: %q %q", name, out.String(), errb.String())
+		if strings.Contains(stderr+out, tok) {
+			t.Errorf("%s: the token is printed: %q %q", name, out, stderr)
 		}
 	}
 }

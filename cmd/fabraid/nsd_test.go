@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -51,10 +52,17 @@ func startFakeDaemon(t *testing.T, vols ...volmgr.Info) *fakeDaemon {
 // code main would use.
 func runCLI(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
+	return runCLIIn(t, strings.NewReader(""), args...)
+}
+
+// runCLIIn is runCLI with stdin as standard input.
+func runCLIIn(t *testing.T, stdin io.Reader, args ...string) (string, string, int) {
+	t.Helper()
 	var out, errb bytes.Buffer
 	root := newRootCmd()
 	root.SetOut(&out)
 	root.SetErr(&errb)
+	root.SetIn(stdin)
 	root.SetArgs(args)
 	err := root.Execute()
 	code := 0
