@@ -60,11 +60,12 @@ func newClusterTokenCmd() *cobra.Command {
 		Use:   "token [--ttl DURATION]",
 		Short: "Make a single-use join token",
 		Long: `Print a join token for one node. It works once, until it expires (--ttl), and
-carries the CA fingerprint the joining node checks. Treat it as a password.`,
+carries the CA fingerprint the joining node checks. Treat it as a password.
+--ttl is at most ` + model.MaxTokenTTL.String() + ".",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if ttl < time.Minute || ttl > 7*24*time.Hour {
-				return &exitError{code: 2, err: fmt.Errorf("--ttl %v: want 1m..168h", ttl)}
+			if ttl < time.Minute || ttl > model.MaxTokenTTL {
+				return &exitError{code: 2, err: fmt.Errorf("--ttl %v: want 1m0s..%v (a join token is a password: at most %v)", ttl, model.MaxTokenTTL, model.MaxTokenTTL)}
 			}
 			c, err := apiClient(cmd)
 			if err != nil {
@@ -78,7 +79,7 @@ carries the CA fingerprint the joining node checks. Treat it as a password.`,
 			return nil
 		},
 	}
-	cmd.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the token is valid")
+	cmd.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the token is valid (1m0s.."+model.MaxTokenTTL.String()+")")
 	return cmd
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -60,22 +61,12 @@ func TestPrintClusterStatusNoVolumes(t *testing.T) {
 func TestClusterJoinToken(t *testing.T) {
 	const tok = "fbj1.000000000000.00000000000000000000000000000000.0000000000000000000000000000000000000000000000000000000000000000"
 	var got []string
-	sock := filepath.Join(t.TempDir(), "api.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	sock := fakeClusterAPI(t, "/v1/cluster/join", func(b []byte) any {
 		var q api.JoinRequest
-		if r.URL.Path != "/v1/cluster/join" || json.NewDecoder(r.Body).Decode(&q) != nil {
-			http.NotFound(w, r)
-			return
-		}
+		json.Unmarshal(b, &q)
 		got = append(got, q.Address+" "+q.Token)
-		w.Write([]byte("{}"))
-	})}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
+		return struct{}{}
+	})
 
 	dir := t.TempDir()
 	file := func(name, body string, mode os.FileMode) string {
@@ -121,6 +112,55 @@ func TestClusterJoinToken(t *testing.T) {
 		}
 		if strings.Contains(stderr+out, tok) {
 			t.Errorf("%s: the token is printed: %q %q", name, out, stderr)
+		}
+	}
+}
+
+// fakeClusterAPI serves path on a unix socket: handle gets each request's
+// body and returns the reply. It returns the socket.
+func fakeClusterAPI(t *testing.T, path string, handle func(body []byte) any) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "api.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if r.URL.Path != path || err != nil {
+			http.NotFound(w, r)
+			return
+		}
+		json.NewEncoder(w).Encode(handle(b))
+	})}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return sock
+}
+
+// TestClusterTokenTTL: --ttl above model.MaxTokenTTL (24 h) is refused
+// with exit 2 and an error that names the cap, before anything is asked
+// of fabraidd; 24 h itself is asked for.
+func TestClusterTokenTTL(t *testing.T) {
+	var asked []int64
+	sock := fakeClusterAPI(t, "/v1/cluster/tokens", func(b []byte) any {
+		var q api.TokenRequest
+		json.Unmarshal(b, &q)
+		asked = append(asked, q.TTLSeconds)
+		return api.TokenReply{Token: "fbj1.x"}
+	})
+	for _, tc := range []struct {
+		ttl  string
+		code int
+		ask  int64
+	}{{"24h", 0, 86400}, {"24h1s", 2, 0}, {"48h", 2, 0}, {"168h", 2, 0}, {"30s", 2, 0}} {
+		asked = nil
+		_, stderr, code := runCLI(t, "cluster", "token", "--socket", sock, "--ttl", tc.ttl)
+		if code != tc.code || (code == 2 && !strings.Contains(stderr, "at most 24h0m0s")) {
+			t.Errorf("--ttl %s: exit %d %q, want %d (naming the cap 24h0m0s when refused)", tc.ttl, code, stderr, tc.code)
+		}
+		if tc.ask != 0 && (len(asked) != 1 || asked[0] != tc.ask) || tc.ask == 0 && len(asked) != 0 {
+			t.Errorf("--ttl %s: asked fabraidd for %v, want %d", tc.ttl, asked, tc.ask)
 		}
 	}
 }

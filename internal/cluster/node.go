@@ -628,7 +628,7 @@ func (n *Node) Close() {
 	n.shutdown()
 }
 
-// Token makes a join token valid for ttl.
+// Token makes a join token valid for ttl, at most model.MaxTokenTTL.
 func (n *Node) Token(ctx context.Context, ttl time.Duration) (token.Token, error) {
 	n.mu.Lock()
 	cli, st := n.cli, n.st

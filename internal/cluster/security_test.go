@@ -20,6 +20,7 @@ import (
 
 	"github.com/fabraid/fabraid/internal/cluster/etcdtest"
 	"github.com/fabraid/fabraid/internal/cluster/keys"
+	"github.com/fabraid/fabraid/internal/cluster/model"
 	"github.com/fabraid/fabraid/internal/cluster/pki"
 	"github.com/fabraid/fabraid/internal/cluster/token"
 )
@@ -415,5 +416,29 @@ func TestJoinChecksReply(t *testing.T) {
 				t.Errorf("%s after a bad reply: %v", n.files.CACert(), err)
 			}
 		})
+	}
+}
+
+// TestTokenTTLCap: the daemon's Node.Token refuses a validity above
+// model.MaxTokenTTL (24 h), naming the cap, and makes no record; 24 h
+// itself is made.
+func TestTokenTTLCap(t *testing.T) {
+	ctx := ctxT(t)
+	var c clock
+	n1 := newNode(t, "n1", &c)
+	if err := n1.Init(ctx, "test"); err != nil {
+		t.Fatal(err)
+	}
+	for _, ttl := range []time.Duration{model.MaxTokenTTL + time.Second, 7 * 24 * time.Hour, 0} {
+		if tok, err := n1.Token(ctx, ttl); err == nil || !strings.Contains(err.Error(), "at most 24h0m0s") {
+			t.Errorf("token with ttl %v: %v %v, want refused naming the cap 24h0m0s", ttl, tok, err)
+		}
+	}
+	resp, err := n1.Client().Get(ctx, keys.Token(""), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || resp.Count != 0 {
+		t.Errorf("token records after refusals: %v %v, want none", resp, err)
+	}
+	if _, err := n1.Token(ctx, model.MaxTokenTTL); err != nil {
+		t.Errorf("token with ttl %v: %v", model.MaxTokenTTL, err)
 	}
 }

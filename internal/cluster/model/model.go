@@ -96,3 +96,8 @@ type Status struct {
 	// Volumes are every volume record with its owner's status, by name.
 	Volumes []VolumeInfo `json:"volumes"`
 }
+
+// MaxTokenTTL is the longest a join token may stay valid: a token is a
+// password that makes a node, so "fabraid cluster token --ttl" and the
+// daemon (package token's Issue) refuse more.
+const MaxTokenTTL = 24 * time.Hour

@@ -51,6 +51,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fabraid/fabraid/internal/cluster/keys"
+	"github.com/fabraid/fabraid/internal/cluster/model"
 )
 
 // Version is the schema version of Record.
@@ -151,11 +152,12 @@ func hash(secret string) string {
 // grace is how long a used or expired token's record outlives its expiry.
 const grace = time.Hour
 
-// Issue stores t's record, valid for ttl from now, authenticated with
-// key (pki.CA.TokenKey: only etcd members have it).
+// Issue stores t's record, valid for ttl from now (at most
+// model.MaxTokenTTL), authenticated with key (pki.CA.TokenKey: only etcd
+// members have it).
 func Issue(ctx context.Context, cli *clientv3.Client, key []byte, t Token, ttl time.Duration, now time.Time) error {
-	if ttl <= 0 {
-		return fmt.Errorf("token: ttl %v, want > 0", ttl)
+	if ttl <= 0 || ttl > model.MaxTokenTTL {
+		return fmt.Errorf("token: ttl %v, want more than 0 and at most %v (the cap of a join token's validity)", ttl, model.MaxTokenTTL)
 	}
 	if len(key) == 0 {
 		return errors.New("token: no token key (join tokens are made on etcd members)")
