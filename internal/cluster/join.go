@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -54,6 +55,26 @@ type JoinReply struct {
 	Endpoints   []string `json:"endpoints"`
 }
 
+// Limits of the join service, against clients that connect and stall or
+// send too much (variables so that tests can shorten them). The write
+// timeout runs from the end of the request's header and covers admit,
+// whose context it bounds too: a join that waits on etcd longer than
+// the joiner (which gives up after a minute) holds no connection and no
+// admitting lock beyond it.
+var (
+	joinHeaderTimeout = 10 * time.Second // TLS handshake and request header
+	joinReadTimeout   = 30 * time.Second // handshake, header and body
+	joinWriteTimeout  = time.Minute
+	joinIdleTimeout   = 30 * time.Second // a kept-alive connection between requests
+)
+
+// Sizes the join service reads at most: a request's header and its
+// body (a JoinRequest is well under 4 KiB).
+const (
+	joinMaxHeader = 16 << 10
+	joinMaxBody   = 64 << 10
+)
+
 // serveJoins starts the join service on the cluster address.
 func (n *Node) serveJoins() error {
 	t, err := n.files.JoinServerTLS()
@@ -66,7 +87,9 @@ func (n *Node) serveJoins() error {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/join", n.handleJoin)
-	n.join = &http.Server{Handler: mux, TLSConfig: t, ReadHeaderTimeout: 10 * time.Second}
+	n.join = &http.Server{Handler: mux, TLSConfig: t, ReadHeaderTimeout: joinHeaderTimeout, ReadTimeout: joinReadTimeout,
+		WriteTimeout: joinWriteTimeout, IdleTimeout: joinIdleTimeout, MaxHeaderBytes: joinMaxHeader,
+		ErrorLog: slog.NewLogLogger(n.o.Log.Handler(), slog.LevelDebug)}
 	go n.join.ServeTLS(ln, "", "")
 	return nil
 }
@@ -82,10 +105,15 @@ func (e *httpError) Unwrap() error { return e.err }
 func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
 	var q JoinRequest
 	rep, err := func() (*JoinReply, error) {
-		if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&q); err != nil {
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, joinMaxBody)).Decode(&q); err != nil {
+			if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+				return nil, &httpError{http.StatusRequestEntityTooLarge, fmt.Errorf("join request larger than %d bytes", joinMaxBody)}
+			}
 			return nil, &httpError{http.StatusBadRequest, err}
 		}
-		return n.admit(r.Context(), q, r.RemoteAddr)
+		ctx, cancel := context.WithTimeout(r.Context(), joinWriteTimeout)
+		defer cancel()
+		return n.admit(ctx, q, r.RemoteAddr)
 	}()
 	w.Header().Set("Content-Type", "application/json")
 	if err != nil {

@@ -1,12 +1,14 @@
 package cluster
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -440,5 +442,106 @@ func TestTokenTTLCap(t *testing.T) {
 	}
 	if _, err := n1.Token(ctx, model.MaxTokenTTL); err != nil {
 		t.Errorf("token with ttl %v: %v", model.MaxTokenTTL, err)
+	}
+}
+
+// TestJoinServerLimits: the join service closes a connection that
+// stalls in the TLS handshake, in the request header or in the body, or
+// sits idle after a request, within its timeouts (shortened here), and
+// answers 413 to a body above joinMaxBody.
+func TestJoinServerLimits(t *testing.T) {
+	for _, v := range []struct {
+		p *time.Duration
+		d time.Duration
+	}{{&joinHeaderTimeout, 300 * time.Millisecond}, {&joinReadTimeout, 600 * time.Millisecond},
+		{&joinWriteTimeout, 5 * time.Second}, {&joinIdleTimeout, 300 * time.Millisecond}} {
+		old := *v.p
+		*v.p = v.d
+		t.Cleanup(func() { *v.p = old })
+	}
+	ctx := ctxT(t)
+	var c clock
+	n1 := newNode(t, "n1", &c)
+	if err := n1.Init(ctx, "test"); err != nil {
+		t.Fatal(err)
+	}
+	tlsConf := &tls.Config{InsecureSkipVerify: true, VerifyPeerCertificate: pki.VerifyPinned(n1.st.CAFingerprint)}
+	// expectClosed reads from conn until the server closes it and fails
+	// when it is still open after 3 s (the timeouts here are at most
+	// 600 ms).
+	expectClosed := func(what string, conn net.Conn) {
+		t.Helper()
+		start := time.Now()
+		conn.SetReadDeadline(start.Add(3 * time.Second))
+		buf := make([]byte, 4096)
+		for {
+			_, err := conn.Read(buf)
+			if err == nil {
+				continue
+			}
+			if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+				t.Errorf("%s: still open after 3 s", what)
+			} else {
+				t.Logf("%s: closed after %v", what, time.Since(start).Round(time.Millisecond))
+			}
+			return
+		}
+	}
+	dialTLS := func() *tls.Conn {
+		t.Helper()
+		conn, err := tls.Dial("tcp", joinAddr(n1), tlsConf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return conn
+	}
+	const header = "POST /v1/join HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+
+	// No TLS handshake: a TCP connection that sends nothing.
+	raw, err := net.Dial("tcp", joinAddr(n1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	expectClosed("no TLS handshake", raw)
+
+	// Half a header, then nothing.
+	conn := dialTLS()
+	io.WriteString(conn, header)
+	expectClosed("half a header", conn)
+
+	// The whole header, 10 of 1000 body bytes, then nothing.
+	conn = dialTLS()
+	io.WriteString(conn, header+"Content-Length: 1000\r\n\r\n{\"version\"")
+	expectClosed("10 of 1000 body bytes", conn)
+
+	// A whole request (refused: version 0), answered; then the
+	// kept-alive connection idles.
+	conn = dialTLS()
+	io.WriteString(conn, header+"Content-Length: 2\r\n\r\n{}")
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || resp.Close {
+		t.Fatalf("request of version 0: %s (close %v), want 400 on a kept-alive connection", resp.Status, resp.Close)
+	}
+	expectClosed("idle after a request", conn)
+
+	// A body above the limit.
+	body := `{"version":1,"token":"` + strings.Repeat("a", 2*joinMaxBody) + `"}`
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConf}, Timeout: 10 * time.Second}
+	resp, err = hc.Post("https://"+joinAddr(n1)+"/v1/join", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(b), "larger than 65536 bytes") {
+		t.Errorf("a %d-byte request: %s %s, want 413", len(body), resp.Status, b)
 	}
 }
