@@ -470,8 +470,7 @@ func formCluster(t *testing.T, g *vmtest.Env, start time.Time) {
 	default:
 		prev := map[string]string{"b": "a", "c": "b"}[g.Name]
 		g.Wait(t, prev, map[string]string{"b": "init", "c": "joined"}[g.Name])
-		b, _ := os.ReadFile(tok(g.Name))
-		fab(t, "cluster", "join", g.Addr("a"), "--token", string(b))
+		fab(t, "cluster", "join", g.Addr("a"), "--token-file", tok(g.Name))
 		g.Signal(t, "joined")
 	}
 	logf(t, start, "%s in the cluster", g.Name)
