@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -118,12 +117,7 @@ func TestClusterBenchVM(t *testing.T) {
 			t.Errorf("guest %s: %s", o.Name, o.Reason)
 		}
 	}
-	pp, _ := filepath.Glob(filepath.Join(shared, "*.pprof"))
-	for _, p := range pp {
-		out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=25", p).CombinedOutput()
-		t.Logf("profile %s (%v):\n%s", p, err, out)
-	}
-	t.Logf("profiles in %s", shared)
+	benchtools.LogProfiles(t, shared)
 }
 
 // rounds is FABRAID_CLUSTERBENCH_ROUNDS (default 3); the host passes it

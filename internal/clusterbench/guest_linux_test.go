@@ -4,13 +4,11 @@ package clusterbench
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -354,23 +352,9 @@ const profileSeconds = 6
 // over its socket while c runs job once more, into the shared directory.
 func profileEngine(t *testing.T, g *vmtest.Env, uuid, job string) {
 	g.Wait(t, "c", "profile-"+job)
-	sock := "/run/fabraid/engine-" + uuid + ".sock"
-	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-	}}}
 	done := make(chan error, 1)
 	go func() {
-		resp, err := c.Get(fmt.Sprintf("http://engine/debug/pprof/profile?seconds=%d", profileSeconds))
-		if err != nil {
-			done <- err
-			return
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err == nil {
-			err = os.WriteFile(filepath.Join(g.Shared, "owner-engine-"+job+".pprof"), b, 0o644)
-		}
-		done <- err
+		done <- benchtools.EngineProfile(uuid, profileSeconds, filepath.Join(g.Shared, "owner-engine-"+job+".pprof"))
 	}()
 	time.Sleep(200 * time.Millisecond)
 	g.Signal(t, "profiling-"+job)

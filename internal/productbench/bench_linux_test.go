@@ -7,9 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabraid/fabraid/internal/benchtools"
 	"github.com/fabraid/fabraid/internal/vmtest"
 	"github.com/fabraid/fabraid/internal/volmgr"
 )
@@ -88,12 +86,7 @@ func TestBenchProductVM(t *testing.T) {
 			t.Fatalf("guest %s: %s", o.Name, o.Reason)
 		}
 	}
-	pp, _ := filepath.Glob(filepath.Join(profiles, "*.pprof"))
-	for _, p := range pp {
-		out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=25", p).CombinedOutput()
-		t.Logf("profile %s (%v):\n%s", p, err, out)
-	}
-	t.Logf("profiles in %s", profiles)
+	benchtools.LogProfiles(t, profiles)
 }
 
 // job is one fio job; slice 0 is the first half of the device, slice 1
@@ -557,27 +550,8 @@ var (
 const profileSeconds = 6
 
 func profileJob(t *testing.T, j job, in volmgr.Info, out string) {
-	sock := "/run/fabraid/engine-" + in.UUID + ".sock"
-	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-	}}}
 	done := make(chan error, 1)
-	go func() {
-		resp, err := c.Get(fmt.Sprintf("http://engine/debug/pprof/profile?seconds=%d", profileSeconds))
-		if err != nil {
-			done <- err
-			return
-		}
-		defer resp.Body.Close()
-		f, err := os.Create(out)
-		if err != nil {
-			done <- err
-			return
-		}
-		_, err = io.Copy(f, resp.Body)
-		f.Close()
-		done <- err
-	}()
+	go func() { done <- benchtools.EngineProfile(in.UUID, profileSeconds, out) }()
 	long := j
 	fioRun(t, long, []string{in.Ublk}, in.Size, profileSeconds+2)
 	if err := <-done; err != nil {
