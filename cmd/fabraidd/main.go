@@ -67,6 +67,9 @@ func newRootCmd(log *slog.Logger) *cobra.Command {
 			if err != nil {
 				return usageError{err}
 			}
+			for _, w := range c.Warnings { // unknown keys: skipped, not fatal (internal/config)
+				log.Warn("configuration line ignored", "err", w)
+			}
 			self, err := os.Executable()
 			if err != nil {
 				return err

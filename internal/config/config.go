@@ -71,7 +71,18 @@ type Config struct {
 	// members no FABRAID_*/ID_FS_* properties, no links and no
 	// SYSTEMD_WANTS (docs/admin-guide.md, "Boot"). Default true.
 	UdevProbe bool
+
+	// Warnings are the lines Parse skipped: keys this version does not
+	// know (ErrUnknownKey), as after a downgrade (a key of the newer
+	// release) or an upgrade (a key since removed). A node must not stop
+	// at boot for a key it cannot use, so they are not errors; fabraidd
+	// logs each at start. Invalid values of known keys remain errors.
+	Warnings []*Error
 }
+
+// ErrUnknownKey is the error of a Warnings entry for a key this version
+// does not know.
+var ErrUnknownKey = errors.New("unknown key")
 
 // Target backends (the target_backend key).
 const (
@@ -172,7 +183,9 @@ func Parse(r io.Reader, name string) (Config, error) {
 			return Config{}, &Error{File: name, Line: line, Key: key, Err: fmt.Errorf("repeated (first set on line %d)", prev)}
 		}
 		seen[key] = line
-		if err := c.set(key, val); err != nil {
+		if err := c.set(key, val); errors.Is(err, ErrUnknownKey) {
+			c.Warnings = append(c.Warnings, &Error{File: name, Line: line, Key: key, Err: err})
+		} else if err != nil {
 			return Config{}, &Error{File: name, Line: line, Key: key, Err: err}
 		}
 	}
@@ -292,7 +305,7 @@ func (c *Config) set(key, val string) error {
 		if ok, err := c.Cluster.set(key, val); ok {
 			return err
 		}
-		return errors.New("unknown key (known: node_name, storage_interfaces, storage_cidrs, state_dir, api_socket, metrics_address, export_address, export_port, engine_mode, nsd_discovery, target_backend, spdk_rpc_socket, assembly_timeout, udev_probe, " + clusterKeys + ")")
+		return fmt.Errorf("%w, ignored (known: node_name, storage_interfaces, storage_cidrs, state_dir, api_socket, metrics_address, export_address, export_port, engine_mode, nsd_discovery, target_backend, spdk_rpc_socket, assembly_timeout, udev_probe, %s)", ErrUnknownKey, clusterKeys)
 	}
 	return nil
 }

@@ -53,7 +53,8 @@ func TestParseDefaults(t *testing.T) {
 func TestParseErrors(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{"node_name", "t.conf:1: want key = value"},
-		{"\nbogus = 1", "t.conf:2: bogus: unknown key"},
+		{"bogus = 1\nexport_port = x", "t.conf:2: export_port:"}, // an unknown key does not hide a bad value
+		{"bogus = 1\nbogus = 2", "t.conf:2: bogus: repeated"},
 		{"node_name = a\nnode_name = b", "t.conf:2: node_name: repeated (first set on line 1)"},
 		{"node_name = -bad", "t.conf:1: node_name: \"-bad\""},
 		{"storage_cidrs = 10.0.0.0", "t.conf:1: storage_cidrs: \"10.0.0.0\" is not a CIDR"},
@@ -75,6 +76,34 @@ func TestParseErrors(t *testing.T) {
 		if err == nil || !errors.As(err, &ce) || !strings.HasPrefix(err.Error(), tc.want) {
 			t.Errorf("Parse(%q) = %v, want prefix %q", tc.in, err, tc.want)
 		}
+	}
+}
+
+// TestParseUnknownKeys: a key this version does not know (one of a newer
+// release after a downgrade, or one removed by an upgrade) is a warning
+// naming the file, line and key, and the known keys still apply, so the
+// daemon starts.
+func TestParseUnknownKeys(t *testing.T) {
+	c, err := Parse(strings.NewReader("# a newer release's file\nnode_name = n1\nfuture_key = 7\n\nexport_port = 4421\nold_key=x\n"), "t.conf")
+	if err != nil {
+		t.Fatalf("unknown keys stopped the parse: %v", err)
+	}
+	if c.NodeName != "n1" || c.ExportPort != 4421 {
+		t.Errorf("known keys not applied: %+v", c)
+	}
+	var got []string
+	for _, w := range c.Warnings {
+		if !errors.Is(w, ErrUnknownKey) {
+			t.Errorf("warning %v is not ErrUnknownKey", w)
+		}
+		got = append(got, w.Error())
+	}
+	if len(got) != 2 || !strings.HasPrefix(got[0], "t.conf:3: future_key: unknown key, ignored (known: node_name,") ||
+		!strings.HasPrefix(got[1], "t.conf:6: old_key: unknown key, ignored") {
+		t.Errorf("warnings %q", got)
+	}
+	if c, err := Parse(strings.NewReader("node_name = n1\n"), "t.conf"); err != nil || c.Warnings != nil {
+		t.Errorf("known keys only: warnings %v, %v", c.Warnings, err)
 	}
 }
 

@@ -5,8 +5,11 @@
 //
 // One "key = value" per line; blank lines and lines starting with '#' are
 // ignored; values are taken verbatim after trimming spaces (no quoting).
-// Lists are comma-separated. Unknown keys, repeated keys and invalid values
-// are errors that name the file, the line and the key.
+// Lists are comma-separated. Repeated keys and invalid values are errors
+// that name the file, the line and the key. Unknown keys are not: a key of
+// a newer release (after a downgrade) or of an older one (after an
+// upgrade) must not keep the daemon from starting, so Parse skips the line
+// and records it in Config.Warnings, which fabraidd logs at start.
 //
 //	# /etc/fabraid/fabraid.conf
 //	node_name          = node1
