@@ -171,6 +171,13 @@ func (d *dataWrites) WriteAt(p []byte, off int64) (int, error) {
 	return d.MemMember.WriteAt(p, off)
 }
 
+func (d *dataWrites) WriteAtFUA(p []byte, off int64) (int, error) {
+	if off >= d.off {
+		d.bytes.Add(int64(len(p)))
+	}
+	return d.MemMember.WriteAtFUA(p, off)
+}
+
 // A member that was only missing at an assembly (a drive absent, a node
 // rebooting) comes back by itself at the next assembly that finds it, as a
 // resync target: only the regions written while it was away are rewritten

@@ -10,6 +10,7 @@ import (
 type memOp struct {
 	slot  int
 	write bool
+	fua   bool // a write that is durable when it completes
 	flush bool
 	off   int64
 	n     int
@@ -26,6 +27,8 @@ func (op memOp) String() string {
 	switch {
 	case op.flush:
 		return fmt.Sprintf("%sslot %d flush", who, op.slot)
+	case op.fua:
+		kind = "write fua"
 	case op.write:
 		kind = "write"
 	}
@@ -79,6 +82,21 @@ func (h *hookMember) WriteAt(p []byte, off int64) (int, error) {
 	if err == nil {
 		h.pending = append(h.pending, off)
 	}
+	h.mu.Unlock()
+	op.after = true
+	_ = h.call(op)
+	return n, err
+}
+
+// WriteAtFUA implements FUAWriter: a hooked write that is durable when it
+// completes, so a power cut cannot drop it.
+func (h *hookMember) WriteAtFUA(p []byte, off int64) (int, error) {
+	op := memOp{slot: h.slot, owner: h.owner, write: true, fua: true, off: off, n: len(p)}
+	if err := h.call(op); err != nil {
+		return 0, err
+	}
+	h.mu.Lock()
+	n, err := h.MemMember.WriteAtFUA(p, off)
 	h.mu.Unlock()
 	op.after = true
 	_ = h.call(op)

@@ -3,6 +3,8 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fabraid/fabraid/engine/layout"
@@ -156,12 +158,56 @@ func (v *Volume) readAt(p []byte, off int64) (int, error) {
 		return 0, fmt.Errorf("read at %d: %w", off, op.err)
 	}
 	op.release()
-	for _, r := range reqs {
-		if err := v.readStripe(op, p, r); err != nil {
-			return 0, fmt.Errorf("read at %d: %w", off, err)
-		}
+	if err := v.eachStripe(op, reqs, func(sop *stripeOp, r layout.StripeReq) error {
+		return v.readStripe(sop, p, r)
+	}); err != nil {
+		return 0, fmt.Errorf("read at %d: %w", off, err)
 	}
 	return len(p), nil
+}
+
+// maxStripesInFlight bounds the stripes of one request that run at once.
+const maxStripesInFlight = 8
+
+// eachStripe runs fn for every stripe request of reqs, up to
+// maxStripesInFlight at once, so that their member I/O rounds overlap
+// instead of following each other. The stripes of one request are
+// disjoint: each fn takes only its own stripe's lock. op serves the first
+// stripe (and owns reqs); the others get ops of their own. It returns the
+// first error in reqs' order; every fn has returned by then.
+func (v *Volume) eachStripe(op *stripeOp, reqs []layout.StripeReq, fn func(*stripeOp, layout.StripeReq) error) error {
+	if len(reqs) == 1 {
+		return fn(op, reqs[0])
+	}
+	errs := make([]error, len(reqs))
+	var next atomic.Int64
+	work := func(sop *stripeOp) {
+		for i := next.Add(1) - 1; i < int64(len(reqs)); i = next.Add(1) - 1 {
+			errs[i] = fn(sop, reqs[i])
+			sop.release()
+			sop.err = nil
+		}
+	}
+	var wg sync.WaitGroup
+	for range min(len(reqs), maxStripesInFlight) - 1 {
+		wg.Go(func() {
+			sop := v.newOp()
+			defer v.putOp(sop)
+			work(sop)
+		})
+	}
+	work(op)
+	wg.Wait()
+	return firstError(errs)
+}
+
+func firstError(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // readStripe reads one stripe request, reconstructing unavailable chunks.

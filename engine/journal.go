@@ -281,7 +281,7 @@ func (j *journal) place(rg *jring, n int64) (int64, bool) {
 
 // append logs the post-write contents of the data positions in mask of
 // stripe r over [r.Lo, r.Hi) (shards[pos]) to the journal rings of slots
-// and flushes them. It returns the record's sequence number; the caller
+// with FUA writes. It returns the record's sequence number; the caller
 // calls done with it once the stripe's data and parity writes completed.
 // A member failing here is marked failed and errRetry is returned: nothing
 // of the stripe has been written yet.
@@ -362,9 +362,11 @@ func (j *journal) append(r layout.StripeReq, mask uint64, shards [][]byte, slots
 			b = bytes.Clone(buf)
 		}
 		encodeRecordHeader(b, j.v.base.VolumeUUID, offs[i], rec, crc)
-		ios = append(ios, IO{Dev: j.v.dev(slot), Write: true, Buf: b, Off: offs[i]})
+		ios = append(ios, IO{Dev: j.v.dev(slot), Write: true, FUA: true, Buf: b, Off: offs[i]})
 	}
-	j.v.writeDurable(ios)
+	// The record alone must be durable before the stripe's writes: one
+	// FUA write per copy, no flush of the member's other writes.
+	j.v.exec.Execute(ios)
 	for _, io := range ios {
 		if io.Err != nil {
 			j.done(seq)

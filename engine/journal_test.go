@@ -65,6 +65,13 @@ func (c *cutMember) WriteAt(b []byte, off int64) (int, error) {
 	return c.MemMember.WriteAt(b, off)
 }
 
+func (c *cutMember) WriteAtFUA(b []byte, off int64) (int, error) {
+	if c.p.tick() {
+		return len(b), nil
+	}
+	return c.MemMember.WriteAtFUA(b, off)
+}
+
 func (c *cutMember) Flush() error {
 	if c.p.isCut() {
 		return nil

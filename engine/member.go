@@ -87,14 +87,26 @@ func AlignedBuffer(n int) []byte {
 
 // IO is one member operation produced by the engine's planning: a read
 // (the zero value), a write (Write), or a flush of Dev (Flush; Buf, Off and
-// Write are then unused).
+// Write are then unused). A write with FUA set is durable when it completes
+// (Force Unit Access); it says nothing of other writes to Dev.
 type IO struct {
 	Dev   Member
 	Write bool
+	FUA   bool
 	Flush bool
 	Buf   []byte
 	Off   int64
 	Err   error // set by the Executor
+}
+
+// FUAWriter is implemented by Members that can make one write durable
+// without flushing the rest of their cache (RWF_DSYNC, NVMe FUA). An FUA
+// IO on a Member without it is a write followed by a Flush.
+//
+// A type that embeds a FUAWriter and overrides WriteAt must override
+// WriteAtFUA too: the promoted method would bypass its WriteAt.
+type FUAWriter interface {
+	WriteAtFUA(p []byte, off int64) (int, error)
 }
 
 // Executor performs batches of member I/O. The engine hands it every
@@ -149,9 +161,12 @@ func doIO(io *IO) error {
 	}
 	var n int
 	var err error
-	if io.Write {
+	switch {
+	case io.Write && io.FUA:
+		n, err = writeFUA(io.Dev, io.Buf, io.Off)
+	case io.Write:
 		n, err = io.Dev.WriteAt(io.Buf, io.Off)
-	} else {
+	default:
 		n, err = io.Dev.ReadAt(io.Buf, io.Off)
 	}
 	if err == nil && n != len(io.Buf) {
@@ -165,6 +180,21 @@ func doIO(io *IO) error {
 		return fmt.Errorf("%s %d bytes at %d: %w", op, len(io.Buf), io.Off, err)
 	}
 	return nil
+}
+
+// writeFUA writes p at off on d and makes that write durable.
+func writeFUA(d Member, p []byte, off int64) (int, error) {
+	if fw, ok := d.(FUAWriter); ok {
+		return fw.WriteAtFUA(p, off)
+	}
+	n, err := d.WriteAt(p, off)
+	if err != nil {
+		return n, err
+	}
+	if err := d.Flush(); err != nil {
+		return n, fmt.Errorf("flush after write: %w", err)
+	}
+	return n, nil
 }
 
 // ErrMemberIO is returned by MemMember when a failure is injected.
@@ -213,6 +243,30 @@ func (m *MemMember) ReadAt(p []byte, off int64) (int, error) {
 
 // WriteAt implements io.WriterAt.
 func (m *MemMember) WriteAt(p []byte, off int64) (int, error) {
+	return m.write(p, off, func() {
+		m.pending = append(m.pending, pendingWrite{off: off, data: append([]byte(nil), p...)})
+	})
+}
+
+// WriteAtFUA implements FUAWriter: the write is durable when it returns,
+// the member's other unflushed writes stay volatile. An unflushed earlier
+// write to the same bytes can no longer bring their old contents back at a
+// crash (a disk's cache holds the newest data of a block).
+func (m *MemMember) WriteAtFUA(p []byte, off int64) (int, error) {
+	return m.write(p, off, func() {
+		copy(m.durable[off:], p)
+		end := off + int64(len(p))
+		for _, w := range m.pending {
+			lo, hi := max(w.off, off), min(w.off+int64(len(w.data)), end)
+			if lo < hi {
+				copy(w.data[lo-w.off:hi-w.off], p[lo-off:hi-off])
+			}
+		}
+	})
+}
+
+// write makes p visible at off and calls keep, under mu, to record it.
+func (m *MemMember) write(p []byte, off int64, keep func()) (int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.failed || m.closed {
@@ -222,7 +276,7 @@ func (m *MemMember) WriteAt(p []byte, off int64) (int, error) {
 		return 0, fmt.Errorf("write beyond end of member")
 	}
 	copy(m.visible[off:], p)
-	m.pending = append(m.pending, pendingWrite{off: off, data: append([]byte(nil), p...)})
+	keep()
 	return len(p), nil
 }
 

@@ -39,6 +39,13 @@ func (p *pathMember) WriteAt(b []byte, off int64) (int, error) {
 	return p.dataWrites.WriteAt(b, off)
 }
 
+func (p *pathMember) WriteAtFUA(b []byte, off int64) (int, error) {
+	if p.cut.Load() {
+		return 0, errPathLost
+	}
+	return p.dataWrites.WriteAtFUA(b, off)
+}
+
 func (p *pathMember) Flush() error {
 	if p.cut.Load() {
 		return errPathLost

@@ -365,6 +365,14 @@ func (c *countingMember) WriteAt(p []byte, off int64) (int, error) {
 	return n, err
 }
 
+func (c *countingMember) WriteAtFUA(p []byte, off int64) (int, error) {
+	n, err := c.MemMember.WriteAtFUA(p, off)
+	if off >= 256<<10 && c.onWrite != nil {
+		c.onWrite(c.writes.Add(1))
+	}
+	return n, err
+}
+
 func TestWriteZeroesAndDiscard(t *testing.T) {
 	v, _ := newTestVolume(t, Config{Name: "zero", K: 3, M: 1, ChunkSize: 4096}, 1<<20)
 	p := bytes.Repeat([]byte{0xff}, int(v.Size()))

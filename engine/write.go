@@ -79,10 +79,10 @@ func (v *Volume) writeAt(p []byte, off int64) (int, error) {
 	defer v.endRequest(counted)
 	op := v.newOp()
 	defer v.putOp(op)
-	for _, r := range op.split(off, len(p)) {
-		if err := v.writeStripe(op, p, r); err != nil {
-			return 0, fmt.Errorf("write at %d: %w", off, err)
-		}
+	if err := v.eachStripe(op, op.split(off, len(p)), func(sop *stripeOp, r layout.StripeReq) error {
+		return v.writeStripe(sop, p, r)
+	}); err != nil {
+		return 0, fmt.Errorf("write at %d: %w", off, err)
 	}
 	return len(p), nil
 }

@@ -252,6 +252,9 @@ func (e *Executor) prep(r *uring.Ring, ios []engine.IO, aux []ioAux, i int) (que
 	}
 	if io.Write {
 		sqe.PrepWrite(m.fd, buf, io.Off, uint64(i))
+		if io.FUA {
+			sqe.OpFlags = unix.RWF_DSYNC // rw_flags: see Member.WriteAtFUA
+		}
 	} else {
 		sqe.PrepRead(m.fd, buf, io.Off, uint64(i))
 	}
@@ -284,7 +287,7 @@ func (e *Executor) complete(ios []engine.IO, aux []ioAux, i int, res int32) {
 		io.Err = fmt.Errorf("member %s: %s %d bytes at %d: short transfer of %d bytes", m.path, op, len(io.Buf), io.Off, res)
 	default:
 		io.Err = nil
-		if io.Write {
+		if io.Write && !io.FUA {
 			m.written.Add(1)
 		} else if a.bounce != nil {
 			copy(io.Buf, a.bounce)

@@ -161,6 +161,23 @@ func (m *Member) ReadAt(p []byte, off int64) (int, error) {
 
 // WriteAt implements io.WriterAt with one pwrite.
 func (m *Member) WriteAt(p []byte, off int64) (int, error) {
+	n, err := m.write(p, off, pwriteFull, "write")
+	if err == nil {
+		m.written.Add(1)
+	}
+	return n, err
+}
+
+// WriteAtFUA implements engine.FUAWriter with one pwritev2(RWF_DSYNC):
+// on a block device opened O_DIRECT that is a Force Unit Access write (or
+// the block layer's write-then-flush where the device has no FUA), on a
+// file a write and a sync of its range. The write does not count as
+// unflushed.
+func (m *Member) WriteAtFUA(p []byte, off int64) (int, error) {
+	return m.write(p, off, pwriteDSync, "write (FUA)")
+}
+
+func (m *Member) write(p []byte, off int64, pwrite func(fd int, p []byte, off int64) (int, error), what string) (int, error) {
 	if err := m.checkRange(len(p), off); err != nil {
 		return 0, err
 	}
@@ -169,11 +186,10 @@ func (m *Member) WriteAt(p []byte, off int64) (int, error) {
 		buf = m.bounce(len(p))
 		copy(buf, p)
 	}
-	n, err := pwriteFull(m.fd, buf, off)
+	n, err := pwrite(m.fd, buf, off)
 	if err != nil {
-		return n, fmt.Errorf("member %s: write %d bytes at %d: %w", m.path, len(p), off, err)
+		return n, fmt.Errorf("member %s: %s %d bytes at %d: %w", m.path, what, len(p), off, err)
 	}
-	m.written.Add(1)
 	return n, nil
 }
 
@@ -241,9 +257,21 @@ func preadFull(fd int, p []byte, off int64) (int, error) {
 }
 
 func pwriteFull(fd int, p []byte, off int64) (int, error) {
+	return pwriteLoop(p, off, func(p []byte, off int64) (int, error) { return unix.Pwrite(fd, p, off) })
+}
+
+func pwriteDSync(fd int, p []byte, off int64) (int, error) {
+	return pwriteLoop(p, off, func(p []byte, off int64) (int, error) {
+		return unix.Pwritev2(fd, [][]byte{p}, off, unix.RWF_DSYNC)
+	})
+}
+
+// pwriteLoop writes all of p at off with pwrite, retrying EINTR and
+// continuing after short writes.
+func pwriteLoop(p []byte, off int64, pwrite func(p []byte, off int64) (int, error)) (int, error) {
 	done := 0
 	for done < len(p) {
-		n, err := unix.Pwrite(fd, p[done:], off+int64(done))
+		n, err := pwrite(p[done:], off+int64(done))
 		if err == unix.EINTR {
 			continue
 		}

@@ -103,6 +103,38 @@ func TestBatch(t *testing.T) {
 	t.Logf("direct %v; %d batches, %d enters, %d IOs", ms[0].Direct(), e.Stats().Batches.Load(), e.Stats().Enters.Load(), e.Stats().IOs.Load())
 }
 
+// TestFUA: FUA writes, in a batch and alone, read back and leave the member
+// clean (no flush needed after them); an ordinary write still dirties it.
+func TestFUA(t *testing.T) {
+	e := newExecutor(t)
+	ms := memberFiles(t, t.TempDir(), 2, 1<<20)
+	a, b := engine.AlignedBuffer(4096), engine.AlignedBuffer(4096)
+	for i := range a {
+		a[i], b[i] = byte(i), byte(255-i)
+	}
+	ios := []engine.IO{{Dev: ms[0], Write: true, FUA: true, Buf: a, Off: 8192}}
+	e.Execute(ios)
+	if ios[0].Err != nil {
+		t.Fatal(ios[0].Err)
+	}
+	if _, err := ms[1].WriteAtFUA(b, 4096); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range [][]byte{a, b} {
+		if ms[i].written.Load() != ms[i].flushed.Load() {
+			t.Errorf("member %d: an FUA write counted as unflushed", i)
+		}
+		got := make([]byte, 4096)
+		if _, err := ms[i].ReadAt(got, int64(8192-4096*i)); err != nil || !bytes.Equal(got, want) {
+			t.Errorf("member %d: read back %v, equal %v", i, err, bytes.Equal(got, want))
+		}
+	}
+	e.Execute([]engine.IO{{Dev: ms[0], Write: true, Buf: b, Off: 0}})
+	if ms[0].written.Load() == ms[0].flushed.Load() {
+		t.Error("an ordinary write left the member clean")
+	}
+}
+
 // TestErrorAttribution: in one batch, the I/O of the member whose device
 // fails carries the error, every other I/O succeeds.
 func TestErrorAttribution(t *testing.T) {

@@ -40,6 +40,13 @@ func (e *errnoMember) WriteAt(p []byte, off int64) (int, error) {
 	return e.Member.WriteAt(p, off)
 }
 
+func (e *errnoMember) WriteAtFUA(p []byte, off int64) (int, error) {
+	if e.broken.Load() {
+		return 0, e.fail("write", len(p), off)
+	}
+	return e.Member.WriteAtFUA(p, off)
+}
+
 func (e *errnoMember) Flush() error {
 	if e.broken.Load() {
 		return fmt.Errorf("member %s: flush: %w", e.path, e.errno)

@@ -31,6 +31,13 @@ func (m *watchedMember) WriteAt(p []byte, off int64) (int, error) {
 	return m.MemMember.WriteAt(p, off)
 }
 
+func (m *watchedMember) WriteAtFUA(p []byte, off int64) (int, error) {
+	if m.oldOwner && m.afterFence.Load() {
+		m.issued.Add(1)
+	}
+	return m.MemMember.WriteAtFUA(p, off)
+}
+
 // The failover sequence in one process, with the real etcd edge and the
 // real engine: owner a runs a volume at its epoch under a writer; a's etcd
 // link is cut; a's Session fences and OnFence freezes the engine; from
