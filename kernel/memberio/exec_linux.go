@@ -174,7 +174,7 @@ func (e *Executor) run(r *uring.Ring, ios []engine.IO, aux []ioAux) bool {
 		if inflight == 0 {
 			return true // next == len(ios): every IO is done
 		}
-		if err := e.enter(r); err != nil {
+		if err := e.enter(r, uint32(inflight)); err != nil {
 			// The ring cannot be waited on: fail what has not completed.
 			// The kernel cancels the rest when the ring is closed.
 			for i := range ios {
@@ -192,12 +192,14 @@ func (e *Executor) run(r *uring.Ring, ios []engine.IO, aux []ioAux) bool {
 // abandoned; real flush generations never reach it.
 const doneMark = ^uint64(0)
 
-// enter submits pending entries and waits for at least one completion,
+// enter submits pending entries and waits until want completions are in
+// the completion queue (every I/O in flight: Execute returns only when all
+// are done, so waking for each one would only cost io_uring_enter calls),
 // retrying transient refusals.
-func (e *Executor) enter(r *uring.Ring) error {
+func (e *Executor) enter(r *uring.Ring, want uint32) error {
 	for attempt := 0; ; attempt++ {
 		e.stats.Enters.Add(1)
-		_, err := r.SubmitAndWait(1)
+		_, err := r.SubmitAndWait(want)
 		if err == nil {
 			return nil
 		}
