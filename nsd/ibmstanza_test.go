@@ -119,6 +119,11 @@ func checkIBMNSD(s ibmStanza) error {
 				return fmt.Errorf("failureGroup=%s", v)
 			}
 		case "servers":
+			// mmcrnsd: up to eight NSD servers; the first writes the
+			// descriptor, and device= is its name for the disk.
+			if strings.Count(v, ",") >= 8 {
+				return fmt.Errorf("servers=%s: more than 8", v)
+			}
 			for _, srv := range strings.Split(v, ",") {
 				if !ibmNode.MatchString(srv) {
 					return fmt.Errorf("servers=%s", v)

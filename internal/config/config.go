@@ -305,10 +305,15 @@ func (c *Config) set(key, val string) error {
 		if ok, err := c.Cluster.set(key, val); ok {
 			return err
 		}
-		return fmt.Errorf("%w, ignored (known: node_name, storage_interfaces, storage_cidrs, state_dir, api_socket, metrics_address, export_address, export_port, engine_mode, nsd_discovery, target_backend, spdk_rpc_socket, assembly_timeout, udev_probe, %s)", ErrUnknownKey, clusterKeys)
+		return fmt.Errorf("%w, ignored (known: %s)", ErrUnknownKey, strings.Join(Keys(), ", "))
 	}
 	return nil
 }
+
+const nodeKeys = "node_name, storage_interfaces, storage_cidrs, state_dir, api_socket, metrics_address, export_address, export_port, engine_mode, nsd_discovery, target_backend, spdk_rpc_socket, assembly_timeout, udev_probe"
+
+// Keys returns every key this version knows, in the order of the manual.
+func Keys() []string { return strings.Split(nodeKeys+", "+clusterKeys, ", ") }
 
 // Load reads the configuration file at path.
 func Load(path string) (Config, error) {

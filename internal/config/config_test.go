@@ -236,3 +236,12 @@ etcd_election_ms = 2500
 		}
 	}
 }
+
+// TestKeysAreKnown: every key Keys lists is one Parse knows (no warning).
+func TestKeysAreKnown(t *testing.T) {
+	for _, k := range Keys() {
+		if c, _ := Parse(strings.NewReader(k+" = x\n"), "t.conf"); len(c.Warnings) != 0 {
+			t.Errorf("Keys lists %s, which Parse does not know", k)
+		}
+	}
+}

@@ -9,12 +9,21 @@
 // device=/dev/nvmeXnY (the consumer device on the node that runs mmcrnsd),
 // nsd=NAME (nsd/name), servers=n1,n2 only when asked for (omitted, every
 // node opens its own head), usage=, failureGroup=, pool= when given.
+//
+// device= and servers= (IBM, mmcrnsd): without servers=, device= is the
+// name on the node that runs mmcrnsd, and Scale takes the disk to be
+// reachable from every node; with servers=, device= must be the name on
+// the first server, which writes the NSD descriptor. Other nodes may name
+// the disk differently: Scale finds an NSD by that descriptor. So the
+// stanzas are written on the node that runs mmcrnsd, and with --servers
+// that node must be listed first (said in a comment of the stanza).
 package stanza
 
 import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -35,6 +44,9 @@ const (
 	MinFailureGroup = -1
 	MaxFailureGroup = 4000
 )
+
+// MaxServers is how many NSD servers mmcrnsd takes in servers=.
+const MaxServers = 8
 
 // Options are the choices of `fabraid nsd stanza`.
 type Options struct {
@@ -92,9 +104,17 @@ func (o Options) check() (usage string, fg int, err error) {
 			return "", 0, fmt.Errorf("failure group %q: want auto or an integer %d..%d", o.FailureGroup, MinFailureGroup, MaxFailureGroup)
 		}
 	}
-	for _, s := range o.Servers {
+	// IBM (mmcrnsd, servers=): at most MaxServers, and the first one
+	// writes the NSD descriptor, so its order matters and is kept.
+	if len(o.Servers) > MaxServers {
+		return "", 0, fmt.Errorf("servers: %d given, mmcrnsd takes at most %d", len(o.Servers), MaxServers)
+	}
+	for i, s := range o.Servers {
 		if !serverRE.MatchString(s) {
 			return "", 0, fmt.Errorf("server %q: want a node name", s)
+		}
+		if slices.Contains(o.Servers[:i], s) {
+			return "", 0, fmt.Errorf("server %q given twice", s)
 		}
 	}
 	return usage, fg, nil
@@ -170,6 +190,12 @@ func Write(w io.Writer, stanzas []Stanza) error {
 		// A comment line carries the volume name: it may hold characters
 		// (such as '#' or '=') that mean something in a clause.
 		fmt.Fprintf(&b, "\n# fabraid volume %s %s\n", strconv.Quote(s.Volume), s.UUID)
+		if len(s.Servers) > 0 {
+			// IBM: with servers=, device= must be the device name on the
+			// first server, which writes the NSD descriptor.
+			fmt.Fprintf(&b, "# mmcrnsd writes this NSD from %s, the first server: device= must be its name on %s (this node's)\n",
+				s.Servers[0], s.Servers[0])
+		}
 		fmt.Fprintf(&b, "%%nsd:\n  device=%s\n  nsd=%s\n", s.Device, s.NSD)
 		if len(s.Servers) > 0 {
 			fmt.Fprintf(&b, "  servers=%s\n", strings.Join(s.Servers, ","))
