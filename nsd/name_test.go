@@ -5,7 +5,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/fabraid/fabraid/internal/volmgr"
+	"github.com/fabraid/fabraid/internal/volid"
 	"github.com/fabraid/fabraid/nsd/name"
 )
 
@@ -53,7 +53,7 @@ func FuzzNameMap(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		got, err := name.Map(s)
-		if volmgr.CheckVolumeName(s) == nil && err != nil {
+		if volid.CheckName(s) == nil && err != nil {
 			t.Fatalf("volume name %q accepted by fabraid does not map: %v", s, err)
 		}
 		if err != nil {

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/vmtest"
-	"github.com/fabraid/fabraid/internal/volmgr"
 )
 
 // Guest paths of what packaging/scale installs, and of the Korn shell.
@@ -302,7 +302,7 @@ func scaleGuest(t *testing.T, g *vmtest.Env) {
 	if err != nil {
 		t.Fatalf("volume create: %v", err)
 	}
-	var in volmgr.Info
+	var in api.Volume
 	if err := json.Unmarshal(out, &in); err != nil {
 		t.Fatal(err)
 	}

@@ -4,12 +4,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fabraid/fabraid/internal/volmgr"
+	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/nsd/stanza"
 )
 
-func vols() []volmgr.Info {
-	return []volmgr.Info{
+func vols() []api.Volume {
+	return []api.Volume{
 		{Name: "vol0", UUID: "u0", Device: "/dev/nvme1n1", State: "optimal"},
 		{Name: "scratch-01", UUID: "u1", Device: "/dev/nvme2n1", State: "degraded"},
 		{Name: "gpfs1", UUID: "u2", Device: "/dev/nvme3n1", State: "optimal"},
@@ -103,9 +103,9 @@ func TestIBMGrammarReader(t *testing.T) {
 // TestStanzaRefusals: every refusal names what is wrong, and nothing is
 // written for it.
 func TestStanzaRefusals(t *testing.T) {
-	withCollision := append(vols(), volmgr.Info{Name: "scratch.01", Device: "/dev/nvme5n1"})
+	withCollision := append(vols(), api.Volume{Name: "scratch.01", Device: "/dev/nvme5n1"})
 	for _, tc := range []struct {
-		vols []volmgr.Info
+		vols []api.Volume
 		o    stanza.Options
 		want string
 	}{

@@ -18,8 +18,8 @@ import (
 	"unsafe"
 
 	"github.com/fabraid/fabraid/engine"
+	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/vmtest"
-	"github.com/fabraid/fabraid/internal/volmgr"
 	"github.com/fabraid/fabraid/kernel/memberio"
 )
 
@@ -89,10 +89,10 @@ func bootVolumeRegion(t *testing.T, name string, k, m int, devs []string, seed u
 }
 
 // showVolume is "fabraid volume show NAME --json".
-func showVolume(t *testing.T, name string) volmgr.Info {
+func showVolume(t *testing.T, name string) api.Volume {
 	t.Helper()
 	out, err := exec.Command("/usr/bin/fabraid", "volume", "show", name, "--json").Output()
-	var in volmgr.Info
+	var in api.Volume
 	if err == nil {
 		err = json.Unmarshal(out, &in)
 	}
@@ -103,7 +103,7 @@ func showVolume(t *testing.T, name string) volmgr.Info {
 }
 
 // pollVolume asks for volume name until ok or 90 s passed.
-func pollVolume(t *testing.T, name, what string, ok func(volmgr.Info) bool) volmgr.Info {
+func pollVolume(t *testing.T, name, what string, ok func(api.Volume) bool) api.Volume {
 	t.Helper()
 	deadline := time.Now().Add(90 * time.Second)
 	for {
@@ -230,7 +230,7 @@ func bootGuest(t *testing.T, g *vmtest.Env) {
 	}
 
 	// After it vol0 runs degraded.
-	in0 = pollVolume(t, "vol0", "degraded", func(in volmgr.Info) bool { return in.State != "waiting" })
+	in0 = pollVolume(t, "vol0", "degraded", func(in api.Volume) bool { return in.State != "waiting" })
 	t.Logf("vol0 %s %v after the trigger", in0.State, time.Since(t0))
 	if in0.State != "degraded" || in0.Failed != 1 || in0.Members[3].Failure != "missing" {
 		t.Fatalf("vol0 after the timer: %+v", in0)
@@ -277,7 +277,7 @@ func bootGuest(t *testing.T, g *vmtest.Env) {
 	writeDirect(t, "/dev/fabraid/vol0", data0[:64<<10])
 	dev3 := g.AddDisk(t, 3)
 	w0 := sectorsWritten(t, dev3)
-	pollVolume(t, "vol0", "optimal", func(in volmgr.Info) bool { return in.State == "optimal" && in.Failed == 0 })
+	pollVolume(t, "vol0", "optimal", func(in api.Volume) bool { return in.State == "optimal" && in.Failed == 0 })
 	resynced := (sectorsWritten(t, dev3) - w0) * 512
 	t.Logf("slot 3 plugged in as %s: back in sync, %d KiB written to it (its data area is ~60 MiB)", dev3, resynced>>10)
 	if resynced > 8<<20 {
@@ -294,7 +294,7 @@ func bootGuest(t *testing.T, g *vmtest.Env) {
 	// by the udev remove rule, not left for an I/O error.
 	t1 := time.Now()
 	g.RemoveDisk(t, 0)
-	in0 = pollVolume(t, "vol0", "without slot 0", func(in volmgr.Info) bool { return in.Members[0].Role == "failed" })
+	in0 = pollVolume(t, "vol0", "without slot 0", func(in api.Volume) bool { return in.Members[0].Role == "failed" })
 	t.Logf("slot 0 failed %v after its disk was pulled", time.Since(t1))
 	if in0.Members[0].Failure != "missing" || in0.State != "degraded" {
 		t.Errorf("vol0 after disk 0 was pulled: %+v", in0)
@@ -303,7 +303,7 @@ func bootGuest(t *testing.T, g *vmtest.Env) {
 		t.Error("vol0 without slots 0 and 3: data does not read back")
 	}
 	g.AddDisk(t, 0)
-	pollVolume(t, "vol0", "optimal again", func(in volmgr.Info) bool { return in.State == "optimal" && in.Failed == 0 })
+	pollVolume(t, "vol0", "optimal again", func(in api.Volume) bool { return in.State == "optimal" && in.Failed == 0 })
 	if failed := guestMust(t, "systemctl", "--failed", "--no-legend"); strings.TrimSpace(failed) != "" {
 		t.Errorf("failed units:\n%s", failed)
 	}
@@ -373,7 +373,7 @@ func coldBootGuest(t *testing.T, g *vmtest.Env) {
 	if got := readDirect(t, "/dev/fabraid/vol0", len(data)); !bytes.Equal(got, data) {
 		t.Fatal("data written before the power cut does not read back")
 	}
-	in := pollVolume(t, "vol0", "optimal", func(in volmgr.Info) bool { return in.State == "optimal" })
+	in := pollVolume(t, "vol0", "optimal", func(in api.Volume) bool { return in.State == "optimal" })
 	if in.Failed != 0 || in.Device != head {
 		t.Errorf("vol0 after the cold boot: %+v", in)
 	}

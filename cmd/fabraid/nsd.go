@@ -6,8 +6,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/config"
-	"github.com/fabraid/fabraid/internal/volmgr"
 	"github.com/fabraid/fabraid/nsd/discover"
 	"github.com/fabraid/fabraid/nsd/name"
 	"github.com/fabraid/fabraid/nsd/stanza"
@@ -152,7 +152,7 @@ func newNsdShowCmd() *cobra.Command {
 			if err != nil {
 				return apiError(err)
 			}
-			var hits []volmgr.Info
+			var hits []api.Volume
 			for _, v := range vols {
 				if n, err := name.Map(v.Name); err == nil && n == args[0] {
 					hits = append(hits, v)

@@ -16,18 +16,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fabraid/fabraid/internal/volmgr"
+	"github.com/fabraid/fabraid/internal/api"
 )
 
 // fakeDaemon answers GET /v1/volumes on a unix socket with a list the test
 // sets: the daemon's API contract, for the CLI paths that need no kernel.
 type fakeDaemon struct {
 	mu   sync.Mutex
-	vols []volmgr.Info
+	vols []api.Volume
 	sock string
 }
 
-func startFakeDaemon(t *testing.T, vols ...volmgr.Info) *fakeDaemon {
+func startFakeDaemon(t *testing.T, vols ...api.Volume) *fakeDaemon {
 	t.Helper()
 	d := &fakeDaemon{vols: vols, sock: filepath.Join(t.TempDir(), "api.sock")}
 	l, err := net.Listen("unix", d.sock)
@@ -41,7 +41,7 @@ func startFakeDaemon(t *testing.T, vols ...volmgr.Info) *fakeDaemon {
 		}
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		json.NewEncoder(w).Encode(append([]volmgr.Info{}, d.vols...))
+		json.NewEncoder(w).Encode(append([]api.Volume{}, d.vols...))
 	})}
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
@@ -82,9 +82,9 @@ func runCLIIn(t *testing.T, stdin io.Reader, args ...string) (string, string, in
 // and why; with nothing to wait for it returns 0. (The volume coming up
 // is tested in the guest, TestIntegrationScale.)
 func TestWaitNotUp(t *testing.T) {
-	d := startFakeDaemon(t, volmgr.Info{Name: "vol0", State: "stopped"},
-		volmgr.Info{Name: "vol1", State: "optimal", Device: "/dev/nvme99n9"},
-		volmgr.Info{Name: "vol2", State: "waiting", Error: "cannot start: 1 of 3 members present, 2 needed"})
+	d := startFakeDaemon(t, api.Volume{Name: "vol0", State: "stopped"},
+		api.Volume{Name: "vol1", State: "optimal", Device: "/dev/nvme99n9"},
+		api.Volume{Name: "vol2", State: "waiting", Error: "cannot start: 1 of 3 members present, 2 needed"})
 	for _, tc := range []struct {
 		args []string
 		want []string
@@ -125,8 +125,8 @@ func TestWaitNotUp(t *testing.T) {
 // (1 merge, 0 exclusive); volumes not listable print nothing on stdout;
 // no daemon means no lines and 1, so Scale's own discovery still runs.
 func TestNsdDevicesUserExit(t *testing.T) {
-	d := startFakeDaemon(t, volmgr.Info{Name: "vol0", State: "stopped"},
-		volmgr.Info{Name: "vol1", Device: "/dev/nvme0c1n1"})
+	d := startFakeDaemon(t, api.Volume{Name: "vol0", State: "stopped"},
+		api.Volume{Name: "vol1", Device: "/dev/nvme0c1n1"})
 	dir := t.TempDir()
 	conf := func(extra string) string {
 		p := filepath.Join(dir, "f.conf")
@@ -157,11 +157,11 @@ func TestNsdDevicesUserExit(t *testing.T) {
 // hangingLister answers its first call with vols and then never again, like
 // a daemon that stops answering between two polls.
 type hangingLister struct {
-	vols  []volmgr.Info
+	vols  []api.Volume
 	calls atomic.Int32
 }
 
-func (h *hangingLister) Volumes() ([]volmgr.Info, error) {
+func (h *hangingLister) Volumes() ([]api.Volume, error) {
 	if h.calls.Add(1) == 1 {
 		return h.vols, nil
 	}
@@ -171,7 +171,7 @@ func (h *hangingLister) Volumes() ([]volmgr.Info, error) {
 // TestWaitKeepsLastReason: a poll cut off by the deadline does not replace
 // the reason the daemon gave before with "did not answer".
 func TestWaitKeepsLastReason(t *testing.T) {
-	l := &hangingLister{vols: []volmgr.Info{{Name: "vol0", State: "stopped"}}}
+	l := &hangingLister{vols: []api.Volume{{Name: "vol0", State: "stopped"}}}
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	err := waitUp(ctx, l, []string{"vol0"}, time.Millisecond)

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/vmtest"
-	"github.com/fabraid/fabraid/internal/volmgr"
 )
 
 // TestIntegrationUdevRules boots a 6.12 guest with Debian's systemd and
@@ -122,7 +122,7 @@ func udevGuest(t *testing.T, g *vmtest.Env) {
 	guestMust(t, "systemctl", "daemon-reload")
 	guestMust(t, "/usr/bin/fabraid", append([]string{"drive", "claim"}, members...)...)
 	guestMust(t, "systemctl", "start", "fabraidd")
-	var in volmgr.Info
+	var in api.Volume
 	out := guestMust(t, "/usr/bin/fabraid", "volume", "create", "vol0", "--data", "2", "--parity", "1",
 		"--drives", strings.Join(members, ","), "--json")
 	if err := json.Unmarshal([]byte(out), &in); err != nil {

@@ -13,8 +13,9 @@ import (
 	"unsafe"
 
 	"github.com/fabraid/fabraid/engine/superblock"
+	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/config"
-	"github.com/fabraid/fabraid/internal/volmgr"
+	"github.com/fabraid/fabraid/internal/volid"
 	"github.com/spf13/cobra"
 )
 
@@ -103,7 +104,7 @@ func udevProbeEnabled(cmd *cobra.Command, path string) bool {
 // The daemon is asked in a goroutine so that a busy socket cannot hold the
 // udev worker beyond headLookupTimeout.
 func probeHead(cmd *cobra.Command, uuid string) error {
-	u, err := volmgr.ParseUUID(uuid)
+	u, err := volid.ParseUUID(uuid)
 	if err != nil {
 		return &exitError{code: 1, err: err}
 	}
@@ -112,12 +113,12 @@ func probeHead(cmd *cobra.Command, uuid string) error {
 		return &exitError{code: 1, err: err}
 	}
 	type answer struct {
-		info volmgr.Info
+		info api.Volume
 		err  error
 	}
 	ch := make(chan answer, 1)
 	go func() {
-		in, err := c.Volume(volmgr.FormatUUID(u))
+		in, err := c.Volume(volid.Format(u))
 		ch <- answer{in, err}
 	}()
 	var a answer
@@ -133,7 +134,7 @@ func probeHead(cmd *cobra.Command, uuid string) error {
 	if name == "" {
 		return &exitError{code: 1, err: fmt.Errorf("volume %s: no usable name", uuid)}
 	}
-	_, err = fmt.Fprintf(cmd.OutOrStdout(), "FABRAID_VOLUME_UUID=%s\nFABRAID_VOLUME_NAME=%s\n", volmgr.FormatUUID(u), name)
+	_, err = fmt.Fprintf(cmd.OutOrStdout(), "FABRAID_VOLUME_UUID=%s\nFABRAID_VOLUME_NAME=%s\n", volid.Format(u), name)
 	return err
 }
 
@@ -184,14 +185,14 @@ func readMetaArea(path string, flags int) ([]byte, error) {
 func probeLines(sb *superblock.Superblock) []string {
 	lines := []string{
 		"FABRAID_MEMBER=1",
-		"FABRAID_VOLUME_UUID=" + volmgr.FormatUUID(sb.VolumeUUID),
+		"FABRAID_VOLUME_UUID=" + volid.Format(sb.VolumeUUID),
 	}
 	if n := udevSafe(sb.Name); n != "" {
 		lines = append(lines, "FABRAID_VOLUME_NAME="+n)
 	}
 	lines = append(lines,
 		"FABRAID_SLOT="+strconv.Itoa(sb.Slot),
-		"FABRAID_MEMBER_UUID="+volmgr.FormatUUID(sb.MemberUUID),
+		"FABRAID_MEMBER_UUID="+volid.Format(sb.MemberUUID),
 	)
 	if sb.Slot >= 0 && sb.Slot < len(sb.Members) {
 		if d := udevSafe(sb.Members[sb.Slot].Domain); d != "" {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/fabraid/fabraid/engine/layout"
 	"github.com/fabraid/fabraid/engine/superblock"
-	"github.com/fabraid/fabraid/internal/volmgr"
+	"github.com/fabraid/fabraid/internal/api"
 )
 
 func probeSample(name, domain string) *superblock.Superblock {
@@ -203,7 +203,7 @@ func TestUdevProbeHead(t *testing.T) {
 			http.Error(w, `{"error":"no such volume"}`, http.StatusNotFound)
 			return
 		}
-		json.NewEncoder(w).Encode(volmgr.Info{Name: "vol 0", UUID: u})
+		json.NewEncoder(w).Encode(api.Volume{Name: "vol 0", UUID: u})
 	})}
 	go srv.Serve(l)
 	defer srv.Close()

@@ -12,7 +12,6 @@ import (
 
 	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/config"
-	"github.com/fabraid/fabraid/internal/volmgr"
 	"github.com/spf13/cobra"
 )
 
@@ -148,7 +147,7 @@ func newVolumeListCmd() *cobra.Command {
 				return printJSON(cmd, vs)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			owners := slices.ContainsFunc(vs, func(v volmgr.Info) bool { return v.Owner != "" })
+			owners := slices.ContainsFunc(vs, func(v api.Volume) bool { return v.Owner != "" })
 			if owners {
 				fmt.Fprintln(tw, "NAME\tSTATE\tSIZE\tLAYOUT\tOWNER\tDEVICE\tUUID")
 			} else {
@@ -168,7 +167,7 @@ func newVolumeListCmd() *cobra.Command {
 	return cmd
 }
 
-func stateWithProgress(v volmgr.Info) string {
+func stateWithProgress(v api.Volume) string {
 	if v.Progress != nil {
 		return fmt.Sprintf("%s (%s %.0f%%)", v.State, v.Progress.Kind, v.Progress.Percent)
 	}
@@ -203,9 +202,9 @@ func newVolumeShowCmd() *cobra.Command {
 				fmt.Fprintf(w, "owner:    %s%s\n", v.Owner, epochText(v.Epoch))
 			}
 			switch v.ExportAuth {
-			case volmgr.ExportAuthDHCHAP:
+			case api.ExportAuthDHCHAP:
 				fmt.Fprintf(w, "exports:  DH-HMAC-CHAP (each host presents its secret)\n")
-			case volmgr.ExportAuthHostNQN:
+			case api.ExportAuthHostNQN:
 				fmt.Fprintf(w, "WARNING:  exports unauthenticated: allowed by host NQN alone, the target has no DH-HMAC-CHAP\n"+
 					"          (nvmet without CONFIG_NVME_TARGET_AUTH; see fabraid doctor)\n")
 			}
@@ -349,7 +348,7 @@ was lost) comes back by itself when its drive is found again.` + volumeExitCodes
 }
 
 // failureText says why a member failed and how it comes back.
-func failureText(volume string, ms volmgr.MemberInfo) string {
+func failureText(volume string, ms api.Member) string {
 	why := map[string]string{
 		"admin":       "failed by request",
 		"io-error":    "I/O error",
@@ -631,7 +630,7 @@ device is mounted or open. Asks for the volume name unless --yes.` + volumeExitC
 // rebuildText says how much the running or last rebuild rewrote: for a
 // resync of returning members, the bitmap regions it covered against the
 // member's size.
-func rebuildText(r *volmgr.RebuildBytes) string {
+func rebuildText(r *api.RebuildBytes) string {
 	when := "last"
 	if r.Running {
 		when = "running"
@@ -649,7 +648,7 @@ func rebuildText(r *volmgr.RebuildBytes) string {
 
 // ublkText is the engine's device and process, or where the engine runs
 // when this node runs none (a cluster volume seen from a non-owner).
-func ublkText(v volmgr.Info) string {
+func ublkText(v api.Volume) string {
 	switch {
 	case v.Ublk != "" || v.EnginePID != 0:
 		return fmt.Sprintf("%s (engine pid %d)", v.Ublk, v.EnginePID)

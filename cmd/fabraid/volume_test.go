@@ -10,12 +10,11 @@ import (
 
 	"github.com/fabraid/fabraid/engine"
 	"github.com/fabraid/fabraid/internal/api"
-	"github.com/fabraid/fabraid/internal/volmgr"
 )
 
 // fakeAPI serves GET /v1/volumes/v1 with info and records the volume
 // operations posted.
-func fakeAPI(t *testing.T, info volmgr.Info, ops map[string]api.OpRequest) string {
+func fakeAPI(t *testing.T, info api.Volume, ops map[string]api.OpRequest) string {
 	t.Helper()
 	return serveMux(t, func(mux *http.ServeMux) {
 		mux.HandleFunc("GET /v1/volumes/v1", func(w http.ResponseWriter, r *http.Request) { json.NewEncoder(w).Encode(info) })
@@ -32,7 +31,7 @@ func fakeAPI(t *testing.T, info volmgr.Info, ops map[string]api.OpRequest) strin
 // --force and re-add reach the API.
 func TestVolumeFailedMemberCLI(t *testing.T) {
 	ops := map[string]api.OpRequest{}
-	sock := fakeAPI(t, volmgr.Info{Name: "v1", State: "degraded", K: 2, M: 1, Groups: 1, Members: []volmgr.MemberInfo{
+	sock := fakeAPI(t, api.Volume{Name: "v1", State: "degraded", K: 2, M: 1, Groups: 1, Members: []api.Member{
 		{Slot: 0, Device: "(missing)", Role: "failed", Failure: "admin"},
 		{Slot: 1, Device: "/dev/nvme1n1", Role: "active"},
 		{Slot: 2, Device: "/dev/nvme2n1", Role: "active"},
@@ -71,11 +70,11 @@ func TestVolumeFailedMemberCLI(t *testing.T) {
 // volume show names an unreachable member as coming back by itself, and
 // prints the last resync's bytes against the member's size.
 func TestVolumeShowUnreachableResync(t *testing.T) {
-	sock := fakeAPI(t, volmgr.Info{Name: "v1", State: "degraded", K: 2, M: 1, Groups: 1, Members: []volmgr.MemberInfo{
+	sock := fakeAPI(t, api.Volume{Name: "v1", State: "degraded", K: 2, M: 1, Groups: 1, Members: []api.Member{
 		{Slot: 0, Device: "/dev/nvme3n1", Role: "failed", Failure: "unreachable"},
 		{Slot: 1, Device: "/dev/nvme1n1", Role: "active"},
 		{Slot: 2, Device: "/dev/nvme2n1", Role: "active"},
-	}, Rebuild: &volmgr.RebuildBytes{Partial: true, Regions: 3, CoverBytes: 3 << 20, Bytes: 3 << 20, MemberBytes: 32 << 20}}, map[string]api.OpRequest{})
+	}, Rebuild: &api.RebuildBytes{Partial: true, Regions: 3, CoverBytes: 3 << 20, Bytes: 3 << 20, MemberBytes: 32 << 20}}, map[string]api.OpRequest{})
 	out, errOut, code := runCLI(t, "volume", "show", "v1", "--socket", sock)
 	if code != 0 {
 		t.Fatal(errOut)
@@ -94,7 +93,7 @@ func TestVolumeShowUnreachableResync(t *testing.T) {
 // pid 0 or a chunk of 0 B; with the owner's status unknown it prints no
 // journal line.
 func TestVolumeShowNonOwner(t *testing.T) {
-	in := volmgr.Info{Name: "v1", State: "optimal", K: 4, M: 2, Groups: 1, ChunkSize: 64 << 10, Owner: "node2", Epoch: 41, Journal: true, OwnerJournal: 2}
+	in := api.Volume{Name: "v1", State: "optimal", K: 4, M: 2, Groups: 1, ChunkSize: 64 << 10, Owner: "node2", Epoch: 41, Journal: true, OwnerJournal: 2}
 	out, errOut, code := runCLI(t, "volume", "show", "v1", "--socket", fakeAPI(t, in, map[string]api.OpRequest{}))
 	if code != 0 {
 		t.Fatal(errOut)
@@ -109,7 +108,7 @@ func TestVolumeShowNonOwner(t *testing.T) {
 			t.Errorf("volume show prints %q:\n%s", bad, out)
 		}
 	}
-	in = volmgr.Info{Name: "v1", State: "unknown", K: 4, M: 2, Groups: 1, Owner: "node2", Error: "owner node2 publishes no status (down?)"}
+	in = api.Volume{Name: "v1", State: "unknown", K: 4, M: 2, Groups: 1, Owner: "node2", Error: "owner node2 publishes no status (down?)"}
 	out, errOut, code = runCLI(t, "volume", "show", "v1", "--socket", fakeAPI(t, in, map[string]api.OpRequest{}))
 	if code != 0 {
 		t.Fatal(errOut)
@@ -154,7 +153,7 @@ func TestVolumeWaitFollowsRequest(t *testing.T) {
 					w.Write([]byte("null"))
 				})
 				mux.HandleFunc("GET /v1/volumes/v1", func(w http.ResponseWriter, r *http.Request) {
-					json.NewEncoder(w).Encode(volmgr.Info{Name: "v1", LastTask: &volmgr.TaskResult{Kind: "scrub", Scrub: &engine.ScrubReport{Stripes: 9}}})
+					json.NewEncoder(w).Encode(api.Volume{Name: "v1", LastTask: &api.TaskResult{Kind: "scrub", Scrub: &engine.ScrubReport{Stripes: 9}}})
 				})
 			})
 			out, errOut, code := runCLI(t, "volume", "scrub", "v1", "--wait", "--socket", sock)
@@ -188,10 +187,10 @@ func serveMux(t *testing.T, routes func(*http.ServeMux)) string {
 // without DH-HMAC-CHAP) and, in JSON, export_auth says it too.
 func TestVolumeShowExportAuth(t *testing.T) {
 	for _, tc := range []struct{ auth, want string }{
-		{volmgr.ExportAuthHostNQN, "WARNING:  exports unauthenticated: allowed by host NQN alone"},
-		{volmgr.ExportAuthDHCHAP, "exports:  DH-HMAC-CHAP"},
+		{api.ExportAuthHostNQN, "WARNING:  exports unauthenticated: allowed by host NQN alone"},
+		{api.ExportAuthDHCHAP, "exports:  DH-HMAC-CHAP"},
 	} {
-		sock := fakeAPI(t, volmgr.Info{Name: "v1", State: "optimal", K: 2, M: 1, Groups: 1, Owner: "a", ExportAuth: tc.auth}, map[string]api.OpRequest{})
+		sock := fakeAPI(t, api.Volume{Name: "v1", State: "optimal", K: 2, M: 1, Groups: 1, Owner: "a", ExportAuth: tc.auth}, map[string]api.OpRequest{})
 		out, errOut, code := runCLI(t, "volume", "show", "v1", "--socket", sock)
 		if code != 0 || !strings.Contains(out, tc.want) {
 			t.Errorf("export auth %s: volume show (%d, %s) lacks %q:\n%s", tc.auth, code, errOut, tc.want, out)

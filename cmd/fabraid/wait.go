@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/config"
-	"github.com/fabraid/fabraid/internal/volmgr"
 	"github.com/fabraid/fabraid/nsd/discover"
 	"github.com/spf13/cobra"
 )
@@ -82,7 +82,7 @@ func waitUp(ctx context.Context, l discover.Lister, volumes []string, poll time.
 // daemon is asked in a goroutine so that a hung socket cannot outlast ctx.
 func notUp(ctx context.Context, l discover.Lister, want []string) (string, bool) {
 	type answer struct {
-		vols []volmgr.Info
+		vols []api.Volume
 		err  error
 	}
 	ch := make(chan answer, 1)
@@ -133,6 +133,6 @@ func notUp(ctx context.Context, l discover.Lister, want []string) (string, bool)
 	return strings.Join(why, "; "), true
 }
 
-type staticLister []volmgr.Info
+type staticLister []api.Volume
 
-func (s staticLister) Volumes() ([]volmgr.Info, error) { return s, nil }
+func (s staticLister) Volumes() ([]api.Volume, error) { return s, nil }

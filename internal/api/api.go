@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/fabraid/fabraid/internal/unixjson"
-	"github.com/fabraid/fabraid/internal/volmgr"
 )
 
 // Node describes the daemon's node.
@@ -17,9 +16,6 @@ type Node struct {
 	Version string `json:"version"`
 	PID     int    `json:"pid"`
 }
-
-// CreateRequest is the body of POST /v1/volumes.
-type CreateRequest = volmgr.CreateRequest
 
 // OpRequest is the body of the volume operations.
 type OpRequest struct {
@@ -89,20 +85,20 @@ func (c *Client) Node() (Node, error) {
 }
 
 // Volumes lists the volumes.
-func (c *Client) Volumes() ([]volmgr.Info, error) {
-	var v []volmgr.Info
+func (c *Client) Volumes() ([]Volume, error) {
+	var v []Volume
 	return v, c.do("GET", "/v1/volumes", nil, &v)
 }
 
 // Volume returns one volume by name or UUID.
-func (c *Client) Volume(ref string) (volmgr.Info, error) {
-	var v volmgr.Info
+func (c *Client) Volume(ref string) (Volume, error) {
+	var v Volume
 	return v, c.do("GET", "/v1/volumes/"+url.PathEscape(ref), nil, &v)
 }
 
 // Create creates a volume.
-func (c *Client) Create(r CreateRequest) (volmgr.Info, error) {
-	var v volmgr.Info
+func (c *Client) Create(r CreateRequest) (Volume, error) {
+	var v Volume
 	return v, c.do("POST", "/v1/volumes", r, &v)
 }
 

@@ -9,9 +9,9 @@
 // 404 (no such volume), 409 (in use, busy) or 500.
 //
 //	GET    /v1/node                         -> Node
-//	GET    /v1/volumes                      -> []volmgr.Info
-//	POST   /v1/volumes                      CreateRequest -> volmgr.Info
-//	GET    /v1/volumes/{ref}                -> volmgr.Info   (ref: name or UUID)
+//	GET    /v1/volumes                      -> []Volume
+//	POST   /v1/volumes                      CreateRequest -> Volume
+//	GET    /v1/volumes/{ref}                -> Volume   (ref: name or UUID)
 //	DELETE /v1/volumes/{ref}
 //	POST   /v1/volumes/{ref}/fail           {"slot": N}
 //	POST   /v1/volumes/{ref}/replace        {"slot": N, "drive": DEV, "rate": B/s}

@@ -15,8 +15,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/vmtest"
-	"github.com/fabraid/fabraid/internal/volmgr"
 )
 
 // TestIntegrationFailover: the owner dies under I/O and another node takes
@@ -65,7 +65,7 @@ func failoverGuest(t *testing.T, g *vmtest.Env) {
 	case "a":
 		g.Wait(t, "c", "joined")
 		step(t, start, "creating 4+2 volume v over the three nodes")
-		var in volmgr.Info
+		var in api.Volume
 		if err := json.Unmarshal([]byte(createVolume(t, "v", "--data", "4", "--parity", "2")), &in); err != nil {
 			t.Fatal(err)
 		}
@@ -151,13 +151,13 @@ func checkAcked(t *testing.T, f *os.File, acked map[int]string, when string) {
 
 // waitOwner polls the volume on this node until its owner is node and its
 // state want.
-func waitOwner(t *testing.T, start time.Time, node, want string, timeout time.Duration) volmgr.Info {
+func waitOwner(t *testing.T, start time.Time, node, want string, timeout time.Duration) api.Volume {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	last := ""
 	for {
 		b, err := osexec.Command("/usr/bin/fabraid", "volume", "show", "v", "--json").Output()
-		var in volmgr.Info
+		var in api.Volume
 		if err == nil && json.Unmarshal(b, &in) == nil {
 			now := fmt.Sprintf("owner %s %s %s", in.Owner, in.State, in.Error)
 			if now != last {

@@ -12,8 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/vmtest"
-	"github.com/fabraid/fabraid/internal/volmgr"
 )
 
 // TestIntegrationMove: `fabraid volume move` under I/O, there and back
@@ -59,7 +59,7 @@ func moveGuest(t *testing.T, g *vmtest.Env) {
 	case "a":
 		g.Wait(t, "c", "joined")
 		step(t, start, "creating 4+2 volume v over the three nodes")
-		var in volmgr.Info
+		var in api.Volume
 		if err := json.Unmarshal([]byte(mustFabraid(t, "volume", "create", "v", "--data", "4", "--parity", "2", "--json")), &in); err != nil {
 			t.Fatal(err)
 		}

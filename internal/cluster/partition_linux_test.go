@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/unixjson"
 	"github.com/fabraid/fabraid/internal/vmtest"
 	"github.com/fabraid/fabraid/internal/volmgr"
@@ -129,7 +130,7 @@ func partitionedOwner(t *testing.T, g *vmtest.Env, start time.Time) {
 	}
 	for deadline := time.Now().Add(2 * time.Minute); ; {
 		out, err := fabraid(t, "volume", "show", "v", "--json")
-		var in volmgr.Info
+		var in api.Volume
 		if err == nil && json.Unmarshal([]byte(out), &in) == nil && in.Owner == "b" {
 			break
 		}
@@ -305,7 +306,7 @@ func createOwnedByA(t *testing.T, g *vmtest.Env, start time.Time) {
 	t.Helper()
 	g.Wait(t, "c", "joined")
 	step(t, start, "creating 4+2 volume v over the three nodes")
-	var in volmgr.Info
+	var in api.Volume
 	if err := json.Unmarshal([]byte(createVolume(t, "v", "--data", "4", "--parity", "2")), &in); err != nil {
 		t.Fatal(err)
 	}

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/exporter"
 	"github.com/fabraid/fabraid/internal/vmtest"
-	"github.com/fabraid/fabraid/internal/volmgr"
 )
 
 // TestIntegrationClusterRequests: engine operations and replace asked on
@@ -39,7 +39,7 @@ func TestIntegrationClusterRequests(t *testing.T) {
 }
 
 // slotsOn are the slots of in whose member is in domain.
-func slotsOn(in volmgr.Info, domain string) []int {
+func slotsOn(in api.Volume, domain string) []int {
 	var out []int
 	for _, m := range in.Members {
 		if m.Domain == domain {

@@ -19,8 +19,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/vmtest"
-	"github.com/fabraid/fabraid/internal/volmgr"
 )
 
 // TestIntegrationClusterVolume: three 6.12 guests with two virtio member
@@ -112,7 +112,7 @@ func volumeGuest(t *testing.T, g *vmtest.Env) {
 		g.Wait(t, "c", "joined")
 		step(t, start, "creating 4+2 volume v over the three nodes")
 		out := mustFabraid(t, "volume", "create", "v", "--data", "4", "--parity", "2", "--json")
-		var in volmgr.Info
+		var in api.Volume
 		if err := json.Unmarshal([]byte(out), &in); err != nil {
 			t.Fatal(err)
 		}
@@ -231,7 +231,7 @@ func loseNode(t *testing.T, g *vmtest.Env, start time.Time, node string) {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		b, err := osexec.Command("/usr/bin/fabraid", "volume", "show", "v", "--json").CombinedOutput()
-		var in volmgr.Info
+		var in api.Volume
 		if err != nil || json.Unmarshal(b, &in) != nil {
 			step(t, start, "volume show: %v %s", err, bytes.TrimSpace(b))
 			if time.Now().After(deadline) {
@@ -375,9 +375,9 @@ func formCluster(t *testing.T, g *vmtest.Env, start time.Time) {
 	}
 }
 
-func showVolume(t *testing.T) volmgr.Info {
+func showVolume(t *testing.T) api.Volume {
 	t.Helper()
-	var in volmgr.Info
+	var in api.Volume
 	if err := json.Unmarshal([]byte(mustFabraid(t, "volume", "show", "v", "--json")), &in); err != nil {
 		t.Fatal(err)
 	}
@@ -386,13 +386,13 @@ func showVolume(t *testing.T) volmgr.Info {
 
 // waitState polls the volume on this node until its state is want,
 // logging every change (state, members not active).
-func waitState(t *testing.T, start time.Time, want string, timeout time.Duration) volmgr.Info {
+func waitState(t *testing.T, start time.Time, want string, timeout time.Duration) api.Volume {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	last := ""
 	for {
 		b, err := osexec.Command("/usr/bin/fabraid", "volume", "show", "v", "--json").Output()
-		var in volmgr.Info
+		var in api.Volume
 		if err == nil && json.Unmarshal(b, &in) == nil {
 			var off []string
 			for _, m := range in.Members {
@@ -423,7 +423,7 @@ func waitHead(t *testing.T, start time.Time) string {
 	for {
 		b, err := osexec.Command("/usr/bin/fabraid", "volume", "show", "v", "--json").Output()
 		out := string(b)
-		var in volmgr.Info
+		var in api.Volume
 		if err == nil && json.Unmarshal([]byte(out), &in) == nil && in.Device != "" {
 			step(t, start, "consumer device %s (state %s)", in.Device, in.State)
 			return in.Device

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/benchtools"
 	"github.com/fabraid/fabraid/internal/vmtest"
-	"github.com/fabraid/fabraid/internal/volmgr"
 	"github.com/fabraid/fabraid/kernel/nvmf"
 )
 
@@ -148,7 +148,7 @@ func benchGuest(t *testing.T, g *vmtest.Env) {
 	switch g.Name {
 	case "a":
 		g.Wait(t, "c", "joined")
-		var in volmgr.Info
+		var in api.Volume
 		if err := json.Unmarshal([]byte(createVolume(t)), &in); err != nil {
 			t.Fatal(err)
 		}
@@ -252,7 +252,7 @@ func measure(t *testing.T, g *vmtest.Env, start time.Time, fabDev, mdDev string)
 	// The engine fails b's members on the I/O errors of their lost paths
 	// (as md does on a): read through the head meanwhile.
 	stop := readLoop(t, fabDev)
-	waitVolume(t, start, func(in volmgr.Info) bool {
+	waitVolume(t, start, func(in api.Volume) bool {
 		failed := 0
 		for _, m := range in.Members {
 			if m.Domain == "b" && strings.Contains(m.Role, "fail") {
@@ -290,7 +290,7 @@ func phase(t *testing.T, start time.Time, prefix string, nodes map[string]string
 				// A member path that missed a keep-alive while the guests
 				// were starved of CPU is failed and re-added (resync):
 				// measure the volume in the state of the phase only.
-				waitVolume(t, start, func(in volmgr.Info) bool { return in.State == want })
+				waitVolume(t, start, func(in api.Volume) bool { return in.State == want })
 			}
 			size := devSize(t, tg.dev)
 			for _, j := range jobs {

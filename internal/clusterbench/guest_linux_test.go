@@ -20,9 +20,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/benchtools"
 	"github.com/fabraid/fabraid/internal/vmtest"
-	"github.com/fabraid/fabraid/internal/volmgr"
 	"github.com/fabraid/fabraid/kernel/nvmet"
 	"github.com/fabraid/fabraid/kernel/nvmf"
 )
@@ -471,7 +471,7 @@ func createVolume(t *testing.T) string {
 		case err == nil:
 			return strings.TrimSpace(string(out))
 		case bytes.Contains(out, []byte("exists")):
-			return string(waitVolume(t, time.Now(), func(in volmgr.Info) bool { return in.State == "optimal" }))
+			return string(waitVolume(t, time.Now(), func(in api.Volume) bool { return in.State == "optimal" }))
 		case !etcdSlow(string(out)) || time.Now().After(deadline):
 			t.Fatalf("volume create: %v\n%s", err, out)
 		}
@@ -481,13 +481,13 @@ func createVolume(t *testing.T) string {
 
 // waitVolume polls "volume show v" (up to 3 min) until ok, logging
 // changes of state, and returns the last JSON.
-func waitVolume(t *testing.T, start time.Time, ok func(volmgr.Info) bool) []byte {
+func waitVolume(t *testing.T, start time.Time, ok func(api.Volume) bool) []byte {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Minute)
 	last := ""
 	for {
 		b, err := exec.Command("/usr/bin/fabraid", "volume", "show", "v", "--json").Output()
-		var in volmgr.Info
+		var in api.Volume
 		if err == nil && json.Unmarshal(b, &in) == nil {
 			if now := in.State + " " + in.Device + " " + in.Error; now != last {
 				logf(t, start, "volume v: %s", now)
@@ -507,7 +507,7 @@ func waitVolume(t *testing.T, start time.Time, ok func(volmgr.Info) bool) []byte
 // waitHead (on a non-owner) waits until the volume is optimal and this
 // node has its consumer device, and returns the device.
 func waitHead(t *testing.T, start time.Time) string {
-	var in volmgr.Info
-	json.Unmarshal(waitVolume(t, start, func(in volmgr.Info) bool { return in.Device != "" && in.State == "optimal" }), &in)
+	var in api.Volume
+	json.Unmarshal(waitVolume(t, start, func(in api.Volume) bool { return in.Device != "" && in.State == "optimal" }), &in)
 	return in.Device
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/fabraid/fabraid/internal/cluster/model"
 	"github.com/fabraid/fabraid/internal/cluster/volumes"
 	"github.com/fabraid/fabraid/internal/config"
-	"github.com/fabraid/fabraid/internal/volmgr"
 )
 
 func clusterDaemon(t *testing.T, name string) (*Daemon, http.Handler) {
@@ -111,12 +110,12 @@ func TestClusterVolumeAPI(t *testing.T) {
 	if err := volumes.Create(context.Background(), d1.cluster.Client(), rec); err != nil {
 		t.Fatal(err)
 	}
-	var vs []volmgr.Info
+	var vs []api.Volume
 	call(t, h2, "GET", "/v1/volumes", nil, 200, &vs)
 	if len(vs) != 1 || vs[0].Name != "v" || vs[0].Owner != "n1" || vs[0].State != "unknown" || len(vs[0].Members) != 3 || vs[0].Members[1].Device != "n2:n2-d0" {
 		t.Fatalf("volumes on n2: %+v", vs)
 	}
-	var in volmgr.Info
+	var in api.Volume
 	call(t, h2, "GET", "/v1/volumes/"+rec.UUID, nil, 200, &in)
 	if in.Name != "v" || in.NQN != "nqn.2026-11.io.fabraid:vol:"+rec.UUID {
 		t.Fatalf("show on n2: %+v", in)

@@ -16,6 +16,7 @@ import (
 	"github.com/fabraid/fabraid/internal/cluster/owner"
 	"github.com/fabraid/fabraid/internal/cluster/plan"
 	"github.com/fabraid/fabraid/internal/cluster/volumes"
+	"github.com/fabraid/fabraid/internal/volid"
 	"github.com/fabraid/fabraid/internal/volmgr"
 )
 
@@ -348,7 +349,7 @@ func (o *ownership) afterReconcile(ctx context.Context, cli *clientv3.Client, v 
 		if h == nil {
 			continue
 		}
-		u, _ := volmgr.ParseUUID(uuid)
+		u, _ := volid.ParseUUID(uuid)
 		if m.Running(u) {
 			d, err := m.DrainEngine(ctx, u)
 			if err != nil {
@@ -382,7 +383,7 @@ func (o *ownership) afterReconcile(ctx context.Context, cli *clientv3.Client, v 
 		})
 	}
 	for _, uuid := range p.Undrain {
-		u, _ := volmgr.ParseUUID(uuid)
+		u, _ := volid.ParseUUID(uuid)
 		if err := m.SetANAState(ctx, u, volmgr.ANAOptimized); err != nil && !errors.Is(err, volmgr.ErrNotExported) {
 			errs = append(errs, fmt.Errorf("hand-over ended: %w", err))
 		}
@@ -393,7 +394,7 @@ func (o *ownership) afterReconcile(ctx context.Context, cli *clientv3.Client, v 
 		})
 	}
 	for _, uuid := range p.Finish {
-		u, _ := volmgr.ParseUUID(uuid)
+		u, _ := volid.ParseUUID(uuid)
 		h := o.handing[uuid]
 		if h == nil || m.Running(u) {
 			continue

@@ -15,7 +15,7 @@ import (
 	"github.com/fabraid/fabraid/internal/cluster/owner"
 	"github.com/fabraid/fabraid/internal/cluster/plan"
 	"github.com/fabraid/fabraid/internal/cluster/volumes"
-	"github.com/fabraid/fabraid/internal/volmgr"
+	"github.com/fabraid/fabraid/internal/volid"
 )
 
 // handoverManager records what the hand-over asks of the volume manager.
@@ -49,7 +49,8 @@ func TestOwnershipHandover(t *testing.T) {
 	cli := etcdtest.Start(t)
 	ctx := context.Background()
 	const uuid = "5e3c1f00-0000-4000-8000-000000000002"
-	u, _ := volmgr.ParseUUID(uuid)
+	var u [16]byte
+	u, _ = volid.ParseUUID(uuid)
 	rec := model.Volume{UUID: uuid, Name: "v", K: 2, M: 1, Groups: 1, Owner: "a", State: model.VolumeReady, MemberSize: 1 << 30}
 	for i, n := range []string{"a", "b", "c"} {
 		rec.Members = append(rec.Members, model.VolumeMember{Slot: i, Node: n, Domain: n, Drive: n + "-d1"})

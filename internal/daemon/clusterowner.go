@@ -16,7 +16,7 @@ import (
 	"github.com/fabraid/fabraid/internal/cluster/owner"
 	"github.com/fabraid/fabraid/internal/cluster/plan"
 	"github.com/fabraid/fabraid/internal/cluster/volumes"
-	"github.com/fabraid/fabraid/internal/volmgr"
+	"github.com/fabraid/fabraid/internal/volid"
 )
 
 // Volume ownership in fabraidd (docs/cluster.md, "Failover")
@@ -192,7 +192,7 @@ func (o *ownership) reconcile(ctx context.Context, cli *clientv3.Client, v *clus
 	records := map[string]bool{}
 	for i, vol := range v.Volumes {
 		records[vol.UUID] = true
-		u, perr := volmgr.ParseUUID(vol.UUID)
+		u, perr := volid.ParseUUID(vol.UUID)
 		if perr != nil {
 			continue
 		}
@@ -308,7 +308,7 @@ func (o *ownership) reconcile(ctx context.Context, cli *clientv3.Client, v *clus
 	// whatever else put it in Stop (a failed Acquire, a stranger's key)
 	// keeps it linked and inaccessible.
 	p.Stop = slices.DeleteFunc(p.Stop, func(u [16]byte) bool {
-		uuid := volmgr.FormatUUID(u)
+		uuid := volid.Format(u)
 		if h := o.handing[uuid]; h != nil && h.frozen && !slices.Contains(p.Finish, uuid) {
 			p.Keep = append(p.Keep, u)
 			return true

@@ -19,7 +19,7 @@ import (
 	"github.com/fabraid/fabraid/internal/cluster/volumes"
 	"github.com/fabraid/fabraid/internal/exporter"
 	"github.com/fabraid/fabraid/internal/importer"
-	"github.com/fabraid/fabraid/internal/volmgr"
+	"github.com/fabraid/fabraid/internal/volid"
 	"github.com/fabraid/fabraid/kernel/nvmf"
 )
 
@@ -45,7 +45,7 @@ type ownerFixture struct {
 func newOwnerFixture(t *testing.T) *ownerFixture {
 	f := &ownerFixture{t: t, ctx: context.Background(), cli: etcdtest.Start(t), uuid: "5e3c1f00-0000-4000-8000-000000000001",
 		alive: map[string]bool{"a": true, "b": true, "c": true}}
-	f.u, _ = volmgr.ParseUUID(f.uuid)
+	f.u, _ = volid.ParseUUID(f.uuid)
 	f.rec = model.Volume{UUID: f.uuid, Name: "v", K: 2, M: 1, Groups: 1, Owner: "a", State: model.VolumeReady, MemberSize: 1 << 30}
 	for i, n := range []string{"a", "b", "c"} {
 		f.rec.Members = append(f.rec.Members, model.VolumeMember{Slot: i, Node: n, Domain: n, Drive: n + "-d1"})

@@ -19,6 +19,7 @@ import (
 	"github.com/fabraid/fabraid/internal/cluster/model"
 	"github.com/fabraid/fabraid/internal/cluster/plan"
 	"github.com/fabraid/fabraid/internal/cluster/volumes"
+	"github.com/fabraid/fabraid/internal/volid"
 	"github.com/fabraid/fabraid/internal/volmgr"
 )
 
@@ -531,7 +532,7 @@ func (d *Daemon) replaceMembers(ctx context.Context, cli *clientv3.Client, imp p
 			if err != nil {
 				errs = append(errs, fmt.Errorf("volume %s: replace slot %d with %s:%s: %w", o.Volume.Name, s.Slot, s.Node, s.Drive, err))
 			} else {
-				d.log.Info("volume member replaced", "volume", o.Volume.Name, "slot", s.Slot, "drive", s.Node+":"+s.Drive, "member", volmgr.FormatUUID(mu), "started", started)
+				d.log.Info("volume member replaced", "volume", o.Volume.Name, "slot", s.Slot, "drive", s.Node+":"+s.Drive, "member", volid.Format(mu), "started", started)
 			}
 			if req != nil {
 				if _, _, ferr := volumes.Finish(ctx, cli, *req, errorCode(err), err, time.Now()); ferr != nil {
@@ -550,7 +551,7 @@ func recordMember(ctx context.Context, kv clientv3.KV, uuid string, m model.Volu
 		if m.Slot >= len(v.Members) || v.Members[m.Slot].Node != m.Node || v.Members[m.Slot].Drive != m.Drive || v.Members[m.Slot].UUID != "" {
 			return errSkip
 		}
-		v.Members[m.Slot].UUID = volmgr.FormatUUID(mu)
+		v.Members[m.Slot].UUID = volid.Format(mu)
 		return nil
 	})
 	if err != nil && !errors.Is(err, errSkip) {

@@ -15,6 +15,7 @@ import (
 	"github.com/fabraid/fabraid/internal/cluster/model"
 	"github.com/fabraid/fabraid/internal/cluster/plan"
 	"github.com/fabraid/fabraid/internal/cluster/volumes"
+	"github.com/fabraid/fabraid/internal/volid"
 	"github.com/fabraid/fabraid/internal/volmgr"
 	"github.com/fabraid/fabraid/kernel/nvmf"
 )
@@ -91,7 +92,7 @@ func (d *Daemon) reconcileCluster(ctx context.Context) error {
 		if err := markReady(wctx, cli, u, ms); err != nil {
 			errs = append(errs, err)
 		} else {
-			d.log.Info("volume created; ready", "uuid", volmgr.FormatUUID(u))
+			d.log.Info("volume created; ready", "uuid", volid.Format(u))
 		}
 	}
 	errs = append(errs, d.replaceMembers(ctx, cli, imp, paths)...) // clusterreq.go
@@ -111,18 +112,18 @@ var errSkip = errors.New("no change")
 
 // markReady records the member UUIDs of created volume u and makes it ready.
 func markReady(ctx context.Context, kv clientv3.KV, u [16]byte, ms [][16]byte) error {
-	_, err := volumes.Modify(ctx, kv, volmgr.FormatUUID(u), func(v *model.Volume) error {
+	_, err := volumes.Modify(ctx, kv, volid.Format(u), func(v *model.Volume) error {
 		if v.State != model.VolumeCreating || len(v.Members) != len(ms) {
 			return errSkip
 		}
 		for i := range v.Members {
-			v.Members[i].UUID = volmgr.FormatUUID(ms[i])
+			v.Members[i].UUID = volid.Format(ms[i])
 		}
 		v.State = model.VolumeReady
 		return nil
 	})
 	if err != nil && !errors.Is(err, errSkip) {
-		return fmt.Errorf("volume %s: mark ready: %w", volmgr.FormatUUID(u), err)
+		return fmt.Errorf("volume %s: mark ready: %w", volid.Format(u), err)
 	}
 	return nil
 }
@@ -163,7 +164,7 @@ func (d *Daemon) publishStatus(ctx context.Context, cli *clientv3.Client, v *clu
 			continue
 		}
 		s := d.volumeStatus(vol)
-		if u, err := volmgr.ParseUUID(vol.UUID); err == nil && d.mgr.Running(u) && s.State != "stopped" && s.State != "waiting" {
+		if u, err := volid.ParseUUID(vol.UUID); err == nil && d.mgr.Running(u) && s.State != "stopped" && s.State != "waiting" {
 			s.Epoch, s.Exported = v.Held[vol.UUID], d.mgr.Exported(u)
 		}
 		c.mu.Lock()
@@ -200,7 +201,7 @@ func (d *Daemon) publishPaths(ctx context.Context, cli *clientv3.Client, paths m
 			out = append(out, model.Path{Address: p.Address, State: p.State})
 		}
 		slices.SortFunc(out, func(a, b model.Path) int { return strings.Compare(a.Address+a.State, b.Address+b.State) })
-		np.Volumes[volmgr.FormatUUID(u)] = out
+		np.Volumes[volid.Format(u)] = out
 	}
 	c.mu.Lock()
 	same := c.paths != nil && c.pathsOn == lease && reflect.DeepEqual(*c.paths, np)

@@ -17,6 +17,7 @@ import (
 	"github.com/fabraid/fabraid/internal/cluster/plan"
 	"github.com/fabraid/fabraid/internal/cluster/volumes"
 	"github.com/fabraid/fabraid/internal/placement"
+	"github.com/fabraid/fabraid/internal/volid"
 	"github.com/fabraid/fabraid/internal/volmgr"
 )
 
@@ -52,23 +53,23 @@ const etcdTimeout = 10 * time.Second
 // clusterCreate places a new volume over the registry, writes its record
 // (state creating) and waits until its owner reports it ready (and this
 // node's consumer device is there, for a while).
-func (d *Daemon) clusterCreate(ctx context.Context, q api.CreateRequest) (volmgr.Info, error) {
-	if err := volmgr.CheckNewVolumeName(q.Name); err != nil {
-		return volmgr.Info{}, fmt.Errorf("%w: %w", volmgr.ErrInvalid, err)
+func (d *Daemon) clusterCreate(ctx context.Context, q api.CreateRequest) (api.Volume, error) {
+	if err := volid.CheckNewName(q.Name); err != nil {
+		return api.Volume{}, fmt.Errorf("%w: %w", volmgr.ErrInvalid, err)
 	}
 	if len(q.Drives) > 0 {
-		return volmgr.Info{}, fmt.Errorf("%w: volume %s: --drives names local drives (one node); in a cluster placement picks the drives (--nodes limits the nodes)", volmgr.ErrInvalid, q.Name)
+		return api.Volume{}, fmt.Errorf("%w: volume %s: --drives names local drives (one node); in a cluster placement picks the drives (--nodes limits the nodes)", volmgr.ErrInvalid, q.Name)
 	}
 	v, err := d.currentView(ctx)
 	if err != nil {
-		return volmgr.Info{}, err
+		return api.Volume{}, err
 	}
 	var u [16]byte
 	rand.Read(u[:])
 	u[6], u[8] = u[6]&0x0f|0x40, u[8]&0x3f|0x80
 	rec, err := plan.NewVolume(v.View, placement.Request{Name: q.Name, K: q.K, M: q.M, Groups: q.Groups, Nodes: q.Nodes}, u, time.Now())
 	if err != nil {
-		return volmgr.Info{}, fmt.Errorf("%w: %w", volmgr.ErrInvalid, err)
+		return api.Volume{}, fmt.Errorf("%w: %w", volmgr.ErrInvalid, err)
 	}
 	rec.ChunkSize = q.ChunkSize
 	cli := d.cluster.Client()
@@ -77,9 +78,9 @@ func (d *Daemon) clusterCreate(ctx context.Context, q api.CreateRequest) (volmgr
 	cancel()
 	if err != nil {
 		if errors.Is(err, volumes.ErrExists) || errors.Is(err, volumes.ErrInvalid) {
-			return volmgr.Info{}, fmt.Errorf("%w: %w", volmgr.ErrInvalid, err)
+			return api.Volume{}, fmt.Errorf("%w: %w", volmgr.ErrInvalid, err)
 		}
-		return volmgr.Info{}, err
+		return api.Volume{}, err
 	}
 	d.log.Info("volume record written; waiting for its owner", "volume", rec.Name, "uuid", rec.UUID, "owner", rec.Owner)
 	d.Kick()
@@ -92,7 +93,7 @@ func (d *Daemon) clusterCreate(ctx context.Context, q api.CreateRequest) (volmgr
 			st, has := v.Status[rec.UUID]
 			switch {
 			case !ok:
-				return volmgr.Info{}, fmt.Errorf("volume %s: its record is gone (deleted?)", rec.Name)
+				return api.Volume{}, fmt.Errorf("volume %s: its record is gone (deleted?)", rec.Name)
 			case vol.State == model.VolumeReady && has && st.State != model.VolumeCreating:
 				return d.waitHead(ctx, v, vol), nil
 			case has && st.Error != "":
@@ -103,7 +104,7 @@ func (d *Daemon) clusterCreate(ctx context.Context, q api.CreateRequest) (volmgr
 		}
 		select {
 		case <-ctx.Done():
-			return volmgr.Info{}, fmt.Errorf("volume %s: not ready after %s (its record stays; fabraid volume delete removes it): %s", rec.Name, createWait, why)
+			return api.Volume{}, fmt.Errorf("volume %s: not ready after %s (its record stays; fabraid volume delete removes it): %s", rec.Name, createWait, why)
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
@@ -111,8 +112,8 @@ func (d *Daemon) clusterCreate(ctx context.Context, q api.CreateRequest) (volmgr
 
 // waitHead waits up to 30 s for this node's consumer device of vol and
 // returns its Info.
-func (d *Daemon) waitHead(ctx context.Context, v *clusterView, vol model.Volume) volmgr.Info {
-	u, _ := volmgr.ParseUUID(vol.UUID)
+func (d *Daemon) waitHead(ctx context.Context, v *clusterView, vol model.Volume) api.Volume {
+	u, _ := volid.ParseUUID(vol.UUID)
 	d.Kick()
 	deadline := time.Now().Add(30 * time.Second)
 	for d.mgr.Head(u) == "" && time.Now().Before(deadline) && ctx.Err() == nil {
@@ -123,8 +124,8 @@ func (d *Daemon) waitHead(ctx context.Context, v *clusterView, vol model.Volume)
 
 // clusterInfo describes vol from the record, the owner's status and this
 // node's consumer device; the owner adds its engine's view.
-func (d *Daemon) clusterInfo(v *clusterView, vol model.Volume) volmgr.Info {
-	u, _ := volmgr.ParseUUID(vol.UUID)
+func (d *Daemon) clusterInfo(v *clusterView, vol model.Volume) api.Volume {
+	u, _ := volid.ParseUUID(vol.UUID)
 	head := d.mgr.Head(u)
 	if vol.Owner == v.Self && vol.State == model.VolumeReady {
 		if in, err := d.mgr.Info(vol.UUID); err == nil {
@@ -144,10 +145,10 @@ func (d *Daemon) clusterInfo(v *clusterView, vol model.Volume) volmgr.Info {
 // remoteInfo is vol as a node that does not run its engine sees it: the
 // record, the owner's published status st (has: there is one) and this
 // node's consumer device head of size bytes.
-func remoteInfo(vol model.Volume, st model.VolumeStatus, has bool, head string, size int64) volmgr.Info {
-	u, _ := volmgr.ParseUUID(vol.UUID)
-	in := volmgr.Info{Name: vol.Name, UUID: vol.UUID, K: vol.K, M: vol.M, Groups: vol.Groups, ChunkSize: vol.ChunkSize,
-		NQN: volmgr.NQN(u), Device: head, Owner: vol.Owner, Size: size}
+func remoteInfo(vol model.Volume, st model.VolumeStatus, has bool, head string, size int64) api.Volume {
+	u, _ := volid.ParseUUID(vol.UUID)
+	in := api.Volume{Name: vol.Name, UUID: vol.UUID, K: vol.K, M: vol.M, Groups: vol.Groups, ChunkSize: vol.ChunkSize,
+		NQN: volid.NQN(u), Device: head, Owner: vol.Owner, Size: size}
 	switch {
 	case vol.State != model.VolumeReady:
 		in.State = vol.State
@@ -170,7 +171,7 @@ func remoteInfo(vol model.Volume, st model.VolumeStatus, has bool, head string, 
 			json.Unmarshal(st.LastTask, &in.LastTask)
 		}
 		if st.Task != "" {
-			in.Progress = &volmgr.Progress{Kind: st.Task, Percent: st.Progress}
+			in.Progress = &api.Progress{Kind: st.Task, Percent: st.Progress}
 		}
 	}
 	role := map[int]model.VolumeMemberStatus{}
@@ -178,7 +179,7 @@ func remoteInfo(vol model.Volume, st model.VolumeStatus, has bool, head string, 
 		role[m.Slot] = m
 	}
 	for _, m := range vol.Members {
-		mi := volmgr.MemberInfo{Slot: m.Slot, Device: m.Node + ":" + m.Drive, Domain: m.Domain, Role: "unknown"}
+		mi := api.Member{Slot: m.Slot, Device: m.Node + ":" + m.Drive, Domain: m.Domain, Role: "unknown"}
 		if r, ok := role[m.Slot]; ok {
 			mi.Role, mi.Failure = r.Role, r.Failure
 		}
@@ -207,12 +208,12 @@ func headSize(dev string) int64 {
 }
 
 // clusterList is every volume of the cluster, by name.
-func (d *Daemon) clusterList(ctx context.Context) ([]volmgr.Info, error) {
+func (d *Daemon) clusterList(ctx context.Context) ([]api.Volume, error) {
 	v, err := d.currentView(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := []volmgr.Info{}
+	out := []api.Volume{}
 	for _, vol := range v.Volumes {
 		out = append(out, d.clusterInfo(v, vol))
 	}
@@ -220,10 +221,10 @@ func (d *Daemon) clusterList(ctx context.Context) ([]volmgr.Info, error) {
 }
 
 // clusterShow is one volume by name or UUID.
-func (d *Daemon) clusterShow(ctx context.Context, ref string) (volmgr.Info, error) {
+func (d *Daemon) clusterShow(ctx context.Context, ref string) (api.Volume, error) {
 	v, vol, err := d.viewVolume(ctx, ref)
 	if err != nil {
-		return volmgr.Info{}, err
+		return api.Volume{}, err
 	}
 	return d.clusterInfo(v, vol), nil
 }

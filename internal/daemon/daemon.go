@@ -339,7 +339,7 @@ func (d *Daemon) Handler() http.Handler {
 		}
 		v := d.mgr.List()
 		if v == nil {
-			v = []volmgr.Info{}
+			v = []api.Volume{}
 		}
 		reply(w, v, nil)
 	})

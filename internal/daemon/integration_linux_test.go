@@ -21,8 +21,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/vmtest"
-	"github.com/fabraid/fabraid/internal/volmgr"
 	"github.com/fabraid/fabraid/kernel/nvmet"
 	"github.com/fabraid/fabraid/kernel/ublk"
 )
@@ -79,13 +79,13 @@ func mustRun(t *testing.T, args ...string) string {
 	return out
 }
 
-func show(t *testing.T) volmgr.Info {
+func show(t *testing.T) api.Volume {
 	t.Helper()
 	out, err := exec.Command("/usr/bin/fabraid", "volume", "show", "vol0", "--json").Output()
 	if err != nil {
 		t.Fatalf("volume show: %v", err)
 	}
-	var in volmgr.Info
+	var in api.Volume
 	if err := json.Unmarshal(out, &in); err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +299,7 @@ func daemonGuest(t *testing.T, g *vmtest.Env) {
 		t.Errorf("api socket: %v %v, want mode 0600", st.Mode(), err)
 	}
 	t0 := time.Now()
-	var in volmgr.Info
+	var in api.Volume
 	if err := json.Unmarshal([]byte(mustRun(t, "volume", "create", "vol0", "--data", "4", "--parity", "2", "--json")), &in); err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +323,7 @@ func daemonGuest(t *testing.T, g *vmtest.Env) {
 	v.mu.Unlock()
 	t0 = time.Now()
 	syscall.Kill(in.EnginePID, syscall.SIGKILL)
-	var after volmgr.Info
+	var after api.Volume
 	for i := 0; ; i++ {
 		after = show(t)
 		if after.EnginePID != 0 && after.EnginePID != in.EnginePID {

@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fabraid/fabraid/engine"
-	"github.com/fabraid/fabraid/internal/volmgr"
+	"github.com/fabraid/fabraid/internal/api"
 )
 
 var (
@@ -37,7 +37,7 @@ type collector struct {
 	d *Daemon
 	// list returns the volumes; nil means d's volume manager (tests
 	// set it).
-	list func() []volmgr.Info
+	list func() []api.Volume
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {

@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fabraid/fabraid/engine"
-	"github.com/fabraid/fabraid/internal/volmgr"
+	"github.com/fabraid/fabraid/internal/api"
 )
 
 func TestMetricsIO(t *testing.T) {
@@ -24,12 +24,12 @@ func TestMetricsIO(t *testing.T) {
 		io.Write.Buckets[i] = 4
 		io.Flush.Buckets[i] = 2
 	}
-	vols := []volmgr.Info{
+	vols := []api.Volume{
 		{Name: "v0", UUID: "u0", NQN: "nqn0", State: "optimal", Size: 1 << 20, IO: io},
 		{Name: "v1", UUID: "u1", NQN: "nqn1", State: "stopped"}, // no engine: no I/O metrics
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(&collector{d: testDaemon(t), list: func() []volmgr.Info { return vols }})
+	reg.MustRegister(&collector{d: testDaemon(t), list: func() []api.Volume { return vols }})
 	want := `
 # HELP fabraid_volume_io_errors_total Requests that returned an error to the consumer.
 # TYPE fabraid_volume_io_errors_total counter
@@ -80,13 +80,13 @@ func histLines(op, sum string, count uint64, buckets []uint64) string {
 }
 
 func TestMetricsWriteHole(t *testing.T) {
-	vols := []volmgr.Info{
+	vols := []api.Volume{
 		{Name: "v0", State: "degraded", WriteHoleStripes: 7},
 		{Name: "v1", State: "optimal"},
 		{Name: "v2", State: "stopped"}, // engine not answering: nothing known
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(&collector{d: testDaemon(t), list: func() []volmgr.Info { return vols }})
+	reg.MustRegister(&collector{d: testDaemon(t), list: func() []api.Volume { return vols }})
 	want := `
 # HELP fabraid_volume_write_hole_stripes Stripes whose lost chunks may read back wrong after the last unclean stop (a member lost at the crash itself); normally 0.
 # TYPE fabraid_volume_write_hole_stripes gauge
@@ -102,12 +102,12 @@ fabraid_volume_write_hole_stripes{volume="v1"} 0
 // resync of a returning member shows what it wrote against what it had to
 // write and the member's size.
 func TestMetricsRebuildBytes(t *testing.T) {
-	vols := []volmgr.Info{
-		{Name: "v0", State: "optimal", Rebuild: &volmgr.RebuildBytes{Partial: true, Regions: 3, CoverBytes: 3 << 20, Bytes: 3 << 20, MemberBytes: 31 << 20}},
+	vols := []api.Volume{
+		{Name: "v0", State: "optimal", Rebuild: &api.RebuildBytes{Partial: true, Regions: 3, CoverBytes: 3 << 20, Bytes: 3 << 20, MemberBytes: 31 << 20}},
 		{Name: "v1", State: "optimal"}, // never rebuilt since its engine started
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(&collector{d: testDaemon(t), list: func() []volmgr.Info { return vols }})
+	reg.MustRegister(&collector{d: testDaemon(t), list: func() []api.Volume { return vols }})
 	want := `
 # HELP fabraid_volume_rebuild_bytes Member data bytes of the running or last rebuild since the engine started, summed over its targets. partial true: a resync of returning members (only the write-intent bitmap's regions). what: written (so far), to_write (when it started; bitmap regions times region size for a resync), member (one member's data area).
 # TYPE fabraid_volume_rebuild_bytes gauge

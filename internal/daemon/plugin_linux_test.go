@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/vmtest"
-	"github.com/fabraid/fabraid/internal/volmgr"
 )
 
 const nvmetPlugin = "/usr/libexec/fabraid/plugins/fabraid-plugin-nvmet"
@@ -55,7 +55,7 @@ func pluginDaemonGuest(t *testing.T, g *vmtest.Env) {
 	}
 	mustRun(t, append([]string{"drive", "claim"}, g.Disks...)...)
 	d := startDaemon(t)
-	var in volmgr.Info
+	var in api.Volume
 	if err := json.Unmarshal([]byte(mustRun(t, "volume", "create", "vol0", "--data", "2", "--parity", "1", "--json")), &in); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/vmtest"
 	"github.com/fabraid/fabraid/internal/volmgr"
 	"github.com/fabraid/fabraid/kernel/ublk"
@@ -81,7 +82,7 @@ func startUnitDaemon(t *testing.T, g *vmtest.Env, extra string) int {
 
 func processModeGuest(t *testing.T, g *vmtest.Env) {
 	daemonPID := startUnitDaemon(t, g, "engine_mode = process\n")
-	var in volmgr.Info
+	var in api.Volume
 	if err := json.Unmarshal([]byte(mustRun(t, "volume", "create", "vol0", "--data", "4", "--parity", "2", "--json")), &in); err != nil {
 		t.Fatal(err)
 	}
@@ -141,13 +142,13 @@ func ppid(t *testing.T, pid int) int {
 	return n
 }
 
-func showVol(t *testing.T, name string) volmgr.Info {
+func showVol(t *testing.T, name string) api.Volume {
 	t.Helper()
 	out, err := exec.Command("/usr/bin/fabraid", "volume", "show", name, "--json").Output()
 	if err != nil {
 		t.Fatalf("volume show %s: %v", name, err)
 	}
-	var in volmgr.Info
+	var in api.Volume
 	if err := json.Unmarshal(out, &in); err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +158,7 @@ func showVol(t *testing.T, name string) volmgr.Info {
 // waitSettled waits until the volume runs no background task (the resync
 // a restarted engine runs after an unclean stop, a rebuild, a scrub) and
 // returns its state then.
-func waitSettled(t *testing.T, name string) volmgr.Info {
+func waitSettled(t *testing.T, name string) api.Volume {
 	t.Helper()
 	deadline := time.Now().Add(90 * time.Second)
 	for {
@@ -176,7 +177,7 @@ func waitSettled(t *testing.T, name string) volmgr.Info {
 // systemd and waits until a new engine serves the volume. It logs the time
 // until systemd had a new main process, until the new engine served the
 // volume, and the slowest verifier I/O meanwhile.
-func killEngine(t *testing.T, v *verifier, vol, unit string, old volmgr.Info) volmgr.Info {
+func killEngine(t *testing.T, v *verifier, vol, unit string, old api.Volume) api.Volume {
 	t.Helper()
 	v.mu.Lock()
 	v.maxLat = 0
@@ -262,7 +263,7 @@ func systemdGuest(t *testing.T, g *vmtest.Env) {
 	daemonPID := startUnitDaemon(t, g, "") // engine_mode not set: auto must choose systemd here
 
 	t0 := time.Now()
-	var in volmgr.Info
+	var in api.Volume
 	if err := json.Unmarshal([]byte(mustRun(t, "volume", "create", vol, "--data", "4", "--parity", "2", "--drives",
 		strings.Join(g.Disks[:6], ","), "--json")), &in); err != nil {
 		t.Fatal(err)
@@ -339,7 +340,7 @@ func systemdGuest(t *testing.T, g *vmtest.Env) {
 	}
 	killed := killEngine(t, v, vol, unit, re)
 	after2 := waitSettled(t, vol)
-	if after2.EnginePID != killed.EnginePID || after2.State != "optimal" || after2.Ublk != in.Ublk || !slices.ContainsFunc(after2.Members, func(m volmgr.MemberInfo) bool {
+	if after2.EnginePID != killed.EnginePID || after2.State != "optimal" || after2.Ublk != in.Ublk || !slices.ContainsFunc(after2.Members, func(m api.Member) bool {
 		return m.Device == g.Disks[6] && m.Role == "active"
 	}) {
 		t.Errorf("after restart from the updated spec: %+v", after2)

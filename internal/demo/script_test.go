@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/fabraid/fabraid/engine"
-	"github.com/fabraid/fabraid/internal/volmgr"
+	"github.com/fabraid/fabraid/internal/api"
 )
 
 // The guests' scripts parse (sh -n): a syntax error would show only when
@@ -72,14 +72,14 @@ func TestClusterRoles(t *testing.T) {
 }
 
 // The script's JSON helpers read what "fabraid volume show vol0 --json"
-// prints (a volmgr.Info encoded by encoding/json): the owner, the resync's
+// prints (a api.Volume encoded by encoding/json): the owner, the resync's
 // bytes and the scrub's report.
 func TestClusterJSONHelpers(t *testing.T) {
-	in := volmgr.Info{Name: "vol0", State: "optimal", Device: "/dev/nvme1n1", Owner: "node2",
-		Members: []volmgr.MemberInfo{{Slot: 0, Device: "node1:vda", Domain: "node1", Role: "active"}},
+	in := api.Volume{Name: "vol0", State: "optimal", Device: "/dev/nvme1n1", Owner: "node2",
+		Members: []api.Member{{Slot: 0, Device: "node1:vda", Domain: "node1", Role: "active"}},
 		IO:      &engine.IOStats{},
-		Rebuild: &volmgr.RebuildBytes{Partial: true, Regions: 3, CoverBytes: 6 << 20, Bytes: 5 << 20, MemberBytes: 30 << 20},
-		LastTask: &volmgr.TaskResult{Kind: "scrub", Scrub: &engine.ScrubReport{Stripes: 480, Skipped: 1, Mismatches: 0},
+		Rebuild: &api.RebuildBytes{Partial: true, Regions: 3, CoverBytes: 6 << 20, Bytes: 5 << 20, MemberBytes: 30 << 20},
+		LastTask: &api.TaskResult{Kind: "scrub", Scrub: &engine.ScrubReport{Stripes: 480, Skipped: 1, Mismatches: 0},
 			Finished: time.Unix(1, 0), Seconds: 2.5}}
 	b, err := json.Marshal(in)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fabraid/fabraid/internal/durable"
+	"github.com/fabraid/fabraid/internal/volid"
 )
 
 // Host names the places a drive's state is read from; the zero value is not
@@ -89,7 +90,7 @@ func (h Host) skip(name string) bool {
 	}
 	// fabraid's own exported volumes (multipath heads of our subsystems).
 	for _, p := range []string{"device/subsysnqn", "device/device/subsysnqn"} {
-		if strings.HasPrefix(readTrim(filepath.Join(h.SysBlock, name, p)), "nqn.2026-11.io.fabraid:vol:") {
+		if strings.HasPrefix(readTrim(filepath.Join(h.SysBlock, name, p)), volid.NQNPrefix) {
 			return true
 		}
 	}

@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/benchtools"
 	"github.com/fabraid/fabraid/internal/vmtest"
-	"github.com/fabraid/fabraid/internal/volmgr"
 )
 
 // Benchmark shape. Each fio job runs jobSeconds after rampSeconds; three
@@ -423,7 +423,7 @@ func runMD(t *testing.T, r results, disks []string) {
 func runFabraid(t *testing.T, r results, disks []string) {
 	awaitFree(t, disks)
 	wipe(t, disks)
-	var in volmgr.Info
+	var in api.Volume
 	out := mustFab(t, "volume", "create", "bench", "--data", "4", "--parity", "2", "--drives", strings.Join(disks[:6], ","), "--json")
 	if err := json.Unmarshal([]byte(out), &in); err != nil {
 		t.Fatalf("volume create: %v: %s", err, out)
@@ -448,7 +448,7 @@ func runFabraid(t *testing.T, r results, disks []string) {
 	b0, c0 := cpuTimes()
 	mustFab(t, "volume", "replace", "bench", "0", disks[6], "--wait")
 	b1, c1 := cpuTimes()
-	var after volmgr.Info
+	var after api.Volume
 	if err := json.Unmarshal([]byte(mustFab(t, "volume", "show", "bench", "--json")), &after); err != nil {
 		t.Fatal(err)
 	}
@@ -549,7 +549,7 @@ var (
 
 const profileSeconds = 6
 
-func profileJob(t *testing.T, j job, in volmgr.Info, out string) {
+func profileJob(t *testing.T, j job, in api.Volume, out string) {
 	done := make(chan error, 1)
 	go func() { done <- benchtools.EngineProfile(in.UUID, profileSeconds, out) }()
 	long := j

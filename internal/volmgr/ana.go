@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/fabraid/fabraid/internal/volid"
 	"github.com/fabraid/fabraid/plugins/backend"
 )
 
@@ -107,7 +108,7 @@ func (e Export) anaStates() map[uint32]string {
 // exportOf returns the export of nqn in exports (zero if none).
 func exportOf(exports []Export, nqn string) Export {
 	for _, e := range exports {
-		if NQN(e.UUID) == nqn {
+		if volid.NQN(e.UUID) == nqn {
 			return e
 		}
 	}
@@ -138,7 +139,7 @@ func (x *exporter) withANA(ctx context.Context, exports []Export, lo, hi uint16,
 		lo, hi = 0, 0
 	}
 	if x.groups == nil {
-		actual, err := x.target.List(ctx, NQNPrefix)
+		actual, err := x.target.List(ctx, volid.NQNPrefix)
 		if err != nil {
 			return nil, fmt.Errorf("list exports for their ANA groups: %w", err)
 		}
@@ -151,13 +152,13 @@ func (x *exporter) withANA(ctx context.Context, exports []Export, lo, hi uint16,
 	}
 	var nqns []string
 	for _, e := range exports {
-		nqns = append(nqns, NQN(e.UUID))
+		nqns = append(nqns, volid.NQN(e.UUID))
 	}
 	x.groups = AssignANAGroups(nqns, x.groups)
 	out := slices.Clone(exports)
 	for i := range out {
 		out[i].CntlIDMin, out[i].CntlIDMax = lo, hi
-		out[i].ANAGroup = x.groups[NQN(out[i].UUID)]
+		out[i].ANAGroup = x.groups[volid.NQN(out[i].UUID)]
 		if out[i].ANAGroup == 0 {
 			continue
 		}
@@ -173,7 +174,7 @@ func (x *exporter) withANA(ctx context.Context, exports []Export, lo, hi uint16,
 		}
 	}
 	for u := range x.ana {
-		if _, ok := x.groups[NQN(u)]; !ok {
+		if _, ok := x.groups[volid.NQN(u)]; !ok {
 			delete(x.ana, u) // no longer exported: a new export starts optimized
 		}
 	}
@@ -194,11 +195,11 @@ func (m *Manager) SetANAState(ctx context.Context, u [16]byte, state string) err
 	}
 	plan := m.currentPlan()
 	if plan == nil {
-		return fmt.Errorf("volume %s: ANA states are set in a cluster only", FormatUUID(u))
+		return fmt.Errorf("volume %s: ANA states are set in a cluster only", volid.Format(u))
 	}
 	x := m.x
 	x.anaMu.Lock()
-	g, ok := x.groups[NQN(u)]
+	g, ok := x.groups[volid.NQN(u)]
 	if ok && g != 0 {
 		if x.ana == nil {
 			x.ana = map[[16]byte]string{}
@@ -207,10 +208,10 @@ func (m *Manager) SetANAState(ctx context.Context, u [16]byte, state string) err
 	}
 	x.anaMu.Unlock()
 	if !ok {
-		return fmt.Errorf("volume %s: %w", FormatUUID(u), ErrNotExported)
+		return fmt.Errorf("volume %s: %w", volid.Format(u), ErrNotExported)
 	}
 	if g == 0 {
-		return fmt.Errorf("volume %s: no ANA group of its own on this node (more than %d volumes exported): its state cannot be set alone", FormatUUID(u), maxANAGroup-1)
+		return fmt.Errorf("volume %s: no ANA group of its own on this node (more than %d volumes exported): its state cannot be set alone", volid.Format(u), maxANAGroup-1)
 	}
 	return x.setANANow(ctx, plan, u, g, state)
 }
@@ -225,10 +226,10 @@ func (x *exporter) setANANow(ctx context.Context, plan *ClusterPlan, u [16]byte,
 	}
 	var errs []error
 	for _, a := range plan.Addresses {
-		err := x.target.SetANAState(ctx, backend.ANARequest{NQN: NQN(u), Group: g, State: state,
+		err := x.target.SetANAState(ctx, backend.ANARequest{NQN: volid.NQN(u), Group: g, State: state,
 			Listener: backend.Listener{Transport: "tcp", Address: a, ServiceID: strconv.Itoa(port)}})
 		if err != nil {
-			errs = append(errs, fmt.Errorf("volume %s at %s: set ANA group %d %s: %w", FormatUUID(u), a, g, state, err))
+			errs = append(errs, fmt.Errorf("volume %s at %s: set ANA group %d %s: %w", volid.Format(u), a, g, state, err))
 		}
 	}
 	return errors.Join(errs...)
@@ -247,7 +248,7 @@ func (m *Manager) fencedInaccessible(ctx context.Context, us [][16]byte) error {
 	var errs []error
 	for _, u := range us {
 		x.anaMu.Lock()
-		g := x.groups[NQN(u)]
+		g := x.groups[volid.NQN(u)]
 		x.anaMu.Unlock()
 		if g == 0 {
 			continue

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/fabraid/fabraid/internal/volid"
 	"github.com/fabraid/fabraid/plugins/backend"
 )
 
@@ -101,7 +102,7 @@ func (b *anaBackend) Remove(context.Context, string) error { return nil }
 func TestExportANA(t *testing.T) {
 	ctx := context.Background()
 	u1, u2, u3 := [16]byte{1}, [16]byte{2}, [16]byte{3}
-	prev := &anaBackend{exports: []backend.Export{{NQN: NQN(u2), Namespaces: []backend.Namespace{{NSID: 1, ANAGroup: 2}}}}}
+	prev := &anaBackend{exports: []backend.Export{{NQN: volid.NQN(u2), Namespaces: []backend.Namespace{{NSID: 1, ANAGroup: 2}}}}}
 	m := &Manager{x: &exporter{target: prev}}
 	p := &ClusterPlan{Addresses: []string{"10.0.0.1", "10.0.1.1"}, CntlIDMin: 1001, CntlIDMax: 2000}
 	m.plan = p
@@ -124,7 +125,7 @@ func TestExportANA(t *testing.T) {
 	for _, e := range s {
 		byNQN[e.NQN] = e
 	}
-	e1, e2 := byNQN[NQN(u1)], byNQN[NQN(u2)]
+	e1, e2 := byNQN[volid.NQN(u1)], byNQN[volid.NQN(u2)]
 	if e2.Namespaces[0].ANAGroup != 2 || e1.Namespaces[0].ANAGroup != 3 {
 		t.Fatalf("groups: u1 %d, u2 %d; want 3 and 2 (u2 keeps its actual group)", e1.Namespaces[0].ANAGroup, e2.Namespaces[0].ANAGroup)
 	}
@@ -146,14 +147,14 @@ func TestExportANA(t *testing.T) {
 	if err := m.SetANAState(ctx, u1, ANAInaccessible); err != nil {
 		t.Fatal(err)
 	}
-	if len(prev.ana) != 2 || prev.ana[0].Group != 3 || prev.ana[0].State != ANAInaccessible || prev.ana[0].NQN != NQN(u1) ||
+	if len(prev.ana) != 2 || prev.ana[0].Group != 3 || prev.ana[0].State != ANAInaccessible || prev.ana[0].NQN != volid.NQN(u1) ||
 		prev.ana[1].Listener.Address != "10.0.1.1" || prev.ana[1].Listener.ServiceID != "4420" {
 		t.Fatalf("SetANAState calls %+v", prev.ana)
 	}
 	// A reconcile keeps it; the other volume is untouched.
 	for _, e := range withANA() {
 		want := ANAOptimized
-		if e.NQN == NQN(u1) {
+		if e.NQN == volid.NQN(u1) {
 			want = ANAInaccessible
 		}
 		if st := e.Listeners[0].ANAStates[e.Namespaces[0].ANAGroup]; st != want {
@@ -170,7 +171,7 @@ func TestExportANA(t *testing.T) {
 		if st := e.Listeners[0].ANAStates[e.Namespaces[0].ANAGroup]; st != ANAOptimized {
 			t.Fatalf("%s: %s after re-export, want optimized", e.NQN, st)
 		}
-		if e.NQN == NQN(u3) && e.Namespaces[0].ANAGroup != 3 {
+		if e.NQN == volid.NQN(u3) && e.Namespaces[0].ANAGroup != 3 {
 			t.Fatalf("u3 group %d, want the freed 3", e.Namespaces[0].ANAGroup)
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/fabraid/fabraid/engine/superblock"
 	"github.com/fabraid/fabraid/internal/unixjson"
 	"github.com/fabraid/fabraid/internal/unixsock"
+	"github.com/fabraid/fabraid/internal/volid"
 )
 
 // Engine child processes
@@ -36,7 +37,7 @@ import (
 
 // EngineSocket is the control socket path of a volume's engine.
 func EngineSocket(runDir string, u [16]byte) string {
-	return filepath.Join(runDir, "engine-"+FormatUUID(u)+".sock")
+	return filepath.Join(runDir, "engine-"+volid.Format(u)+".sock")
 }
 
 type engineReq struct {
@@ -361,7 +362,7 @@ func (c *child) Stop() error {
 // --owner-domain and --epoch only when set, so that the command line of an
 // engine without them is what an older daemon ran.
 func childArgs(s EngineSpec, sock string) []string {
-	args := []string{"engine", "--uuid", FormatUUID(s.UUID), "--members", strings.Join(s.Members, ","),
+	args := []string{"engine", "--uuid", volid.Format(s.UUID), "--members", strings.Join(s.Members, ","),
 		"--ublk-id", strconv.Itoa(s.UblkID), "--socket", sock}
 	if s.OwnerDomain != "" {
 		args = append(args, "--owner-domain", s.OwnerDomain)

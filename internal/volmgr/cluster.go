@@ -12,7 +12,9 @@ import (
 
 	"github.com/fabraid/fabraid/engine"
 	"github.com/fabraid/fabraid/engine/superblock"
+	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/drive"
+	"github.com/fabraid/fabraid/internal/volid"
 	"github.com/fabraid/fabraid/kernel/nvmf"
 	"github.com/fabraid/fabraid/plugins/backend"
 )
@@ -174,21 +176,15 @@ func (m *Manager) ReconcileCluster(ctx context.Context, p ClusterPlan) (ClusterR
 	return res, errors.Join(errs...)
 }
 
-// Values of Info.ExportAuth (cluster mode only).
-const (
-	ExportAuthDHCHAP  = "dh-hmac-chap"  // each allowed host must present its secret
-	ExportAuthHostNQN = "host-nqn-only" // the target lacks DH-HMAC-CHAP: allowed by host NQN alone
-)
-
-// exportAuth is Info.ExportAuth under plan p ("" without a plan).
+// exportAuth is api.Volume.ExportAuth under plan p ("" without a plan).
 func exportAuth(p *ClusterPlan) string {
 	switch {
 	case p == nil:
 		return ""
 	case p.Auth:
-		return ExportAuthDHCHAP
+		return api.ExportAuthDHCHAP
 	}
-	return ExportAuthHostNQN
+	return api.ExportAuthHostNQN
 }
 
 // warnUnauthenticated logs that this node's exports allow their hosts by
@@ -295,7 +291,7 @@ func (m *Manager) createPlanned(v PlannedVolume) ([][16]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("create volume %s: a member does not read back its superblock", v.Name)
 	}
-	m.log.Info("volume created", "volume", v.Name, "uuid", FormatUUID(v.UUID), "k", cfg.K, "m", cfg.M, "members", v.Members)
+	m.log.Info("volume created", "volume", v.Name, "uuid", volid.Format(v.UUID), "k", cfg.K, "m", cfg.M, "members", v.Members)
 	return out, nil
 }
 
@@ -342,7 +338,7 @@ func dataOn(path string, u [16]byte) string {
 		if sb.VolumeUUID == u {
 			return ""
 		}
-		return fmt.Sprintf("holds member %d of fabraid volume %s (%s)", sb.Slot, sb.Name, FormatUUID(sb.VolumeUUID))
+		return fmt.Sprintf("holds member %d of fabraid volume %s (%s)", sb.Slot, sb.Name, volid.Format(sb.VolumeUUID))
 	}
 	f, err := os.Open(path)
 	if err != nil {
@@ -448,7 +444,7 @@ func ConsumerConnections(cs []Consumer, id nvmf.HostIdentity, secret nvmf.Secret
 		}
 		for _, a := range c.Addresses {
 			out = append(out, nvmf.Options{Transport: nvmf.TCP, Address: a, ServiceID: strconv.Itoa(port),
-				NQN: NQN(c.UUID), HostNQN: id.NQN, HostID: id.ID, Timeouts: &t, DHCHAPSecret: secret.Reveal()})
+				NQN: volid.NQN(c.UUID), HostNQN: id.NQN, HostID: id.ID, Timeouts: &t, DHCHAPSecret: secret.Reveal()})
 		}
 	}
 	return out, nil
@@ -459,8 +455,8 @@ func ConsumerConnections(cs []Consumer, id nvmf.HostIdentity, secret nvmf.Secret
 // open); without one (it never started) the metadata of the member
 // devices given that still carry u's superblock is wiped.
 func (m *Manager) DeletePlanned(ctx context.Context, u [16]byte, members []string) error {
-	if _, e, _ := m.resolve(FormatUUID(u)); e != nil {
-		return m.Delete(ctx, FormatUUID(u))
+	if _, e, _ := m.resolve(volid.Format(u)); e != nil {
+		return m.Delete(ctx, volid.Format(u))
 	}
 	m.op.Lock()
 	defer m.op.Unlock()
@@ -468,7 +464,7 @@ func (m *Manager) DeletePlanned(ctx context.Context, u [16]byte, members []strin
 	for _, p := range members {
 		if sb := readSuperblock(p); p != "" && sb != nil && sb.VolumeUUID == u {
 			if err := wipeMeta(p); err != nil {
-				errs = append(errs, fmt.Errorf("delete %s: wipe %s: %w", FormatUUID(u), p, err))
+				errs = append(errs, fmt.Errorf("delete %s: wipe %s: %w", volid.Format(u), p, err))
 			}
 		}
 	}

@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/fabraid/fabraid/engine"
+	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/config"
+	"github.com/fabraid/fabraid/internal/volid"
 	"github.com/fabraid/fabraid/kernel/nvmf"
 )
 
@@ -162,7 +164,7 @@ func TestClusterExportSpec(t *testing.T) {
 	}
 	id := nvmf.HostIdentity{NQN: "nqn.self", ID: "0b0b0b0b-0000-4000-8000-00000000000b"}
 	cs, err := ConsumerConnections([]Consumer{{UUID: [16]byte{1}, Addresses: []string{"10.0.0.1", "10.0.1.1"}}}, id, "DHHC-1:00:s:")
-	if err != nil || len(cs) != 2 || cs[1].Address != "10.0.1.1" || cs[0].ServiceID != "4420" || cs[0].NQN != NQN([16]byte{1}) ||
+	if err != nil || len(cs) != 2 || cs[1].Address != "10.0.1.1" || cs[0].ServiceID != "4420" || cs[0].NQN != volid.NQN([16]byte{1}) ||
 		cs[0].DHCHAPSecret != "DHHC-1:00:s:" || cs[0].HostNQN != "nqn.self" || cs[0].Timeouts == nil {
 		t.Fatalf("consumer connections %+v %v", cs, err)
 	}
@@ -203,12 +205,12 @@ func TestWarnUnauthenticated(t *testing.T) {
 	}
 	p.Auth = true
 	m.warnUnauthenticated(&p)
-	if n := count(); n != 2 || exportAuth(&p) != ExportAuthDHCHAP {
+	if n := count(); n != 2 || exportAuth(&p) != api.ExportAuthDHCHAP {
 		t.Fatalf("with auth: %d warnings, export auth %q", n, exportAuth(&p))
 	}
 	p.Auth = false
 	m.warnUnauthenticated(&p)
-	if n := count(); n != 3 || exportAuth(&p) != ExportAuthHostNQN || exportAuth(nil) != "" {
+	if n := count(); n != 3 || exportAuth(&p) != api.ExportAuthHostNQN || exportAuth(nil) != "" {
 		t.Fatalf("auth lost again: %d warnings (want 3), export auth %q", n, exportAuth(&p))
 	}
 	if strings.Contains(logged.String(), "nqn.a") {

@@ -14,7 +14,7 @@
 // engine is re-attached with user recovery, so consumers see a pause, not an
 // error; the engines of different volumes start concurrently, see
 // engines.go for the locking rule), the exports are converged with the target backend's Apply
-// (plugins/backend, scope NQNPrefix: Options.Target, by default the kernel
+// (plugins/backend, scope volid.NQNPrefix: Options.Target, by default the kernel
 // nvmet backend in this process) and connections with nvmf.PlanConnections.
 //
 // # Export identity
@@ -26,7 +26,7 @@
 // allowed; allow_any_host is never set. The node connects on the configured
 // export address (default 127.0.0.1:4420, port id 18000) with the volume-path
 // timeout profile: I/O is queued, not failed, while the path reconnects.
-// The kernel backend reconciles scope NQNPrefix with nvmet.VolumeOwnership:
+// The kernel backend reconciles scope volid.NQNPrefix with nvmet.VolumeOwnership:
 // vol: subsystems and ports 18000-18099 only; anything else in configfs is
 // left alone.
 //

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fabraid/fabraid/internal/volid"
 	"github.com/fabraid/fabraid/kernel/nvmf"
 	"github.com/fabraid/fabraid/plugins/backend"
 )
@@ -57,11 +58,11 @@ const (
 func (m *Manager) DrainEngine(ctx context.Context, u [16]byte) (time.Duration, error) {
 	e := m.engineSnapshot()[u]
 	if e == nil {
-		return 0, fmt.Errorf("volume %s: drain: no engine on this node", FormatUUID(u))
+		return 0, fmt.Errorf("volume %s: drain: no engine on this node", volid.Format(u))
 	}
 	st, err := e.Status()
 	if err != nil {
-		return 0, fmt.Errorf("volume %s: drain: %w", FormatUUID(u), err)
+		return 0, fmt.Errorf("volume %s: drain: %w", volid.Format(u), err)
 	}
 	name := st.Engine.Name
 	if err := m.SetANAState(ctx, u, ANAInaccessible); err != nil {
@@ -138,7 +139,7 @@ func (m *Manager) Exported(u [16]byte) bool {
 	x := m.x
 	x.lastMu.Lock()
 	defer x.lastMu.Unlock()
-	return slices.ContainsFunc(x.applied, func(e backend.Export) bool { return e.NQN == NQN(u) })
+	return slices.ContainsFunc(x.applied, func(e backend.Export) bool { return e.NQN == volid.NQN(u) })
 }
 
 // noteExported records an applied export spec.
@@ -154,7 +155,7 @@ func (x *exporter) notePaths(ctrls []nvmf.Controller) {
 	defer x.lastMu.Unlock()
 	x.paths = map[string][]ConsumerPath{}
 	for _, c := range ctrls {
-		if strings.HasPrefix(c.SubsystemNQN, NQNPrefix) {
+		if strings.HasPrefix(c.SubsystemNQN, volid.NQNPrefix) {
 			x.paths[c.SubsystemNQN] = append(x.paths[c.SubsystemNQN], ConsumerPath{Address: c.Address.TrAddr, State: c.State})
 		}
 	}
@@ -168,7 +169,7 @@ func (m *Manager) consumerPaths(cs []Consumer) map[[16]byte][]ConsumerPath {
 	defer x.lastMu.Unlock()
 	out := map[[16]byte][]ConsumerPath{}
 	for _, c := range cs {
-		out[c.UUID] = append([]ConsumerPath(nil), x.paths[NQN(c.UUID)]...)
+		out[c.UUID] = append([]ConsumerPath(nil), x.paths[volid.NQN(c.UUID)]...)
 	}
 	return out
 }

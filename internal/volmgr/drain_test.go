@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/fabraid/fabraid/internal/volid"
 	"github.com/fabraid/fabraid/kernel/nvmf"
 )
 
@@ -57,8 +58,8 @@ func TestDrainEngine(t *testing.T) {
 		default:
 		}
 	}
-	if got := b.anaCalls(); got[0].State != ANAInaccessible || got[0].NQN != NQN(u) {
-		t.Fatalf("first ANA call %+v, want %s inaccessible", got[0], NQN(u))
+	if got := b.anaCalls(); got[0].State != ANAInaccessible || got[0].NQN != volid.NQN(u) {
+		t.Fatalf("first ANA call %+v, want %s inaccessible", got[0], volid.NQN(u))
 	}
 	if len(e.calls) != 0 {
 		t.Fatalf("engine calls %q while the device was busy", e.calls)
@@ -90,17 +91,17 @@ func TestDrainEngine(t *testing.T) {
 			want = ANAInaccessible
 		}
 		if x.ANAState != want {
-			t.Errorf("%s: %s while draining %s, want %s", FormatUUID(x.UUID), x.ANAState, FormatUUID(u), want)
+			t.Errorf("%s: %s while draining %s, want %s", volid.Format(x.UUID), x.ANAState, volid.Format(u), want)
 		}
 	}
 	// What the last converge applied and found.
 	m.x.noteExported(ClusterExportSpec(ex[:1], []ExportHost{{NQN: "nqn.h"}}, false, p.Addresses, 0))
 	if !m.Exported(u) || m.Exported(other) {
-		t.Fatalf("exported: %v %v, want only %s", m.Exported(u), m.Exported(other), FormatUUID(u))
+		t.Fatalf("exported: %v %v, want only %s", m.Exported(u), m.Exported(other), volid.Format(u))
 	}
 	m.x.notePaths([]nvmf.Controller{
-		{SubsystemNQN: NQN(u), State: "live", Address: nvmf.Address{TrAddr: "10.0.0.2"}},
-		{SubsystemNQN: NQN(u), State: "connecting", Address: nvmf.Address{TrAddr: "10.0.0.1"}},
+		{SubsystemNQN: volid.NQN(u), State: "live", Address: nvmf.Address{TrAddr: "10.0.0.2"}},
+		{SubsystemNQN: volid.NQN(u), State: "connecting", Address: nvmf.Address{TrAddr: "10.0.0.1"}},
 		{SubsystemNQN: "nqn.other", State: "live"},
 	})
 	ps := m.consumerPaths([]Consumer{{UUID: u}, {UUID: other}})

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/fabraid/fabraid/engine"
+	"github.com/fabraid/fabraid/internal/volid"
 )
 
 // Engine calls and the Manager's locks
@@ -112,7 +113,7 @@ func (m *Manager) ensureEngine(ctx context.Context, u [16]byte, v *onDisk, gateM
 	}
 	var errs []error
 	if st.UblkID != rec.UblkID {
-		if err := m.saveRecord(record{UUID: FormatUUID(u), Name: v.name, UblkID: st.UblkID}, u); err != nil {
+		if err := m.saveRecord(record{UUID: volid.Format(u), Name: v.name, UblkID: st.UblkID}, u); err != nil {
 			errs = append(errs, fmt.Errorf("volume %s: save record: %w", v.name, err))
 		}
 	}

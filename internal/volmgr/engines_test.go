@@ -13,6 +13,7 @@ import (
 	"github.com/fabraid/fabraid/engine"
 	"github.com/fabraid/fabraid/engine/layout"
 	"github.com/fabraid/fabraid/engine/superblock"
+	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/config"
 	"github.com/fabraid/fabraid/internal/drive"
 )
@@ -135,7 +136,7 @@ func TestInfoAnswersWhileAnEngineHangs(t *testing.T) {
 	}()
 	await(t, hung.entered, "the free-drive lookup's status call")
 
-	info := make(chan Info, 1)
+	info := make(chan api.Volume, 1)
 	go func() {
 		in, err := m.Info("b")
 		if err != nil {

@@ -11,12 +11,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fabraid/fabraid/internal/volid"
 	"github.com/fabraid/fabraid/kernel/nvmf"
 	"github.com/fabraid/fabraid/plugins/backend"
 )
-
-// NQNPrefix is the subsystem NQN prefix of exported volumes.
-const NQNPrefix = "nqn.2026-11.io.fabraid:vol:"
 
 // ExportPortID is the nvmet port id of the node's volume export port.
 const ExportPortID = 18000
@@ -38,33 +36,8 @@ type Export struct {
 	Frozen bool
 }
 
-// FormatUUID formats a UUID in the dashed lowercase form.
-func FormatUUID(u [16]byte) string {
-	h := hex.EncodeToString(u[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
-}
-
-// ParseUUID parses the dashed form FormatUUID writes.
-func ParseUUID(s string) ([16]byte, error) {
-	var u [16]byte
-	h := strings.ReplaceAll(s, "-", "")
-	if len(s) != 36 || len(h) != 32 {
-		return u, fmt.Errorf("%q is not a UUID", s)
-	}
-	if _, err := hex.Decode(u[:], []byte(h)); err != nil {
-		return u, fmt.Errorf("%q is not a UUID", s)
-	}
-	if FormatUUID(u) != strings.ToLower(s) {
-		return u, fmt.Errorf("%q is not a UUID", s)
-	}
-	return u, nil
-}
-
-// NQN returns the subsystem NQN of the volume with UUID u.
-func NQN(u [16]byte) string { return NQNPrefix + FormatUUID(u) }
-
 // ExportSpec is the desired state of the node's volume exports, in the
-// target backend's terms (plugins/backend, scope NQNPrefix): one export per
+// target backend's terms (plugins/backend, scope volid.NQNPrefix): one export per
 // volume (namespace 1 = the ublk device, UUID and NGUID from the volume
 // UUID), allowed to hostNQN only, each listening on addr:port (nvmet port
 // ExportPortID, shared by all). Sorted by NQN. It is pure.
@@ -73,8 +46,8 @@ func ExportSpec(exports []Export, hostNQN, addr string, port int) []backend.Expo
 	for _, e := range exports {
 		h := hex.EncodeToString(e.UUID[:])
 		out = append(out, backend.Export{
-			NQN: NQN(e.UUID), Serial: h[:20], Model: "fabraid volume", CntlIDMin: e.CntlIDMin, CntlIDMax: e.CntlIDMax,
-			Namespaces: []backend.Namespace{{NSID: 1, Device: e.Device, UUID: FormatUUID(e.UUID), NGUID: h, ANAGroup: e.ANAGroup}},
+			NQN: volid.NQN(e.UUID), Serial: h[:20], Model: "fabraid volume", CntlIDMin: e.CntlIDMin, CntlIDMax: e.CntlIDMax,
+			Namespaces: []backend.Namespace{{NSID: 1, Device: e.Device, UUID: volid.Format(e.UUID), NGUID: h, ANAGroup: e.ANAGroup}},
 			Listeners:  []backend.Listener{{Transport: "tcp", Address: addr, ServiceID: strconv.Itoa(port), PortID: ExportPortID, ANAStates: e.anaStates()}},
 			Hosts:      []backend.Host{{NQN: hostNQN}},
 		})
@@ -93,7 +66,7 @@ func Connections(exports []Export, id nvmf.HostIdentity, addr string, port int) 
 	var out []nvmf.Options
 	for _, e := range exports {
 		out = append(out, nvmf.Options{Transport: nvmf.TCP, Address: addr, ServiceID: strconv.Itoa(port),
-			NQN: NQN(e.UUID), HostNQN: id.NQN, HostID: id.ID, Timeouts: &t})
+			NQN: volid.NQN(e.UUID), HostNQN: id.NQN, HostID: id.ID, Timeouts: &t})
 	}
 	return out, nil
 }
@@ -156,7 +129,7 @@ func (x *exporter) reconcileCluster(ctx context.Context, exports []Export, p *Cl
 // keepGoing a failed connect is joined into the error after the others
 // were tried.
 func (x *exporter) converge(ctx context.Context, exports []backend.Export, desired []nvmf.Options, keepGoing bool) (map[string]string, error) {
-	if _, err := x.target.Apply(ctx, backend.ApplyRequest{Scope: NQNPrefix, Exports: exports}); err != nil {
+	if _, err := x.target.Apply(ctx, backend.ApplyRequest{Scope: volid.NQNPrefix, Exports: exports}); err != nil {
 		return nil, fmt.Errorf("export: %w", err)
 	}
 	ctrls, err := x.sysfs.Controllers()
@@ -164,7 +137,7 @@ func (x *exporter) converge(ctx context.Context, exports []backend.Export, desir
 		return nil, fmt.Errorf("list controllers: %w", err)
 	}
 	x.noteExported(exports)
-	plan := nvmf.PlanConnections(desired, ctrls, NQNPrefix)
+	plan := nvmf.PlanConnections(desired, ctrls, volid.NQNPrefix)
 	var later []string // old paths of desired subsystems (paths.go)
 	if keepGoing {
 		plan.Disconnect, later = splitOldPaths(plan.Disconnect, desired, ctrls)

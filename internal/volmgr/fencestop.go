@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/fabraid/fabraid/internal/volid"
 	"github.com/fabraid/fabraid/plugins/backend"
 )
 
@@ -90,13 +91,15 @@ func (x *exporter) unlink(ctx context.Context, us [][16]byte) error {
 	spec := slices.Clone(x.applied)
 	x.lastMu.Unlock()
 	if spec == nil {
-		actual, err := x.target.List(ctx, NQNPrefix)
+		actual, err := x.target.List(ctx, volid.NQNPrefix)
 		if err != nil {
 			return fmt.Errorf("list exports: %w", err)
 		}
 		spec = actual
 	}
-	ours := func(nqn string) bool { return slices.ContainsFunc(us, func(u [16]byte) bool { return NQN(u) == nqn }) }
+	ours := func(nqn string) bool {
+		return slices.ContainsFunc(us, func(u [16]byte) bool { return volid.NQN(u) == nqn })
+	}
 	changed := false
 	for i := range spec {
 		if !ours(spec[i].NQN) {
@@ -111,12 +114,12 @@ func (x *exporter) unlink(ctx context.Context, us [][16]byte) error {
 		spec[i].Listeners = ls
 	}
 	if changed {
-		if _, err := x.target.Apply(ctx, backend.ApplyRequest{Scope: NQNPrefix, Exports: spec}); err != nil {
+		if _, err := x.target.Apply(ctx, backend.ApplyRequest{Scope: volid.NQNPrefix, Exports: spec}); err != nil {
 			return fmt.Errorf("export: %w", err)
 		}
 		x.noteExported(spec)
 	}
-	actual, err := x.target.List(ctx, NQNPrefix)
+	actual, err := x.target.List(ctx, volid.NQNPrefix)
 	if err != nil {
 		return fmt.Errorf("list exports after the unlink: %w", err)
 	}

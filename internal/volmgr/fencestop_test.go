@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabraid/fabraid/internal/volid"
 	"github.com/fabraid/fabraid/plugins/backend"
 )
 
@@ -86,11 +87,11 @@ func (f *orderEngine) Stop() error { f.log.add("stop %s", f.name); return f.stop
 // volume out of this pass's Stop list (its export stays).
 func TestStopFrozen(t *testing.T) {
 	ctx := context.Background()
-	// NQN(u) ends in "01", NQN(w) in "02".
+	// volid.NQN(u) ends in "01", volid.NQN(w) in "02".
 	u, w := [16]byte{15: 1}, [16]byte{15: 2}
 	spec := []backend.Export{
-		{NQN: NQN(u), Listeners: []backend.Listener{{Transport: "tcp", Address: "10.0.0.1", ServiceID: "4421"}}},
-		{NQN: NQN(w), Listeners: []backend.Listener{{Transport: "tcp", Address: "10.0.0.1", ServiceID: "4421"}}},
+		{NQN: volid.NQN(u), Listeners: []backend.Listener{{Transport: "tcp", Address: "10.0.0.1", ServiceID: "4421"}}},
+		{NQN: volid.NQN(w), Listeners: []backend.Listener{{Transport: "tcp", Address: "10.0.0.1", ServiceID: "4421"}}},
 	}
 	setup := func(applyErr, stopErr error) (*Manager, *opLog, *ClusterPlan) {
 		log := &opLog{}
@@ -157,7 +158,7 @@ func TestFrozenExportInaccessible(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	calls := b.anaCalls()
-	if len(calls) != 1 || calls[0].NQN != NQN(u) || calls[0].State != ANAInaccessible || calls[0].Group != out[0].ANAGroup {
+	if len(calls) != 1 || calls[0].NQN != volid.NQN(u) || calls[0].State != ANAInaccessible || calls[0].Group != out[0].ANAGroup {
 		t.Errorf("ANA calls after FreezeAll: %+v, want u's group %d inaccessible", calls, out[0].ANAGroup)
 	}
 	out, _ = m.x.withANA(ctx, []Export{{UUID: u}, {UUID: w}}, 0, 0, nil)

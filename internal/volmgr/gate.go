@@ -7,7 +7,9 @@ import (
 
 	"github.com/fabraid/fabraid/engine/layout"
 	"github.com/fabraid/fabraid/engine/superblock"
+	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/assembly"
+	"github.com/fabraid/fabraid/internal/volid"
 )
 
 // The start gate (boot-time assembly, docs/admin-guide.md "Boot").
@@ -127,7 +129,7 @@ func (m *Manager) gateCheck(u [16]byte, v *onDisk) error {
 // gateWait logs w when the decision (key) changed and returns it.
 func (m *Manager) gateWait(u [16]byte, v *onDisk, key string, w *WaitError) error {
 	if m.gate.logged[u] != key {
-		m.log.Warn("volume waits", "volume", v.name, "uuid", FormatUUID(u), "why", w.Reason)
+		m.log.Warn("volume waits", "volume", v.name, "uuid", volid.Format(u), "why", w.Reason)
 		m.gate.logged[u] = key
 	}
 	return w
@@ -163,7 +165,7 @@ func gateInput(v *onDisk, first, now time.Time, timeout time.Duration) assembly.
 	for s, ms := range v.sb.Members {
 		present := v.present[s]
 		in.Slots = append(in.Slots, assembly.Slot{
-			Member:   FormatUUID(ms.UUID),
+			Member:   volid.Format(ms.UUID),
 			Expected: (ms.Role == superblock.RoleActive || ms.Role == superblock.RoleRebuilding) && !(v.gone[s] && !present),
 			Present:  present,
 			InSync:   present && ms.Role == superblock.RoleActive,
@@ -174,8 +176,8 @@ func gateInput(v *onDisk, first, now time.Time, timeout time.Duration) assembly.
 
 // notRunningInfo is Info of a volume without a running engine: "waiting"
 // with the gate's reason and the geometry it read, else "stopped".
-func notRunningInfo(name string, u [16]byte, err error) Info {
-	in := Info{Name: name, UUID: FormatUUID(u), NQN: NQN(u), State: "stopped", Error: err.Error()}
+func notRunningInfo(name string, u [16]byte, err error) api.Volume {
+	in := api.Volume{Name: name, UUID: volid.Format(u), NQN: volid.NQN(u), State: "stopped", Error: err.Error()}
 	var w *WaitError
 	if errors.As(err, &w) {
 		g := w.Geometry

@@ -10,7 +10,9 @@ import (
 
 	"github.com/fabraid/fabraid/engine/layout"
 	"github.com/fabraid/fabraid/engine/superblock"
+	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/config"
+	"github.com/fabraid/fabraid/internal/volid"
 )
 
 // gateVolume is a 2+1 volume "g" as the scan sees it with the drives of
@@ -56,12 +58,12 @@ func newGateManager(t *testing.T, owner func([16]byte) (bool, error)) *gateManag
 
 // check runs the gate at `at` after the first call and returns whether it
 // lets the volume start, with the state and error volume show prints.
-func (g *gateManager) check(t *testing.T, u [16]byte, v *onDisk, at time.Duration) (bool, Info) {
+func (g *gateManager) check(t *testing.T, u [16]byte, v *onDisk, at time.Duration) (bool, api.Volume) {
 	t.Helper()
 	g.now = time.Unix(1e6, 0).Add(at)
 	g.names[u] = v.name
 	ok := g.mayStart(u, v)
-	in, err := g.Info(FormatUUID(u))
+	in, err := g.Info(volid.Format(u))
 	if err != nil {
 		t.Fatal(err)
 	}

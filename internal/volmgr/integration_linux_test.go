@@ -18,6 +18,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/config"
 	"github.com/fabraid/fabraid/internal/drive"
 	"github.com/fabraid/fabraid/internal/vmtest"
@@ -139,7 +140,7 @@ func (v *verifier) run(t *testing.T, stop <-chan struct{}, done chan<- struct{})
 	}
 }
 
-func waitTask(t *testing.T, m *volmgr.Manager, vol, kind string) volmgr.Info {
+func waitTask(t *testing.T, m *volmgr.Manager, vol, kind string) api.Volume {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
@@ -156,7 +157,7 @@ func waitTask(t *testing.T, m *volmgr.Manager, vol, kind string) volmgr.Info {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("%s did not finish in 60s", kind)
-	return volmgr.Info{}
+	return api.Volume{}
 }
 
 func volumePathGuest(t *testing.T, g *vmtest.Env) {
@@ -176,7 +177,7 @@ func volumePathGuest(t *testing.T, g *vmtest.Env) {
 		t.Fatal(err)
 	}
 	t0 := time.Now()
-	in, err := m.Create(ctx, volmgr.CreateRequest{Name: "vol0", K: 4, M: 2, Drives: g.Disks[:6]})
+	in, err := m.Create(ctx, api.CreateRequest{Name: "vol0", K: 4, M: 2, Drives: g.Disks[:6]})
 	if err != nil {
 		t.Fatal(err)
 	}

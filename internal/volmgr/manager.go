@@ -15,8 +15,10 @@ import (
 
 	"github.com/fabraid/fabraid/engine"
 	"github.com/fabraid/fabraid/engine/superblock"
+	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/config"
 	"github.com/fabraid/fabraid/internal/drive"
+	"github.com/fabraid/fabraid/internal/volid"
 	"github.com/fabraid/fabraid/kernel/nvmet"
 	"github.com/fabraid/fabraid/kernel/nvmf"
 	"github.com/fabraid/fabraid/kernel/ublk"
@@ -135,7 +137,7 @@ func New(o Options) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("host identity: %w", err)
 	}
-	// The volume manager applies only scope NQNPrefix (kernel nvmet: vol:
+	// The volume manager applies only scope volid.NQNPrefix (kernel nvmet: vol:
 	// subsystems and ports 18000-18099), so a drive exporter reconciling
 	// drive: subsystems on the same node (the cluster layer) and this one
 	// never undo each other.
@@ -256,7 +258,7 @@ type record struct {
 }
 
 func (m *Manager) recordPath(u [16]byte) string {
-	return filepath.Join(m.opts.Config.StateDir, "volumes", FormatUUID(u)+".json")
+	return filepath.Join(m.opts.Config.StateDir, "volumes", volid.Format(u)+".json")
 }
 
 func (m *Manager) loadRecord(u [16]byte) record {
@@ -315,7 +317,7 @@ func (m *Manager) reconcileLocked(ctx context.Context, skip map[[16]byte]bool) e
 	m.mu.Lock()
 	clear(m.heads)
 	for u := range consumed {
-		if h := heads[NQN(u)]; h != "" {
+		if h := heads[volid.NQN(u)]; h != "" {
 			m.heads[u] = h
 		}
 	}
@@ -428,19 +430,6 @@ func (m *Manager) recordedDevice(u [16]byte) string {
 	return dev
 }
 
-// CreateRequest describes a new volume.
-type CreateRequest struct {
-	Name      string   `json:"name"`
-	K         int      `json:"k"`
-	M         int      `json:"m"`
-	ChunkSize int      `json:"chunk_size,omitempty"` // default engine.DefaultChunkSize
-	Drives    []string `json:"drives,omitempty"`     // claimed, unused drives; default: the first K+M such
-	// In a cluster: Groups of K+M members (default 1) placed on Nodes
-	// (default: any alive node); Drives is not used there.
-	Groups int      `json:"groups,omitempty"`
-	Nodes  []string `json:"nodes,omitempty"`
-}
-
 // ErrInvalid is wrapped by errors in a request (bad name, geometry, drives).
 var ErrInvalid = errors.New("invalid request")
 
@@ -513,31 +502,31 @@ func pickDrives(free []drive.Drive, want []string, n int) ([]string, error) {
 
 // Create creates a volume on claimed drives, then starts, exports and
 // connects it (Reconcile).
-func (m *Manager) Create(ctx context.Context, r CreateRequest) (Info, error) {
+func (m *Manager) Create(ctx context.Context, r api.CreateRequest) (api.Volume, error) {
 	m.op.Lock()
 	defer m.op.Unlock()
-	if err := CheckNewVolumeName(r.Name); err != nil {
-		return Info{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	if err := volid.CheckNewName(r.Name); err != nil {
+		return api.Volume{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	vols, err := m.scan()
 	if err != nil {
-		return Info{}, err
+		return api.Volume{}, err
 	}
 	for _, v := range vols {
 		if v.name == r.Name {
-			return Info{}, fmt.Errorf("%w: volume %s already exists (%s)", ErrInvalid, r.Name, FormatUUID(v.uuid))
+			return api.Volume{}, fmt.Errorf("%w: volume %s already exists (%s)", ErrInvalid, r.Name, volid.Format(v.uuid))
 		}
 	}
 	if r.K < 2 || r.M < 1 || r.M > 4 {
-		return Info{}, fmt.Errorf("%w: volume %s: want --data >= 2 and --parity 1..4, got %d+%d", ErrInvalid, r.Name, r.K, r.M)
+		return api.Volume{}, fmt.Errorf("%w: volume %s: want --data >= 2 and --parity 1..4, got %d+%d", ErrInvalid, r.Name, r.K, r.M)
 	}
 	free, err := m.freeDrives(vols)
 	if err != nil {
-		return Info{}, err
+		return api.Volume{}, err
 	}
 	paths, err := pickDrives(free, r.Drives, r.K+r.M)
 	if err != nil {
-		return Info{}, fmt.Errorf("%w: volume %s: %w", ErrInvalid, r.Name, err)
+		return api.Volume{}, fmt.Errorf("%w: volume %s: %w", ErrInvalid, r.Name, err)
 	}
 	var devs []engine.Member
 	defer func() {
@@ -549,7 +538,7 @@ func (m *Manager) Create(ctx context.Context, r CreateRequest) (Info, error) {
 	for i, p := range paths {
 		fm, err := openMember(p, m.log)
 		if err != nil {
-			return Info{}, fmt.Errorf("volume %s: %w", r.Name, err)
+			return api.Volume{}, fmt.Errorf("volume %s: %w", r.Name, err)
 		}
 		devs = append(devs, fm)
 		domains[i] = m.opts.Config.NodeName
@@ -562,17 +551,17 @@ func (m *Manager) Create(ctx context.Context, r CreateRequest) (Info, error) {
 	defer closeExecutor(exec)
 	vol, err := engine.Create(cfg, devs, paths, engine.Options{Logger: m.log, Executor: exec})
 	if err != nil {
-		return Info{}, fmt.Errorf("create volume %s: %w", r.Name, err)
+		return api.Volume{}, fmt.Errorf("create volume %s: %w", r.Name, err)
 	}
 	u := vol.UUID()
 	if err := vol.Close(); err != nil {
-		return Info{}, fmt.Errorf("create volume %s: %w", r.Name, err)
+		return api.Volume{}, fmt.Errorf("create volume %s: %w", r.Name, err)
 	}
-	m.log.Info("volume created", "volume", r.Name, "uuid", FormatUUID(u), "k", r.K, "m", r.M, "members", paths)
+	m.log.Info("volume created", "volume", r.Name, "uuid", volid.Format(u), "k", r.K, "m", r.M, "members", paths)
 	if err := m.reconcileLocked(ctx, nil); err != nil {
-		return Info{}, err
+		return api.Volume{}, err
 	}
-	return m.Info(FormatUUID(u))
+	return m.Info(volid.Format(u))
 }
 
 // resolve finds a known volume by name or UUID.
@@ -580,7 +569,7 @@ func (m *Manager) resolve(ref string) ([16]byte, Engine, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for u, n := range m.names {
-		if n == ref || FormatUUID(u) == ref {
+		if n == ref || volid.Format(u) == ref {
 			e := m.engines[u]
 			if e == nil {
 				err := m.errs[u]

@@ -2,8 +2,6 @@ package volmgr
 
 import (
 	"fmt"
-	"strings"
-	"unicode"
 
 	"github.com/coreos/go-systemd/v22/unit"
 
@@ -19,45 +17,6 @@ const EngineUnitTemplate = "fabraid-engine@.service"
 // '-', a leading '.', and every byte outside [A-Za-z0-9:_.] become \xNN).
 func EngineUnit(volume string) string {
 	return "fabraid-engine@" + unit.UnitNameEscape(volume) + ".service"
-}
-
-// CheckVolumeName reports whether name can be a volume name: 1-32
-// characters, none of them whitespace, control characters, '/', quotes,
-// '\' or '$' (systemd passes the name to the engine on a command line,
-// where those would be split, unquoted or substituted).
-func CheckVolumeName(name string) error {
-	if name == "" || len(name) > 32 {
-		return fmt.Errorf("volume name %q: want 1-32 characters", name)
-	}
-	for _, r := range name {
-		if unicode.IsSpace(r) || unicode.IsControl(r) || r == unicode.ReplacementChar || strings.ContainsRune(`/"'\$`, r) {
-			return fmt.Errorf("volume name %q: no spaces, control characters, '/', quotes, '\\' or '$'", name)
-		}
-	}
-	return nil
-}
-
-// CheckNewVolumeName is the rule for the name of a volume being created:
-// 1-32 of the ASCII letters, digits, '_', '.' and '-', the first a letter,
-// digit or '_'. Every such name is its own /dev/fabraid/<name> link (udev
-// keeps these characters as they are), its own engine unit and its own
-// Storage Scale NSD name; it cannot be taken for an option ("--help"),
-// for "." or "..", and it carries no invisible or direction-changing
-// characters. Volumes made before this rule keep their names
-// (CheckVolumeName).
-func CheckNewVolumeName(name string) error {
-	if err := CheckVolumeName(name); err != nil {
-		return err
-	}
-	for i, r := range name {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_':
-		case (r == '.' || r == '-') && i > 0:
-		default:
-			return fmt.Errorf("volume name %q: use ASCII letters, digits, '_', '.' and '-', starting with a letter, digit or '_'", name)
-		}
-	}
-	return nil
 }
 
 // SystemdProbe is what the daemon found out about systemd at startup.

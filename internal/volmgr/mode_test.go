@@ -31,36 +31,6 @@ func TestEngineUnit(t *testing.T) {
 	}
 }
 
-func TestCheckVolumeName(t *testing.T) {
-	for _, ok := range []string{"vol0", "vol-0", "a.b_c:d", "ü", "..", strings.Repeat("x", 32)} {
-		if err := CheckVolumeName(ok); err != nil {
-			t.Errorf("CheckVolumeName(%q): %v", ok, err)
-		}
-	}
-	for _, bad := range []string{"", strings.Repeat("x", 33), "a b", "a/b", "a\tb", `a"b`, "a'b", `a\b`, "a$HOME", "a\x01b", "a\xffb"} {
-		if err := CheckVolumeName(bad); err == nil {
-			t.Errorf("CheckVolumeName(%q) accepted", bad)
-		}
-	}
-}
-
-func TestCheckNewVolumeName(t *testing.T) {
-	for _, ok := range []string{"vol0", "vol-0", "db_1", "_x", "a.b-c", "V", strings.Repeat("x", 32)} {
-		if err := CheckNewVolumeName(ok); err != nil {
-			t.Errorf("CheckNewVolumeName(%q): %v", ok, err)
-		}
-	}
-	// Names that collapse into another's link (udev turns what it does
-	// not keep into '_'), look like options or directories, or hide
-	// characters.
-	for _, bad := range []string{"", strings.Repeat("x", 33), "db:1", "db;1", "db,1", "--help", "-x", ".", "..", ".hidden",
-		"ü", "vol\u200b0", "vol\u202e0", "a b", "a/b", "a$HOME", "a\x01b", "a\xffb"} {
-		if err := CheckNewVolumeName(bad); err == nil {
-			t.Errorf("CheckNewVolumeName(%q) accepted", bad)
-		}
-	}
-}
-
 func TestChooseEngineMode(t *testing.T) {
 	noBus := errors.New("dial unix /run/dbus/system_bus_socket: no such file")
 	ok := SystemdProbe{Booted: true, TemplateLoadState: "loaded"}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/fabraid/fabraid/engine"
+	"github.com/fabraid/fabraid/internal/volid"
 	"github.com/fabraid/fabraid/kernel/ublk"
 )
 
@@ -16,7 +17,7 @@ import (
 // an older daemon ran.
 func TestChildArgsOwnerDomain(t *testing.T) {
 	s := EngineSpec{UUID: [16]byte{1}, Name: "v", Members: []string{"/dev/a", "/dev/b"}, UblkID: 3}
-	base := []string{"engine", "--uuid", FormatUUID(s.UUID), "--members", "/dev/a,/dev/b", "--ublk-id", "3", "--socket", "/s"}
+	base := []string{"engine", "--uuid", volid.Format(s.UUID), "--members", "/dev/a,/dev/b", "--ublk-id", "3", "--socket", "/s"}
 	if got := childArgs(s, "/s"); !slices.Equal(got, base) {
 		t.Fatalf("args without owner domain: %q, want %q", got, base)
 	}

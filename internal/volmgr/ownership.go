@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fabraid/fabraid/engine"
+	"github.com/fabraid/fabraid/internal/volid"
 )
 
 // Ownership in cluster mode
@@ -46,7 +47,7 @@ func (m *Manager) FreezeAll() error {
 	var frozen [][16]byte
 	for u, e := range m.engineSnapshot() {
 		if err := e.Freeze(); err != nil {
-			errs = append(errs, fmt.Errorf("volume %s: freeze: %w", FormatUUID(u), err))
+			errs = append(errs, fmt.Errorf("volume %s: freeze: %w", volid.Format(u), err))
 			continue
 		}
 		frozen = append(frozen, u)

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/fabraid/fabraid/engine"
+	"github.com/fabraid/fabraid/internal/api"
 )
 
 // The volume's rebuild bytes come from the running rebuild, else from the
@@ -14,13 +15,13 @@ func TestRebuildBytes(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		s    engine.Status
-		want *RebuildBytes
+		want *api.RebuildBytes
 	}{
 		{"none", engine.Status{}, nil},
 		{"last", engine.Status{LastRebuild: last, Progress: &engine.Progress{Kind: "scrub"}},
-			&RebuildBytes{Partial: true, Regions: 2, CoverBytes: 2 << 20, Bytes: 2 << 20, MemberBytes: 64 << 20}},
+			&api.RebuildBytes{Partial: true, Regions: 2, CoverBytes: 2 << 20, Bytes: 2 << 20, MemberBytes: 64 << 20}},
 		{"running", engine.Status{LastRebuild: last, Progress: run},
-			&RebuildBytes{Running: true, CoverBytes: 64 << 20, Bytes: 1 << 20, MemberBytes: 64 << 20}},
+			&api.RebuildBytes{Running: true, CoverBytes: 64 << 20, Bytes: 1 << 20, MemberBytes: 64 << 20}},
 	} {
 		got := rebuildBytes(tc.s)
 		if (got == nil) != (tc.want == nil) || got != nil && *got != *tc.want {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fabraid/fabraid/engine/superblock"
+	"github.com/fabraid/fabraid/internal/volid"
 )
 
 // Member removal (udev "remove", as mdadm --incremental --fail): the
@@ -91,7 +92,7 @@ func (m *Manager) MemberRemoved(dev string) (string, error) {
 				errs = append(errs, fmt.Errorf("volume %s: engine cannot record a removed member", st.Engine.Name))
 				continue
 			}
-			m.log.Warn("member device removed; failing it as missing", "volume", st.Engine.Name, "uuid", FormatUUID(u), "slot", ms.Slot, "device", dev)
+			m.log.Warn("member device removed; failing it as missing", "volume", st.Engine.Name, "uuid", volid.Format(u), "slot", ms.Slot, "device", dev)
 			if err := r.Removed(ms.Slot); err != nil {
 				errs = append(errs, err)
 				continue

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/fabraid/fabraid/engine/superblock"
+	"github.com/fabraid/fabraid/internal/volid"
 )
 
 // ErrNotRunning is wrapped by ReplacePlanned when the volume has no
@@ -20,7 +21,7 @@ var ErrNotRunning = errors.New("engine not running")
 // started. It returns the member UUID the engine wrote on path and
 // whether this call started the replace.
 func (m *Manager) ReplacePlanned(u [16]byte, slot int, path string, rate int64) ([16]byte, bool, error) {
-	ref := FormatUUID(u)
+	ref := volid.Format(u)
 	_, e, err := m.resolve(ref)
 	if e == nil {
 		return [16]byte{}, false, fmt.Errorf("%w: %w", ErrNotRunning, err)

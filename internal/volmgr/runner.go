@@ -13,6 +13,7 @@ import (
 
 	"github.com/fabraid/fabraid/engine"
 	"github.com/fabraid/fabraid/engine/layout"
+	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/kernel/memberio"
 	"github.com/fabraid/fabraid/kernel/ublk"
 )
@@ -50,26 +51,17 @@ type Engine interface {
 
 // EngineStatus is what an engine reports.
 type EngineStatus struct {
-	Engine    engine.Status `json:"engine"`
-	UblkID    int           `json:"ublk_id"`
-	UblkPath  string        `json:"ublk_path"`
-	PID       int           `json:"pid"`
-	Task      string        `json:"task,omitempty"` // "rebuild" or "scrub" while one runs
-	LastTask  *TaskResult   `json:"last_task,omitempty"`
-	StartedAt time.Time     `json:"started_at"`
+	Engine    engine.Status   `json:"engine"`
+	UblkID    int             `json:"ublk_id"`
+	UblkPath  string          `json:"ublk_path"`
+	PID       int             `json:"pid"`
+	Task      string          `json:"task,omitempty"` // "rebuild" or "scrub" while one runs
+	LastTask  *api.TaskResult `json:"last_task,omitempty"`
+	StartedAt time.Time       `json:"started_at"`
 	// IO are the volume's request counters since the engine started.
 	IO engine.IOStats `json:"io"`
 	// Frozen: the engine issues no member I/O (Freeze) until a Thaw.
 	Frozen bool `json:"frozen,omitempty"`
-}
-
-// TaskResult is the outcome of the last finished background task.
-type TaskResult struct {
-	Kind     string              `json:"kind"`
-	Error    string              `json:"error,omitempty"`
-	Scrub    *engine.ScrubReport `json:"scrub,omitempty"`
-	Finished time.Time           `json:"finished"`
-	Seconds  float64             `json:"seconds"`
 }
 
 // ErrBusy is returned when a background task is already running.
@@ -89,7 +81,7 @@ type Local struct {
 	task   string
 	cancel context.CancelFunc
 	done   chan struct{}
-	last   *TaskResult
+	last   *api.TaskResult
 }
 
 // LocalOptions tune how a Local serves its volume.
@@ -338,7 +330,7 @@ func (l *Local) start(kind string, f func(context.Context) (*engine.ScrubReport,
 		defer close(done)
 		t0 := time.Now()
 		rep, err := f(ctx)
-		res := &TaskResult{Kind: kind, Scrub: rep, Finished: time.Now().UTC(), Seconds: time.Since(t0).Seconds()}
+		res := &api.TaskResult{Kind: kind, Scrub: rep, Finished: time.Now().UTC(), Seconds: time.Since(t0).Seconds()}
 		if err != nil {
 			res.Error = err.Error()
 			l.log.Error("background task failed", "volume", l.vol.Name(), "task", kind, "err", err)

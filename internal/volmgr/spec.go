@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/fabraid/fabraid/internal/volid"
 	"github.com/fabraid/fabraid/kernel/ublk"
 )
 
@@ -54,7 +55,7 @@ func ReadSpec(path string) (SpecFile, error) {
 	if err := json.Unmarshal(b, &s); err != nil {
 		return SpecFile{}, fmt.Errorf("engine spec %s: %w", path, err)
 	}
-	if _, err := ParseUUID(s.UUID); err != nil {
+	if _, err := volid.ParseUUID(s.UUID); err != nil {
 		return SpecFile{}, fmt.Errorf("engine spec %s: uuid: %w", path, err)
 	}
 	if s.Name == "" || len(s.Members) == 0 || s.Socket == "" {

@@ -132,18 +132,6 @@ func TestSpecMembers(t *testing.T) {
 	}
 }
 
-func TestParseUUID(t *testing.T) {
-	u, err := ParseUUID("2A41FE5D-02c3-4f6e-a0ea-405f6db4a064")
-	if err != nil || FormatUUID(u) != "2a41fe5d-02c3-4f6e-a0ea-405f6db4a064" {
-		t.Errorf("ParseUUID: %v %v", FormatUUID(u), err)
-	}
-	for _, s := range []string{"", "2a41fe5d02c34f6ea0ea405f6db4a064", "2a41fe5d-02c3-4f6e-a0ea-405f6db4a06g", "2a41fe5d-02c34-f6e-a0ea-405f6db4a064"} {
-		if _, err := ParseUUID(s); err == nil {
-			t.Errorf("ParseUUID(%q) succeeded", s)
-		}
-	}
-}
-
 func TestChildEnv(t *testing.T) {
 	got := childEnv([]string{"PATH=/bin", "NOTIFY_SOCKET=/run/systemd/notify", "WATCHDOG_USEC=1", "WATCHDOG_PID=2", "HOME=/root"})
 	if !reflect.DeepEqual(got, []string{"PATH=/bin", "HOME=/root"}) {

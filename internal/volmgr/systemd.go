@@ -10,6 +10,8 @@ import (
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 	"github.com/coreos/go-systemd/v22/util"
+
+	"github.com/fabraid/fabraid/internal/volid"
 )
 
 // Engines as systemd units
@@ -154,7 +156,7 @@ func SystemdStarter(runDir string, log *slog.Logger) StartFunc {
 
 func (sc *systemdConn) start(ctx context.Context, runDir string, s EngineSpec, log *slog.Logger) (Engine, error) {
 	unit := EngineUnit(s.Name)
-	if err := CheckVolumeName(s.Name); err != nil {
+	if err := volid.CheckName(s.Name); err != nil {
 		return nil, fmt.Errorf("volmgr: start %s: %w (use engine_mode = process for this volume's node)", unit, err)
 	}
 	c, err := sc.get(ctx)
@@ -223,7 +225,7 @@ func (sc *systemdConn) start(ctx context.Context, runDir string, s EngineSpec, l
 
 // specFile is the spec file of s's engine unit, answering on sock.
 func specFile(s EngineSpec, sock string) SpecFile {
-	return SpecFile{UUID: FormatUUID(s.UUID), Name: s.Name, Members: s.Members, UblkID: s.UblkID, Socket: sock, OwnerDomain: s.OwnerDomain, Epoch: s.Epoch}
+	return SpecFile{UUID: volid.Format(s.UUID), Name: s.Name, Members: s.Members, UblkID: s.UblkID, Socket: sock, OwnerDomain: s.OwnerDomain, Epoch: s.Epoch}
 }
 
 // mergeSpec returns want, except that the ublk device id of the spec file

@@ -19,7 +19,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/fabraid/fabraid/internal/volmgr"
+	"github.com/fabraid/fabraid/internal/api"
 )
 
 // Type is the Scale device type of every fabraid device.
@@ -27,7 +27,7 @@ const Type = "generic"
 
 // Lister returns the node's volumes; *api.Client is one.
 type Lister interface {
-	Volumes() ([]volmgr.Info, error)
+	Volumes() ([]api.Volume, error)
 }
 
 // Device is one nsddevices line.
@@ -86,7 +86,7 @@ func (e Env) dev() string {
 // Select returns the devices of vols whose consumer device is an NVMe head
 // present in parts and as a block device under dev, sorted by name. The
 // others are returned as reasons (volume -> why it is not listed).
-func Select(vols []volmgr.Info, parts map[string]bool, dev string) ([]Device, map[string]string) {
+func Select(vols []api.Volume, parts map[string]bool, dev string) ([]Device, map[string]string) {
 	var out []Device
 	skipped := map[string]string{}
 	for _, v := range vols {

@@ -27,7 +27,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/fabraid/fabraid/internal/volmgr"
+	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/nsd/name"
 )
 
@@ -124,13 +124,13 @@ func (o Options) check() (usage string, fg int, err error) {
 // volume of this node). It refuses, naming the volumes: unknown volumes,
 // volumes without a consumer device on this node, names that do not map,
 // and volumes whose NSD names would collide with another volume's.
-func Build(vols []volmgr.Info, o Options) ([]Stanza, error) {
+func Build(vols []api.Volume, o Options) ([]Stanza, error) {
 	usage, fg, err := o.check()
 	if err != nil {
 		return nil, err
 	}
 	var all []string
-	byName := map[string]volmgr.Info{}
+	byName := map[string]api.Volume{}
 	for _, v := range vols {
 		all = append(all, v.Name)
 		byName[v.Name] = v

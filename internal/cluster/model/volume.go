@@ -88,7 +88,7 @@ type VolumeStatus struct {
 	// returning member, from the write-intent bitmap) copied.
 	ResyncBytes int64  `json:"resync_bytes"`
 	Error       string `json:"error,omitempty"`
-	// LastTask is the owner's volmgr.TaskResult of the last finished
+	// LastTask is the owner's api.TaskResult of the last finished
 	// rebuild or scrub, as JSON (what --wait on another node waits for).
 	LastTask json.RawMessage `json:"last_task,omitempty"`
 	// Epoch is the owner epoch the owner's engine runs at, and Exported
@@ -97,7 +97,7 @@ type VolumeStatus struct {
 	// for (docs/cluster.md, "Planned move").
 	Epoch    uint64 `json:"epoch,omitempty"`
 	Exported bool   `json:"exported,omitempty"`
-	// ChunkSize, Journal and OwnerJournal are the engine's (volmgr.Info):
+	// ChunkSize, Journal and OwnerJournal are the engine's (api.Volume):
 	// what the other nodes show of the volume.
 	ChunkSize    int       `json:"chunk_size,omitempty"`
 	Journal      bool      `json:"journal,omitempty"`

@@ -33,7 +33,7 @@ import (
 	"github.com/fabraid/fabraid/internal/exporter"
 	"github.com/fabraid/fabraid/internal/importer"
 	"github.com/fabraid/fabraid/internal/placement"
-	"github.com/fabraid/fabraid/internal/volmgr"
+	"github.com/fabraid/fabraid/internal/volid"
 	"github.com/fabraid/fabraid/kernel/nvmf"
 )
 
@@ -131,7 +131,7 @@ func NewVolume(v View, req placement.Request, uuid [16]byte, now time.Time) (mod
 		return model.Volume{}, err
 	}
 	rec := model.Volume{
-		Version: model.VolumeVersion, UUID: volmgr.FormatUUID(uuid), Name: p.Name, K: p.K, M: p.M, Groups: p.Groups,
+		Version: model.VolumeVersion, UUID: volid.Format(uuid), Name: p.Name, K: p.K, M: p.M, Groups: p.Groups,
 		Owner: p.Owner, State: model.VolumeCreating, MemberSize: p.MemberSize, Created: now.UTC(),
 	}
 	for i, m := range p.Members {
@@ -216,7 +216,7 @@ func ImporterInput(v View, id nvmf.HostIdentity, local map[string]string) Import
 		if _, held := v.Held[vol.UUID]; !held {
 			continue
 		}
-		u, err := volmgr.ParseUUID(vol.UUID)
+		u, err := volid.ParseUUID(vol.UUID)
 		if err != nil {
 			continue // volumes.DecodeVolume refuses such records
 		}
@@ -224,7 +224,7 @@ func ImporterInput(v View, id nvmf.HostIdentity, local map[string]string) Import
 		for _, m := range vol.Members {
 			s := Slot{VolumeMember: m}
 			if m.UUID != "" {
-				if mu, err := volmgr.ParseUUID(m.UUID); err == nil {
+				if mu, err := volid.ParseUUID(m.UUID); err == nil {
 					s.Member, s.Known = mu, true
 					imp.Input.Members = append(imp.Input.Members, mu)
 				}
@@ -283,7 +283,7 @@ func (imp Import) Paths(r importer.Result) map[[16]byte][]string {
 type Consumer struct {
 	UUID      [16]byte
 	Name      string
-	NQN       string   // volmgr.NQN(UUID)
+	NQN       string   // volid.NQN(UUID)
 	Owner     string   // node name
 	Addresses []string // the owner's storage addresses
 }
@@ -299,11 +299,11 @@ func Consumers(v View) []Consumer {
 			continue
 		}
 		n, ok := v.node(vol.Owner)
-		u, err := volmgr.ParseUUID(vol.UUID)
+		u, err := volid.ParseUUID(vol.UUID)
 		if !ok || len(n.StorageAddresses) == 0 || err != nil {
 			continue
 		}
-		out = append(out, Consumer{UUID: u, Name: vol.Name, NQN: volmgr.NQN(u), Owner: vol.Owner, Addresses: slices.Clone(n.StorageAddresses)})
+		out = append(out, Consumer{UUID: u, Name: vol.Name, NQN: volid.NQN(u), Owner: vol.Owner, Addresses: slices.Clone(n.StorageAddresses)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out

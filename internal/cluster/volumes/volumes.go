@@ -427,8 +427,8 @@ func check(v model.Volume) error {
 	return nil
 }
 
-// checkName refuses names that are no safe key (the volume manager's
-// CheckVolumeName is stricter and runs before placement).
+// checkName refuses names that are no safe key (volid.CheckNewName is
+// stricter and runs before placement).
 func checkName(name string) error {
 	if name == "" || len(name) > 255 || !utf8.ValidString(name) || strings.ContainsFunc(name, func(r rune) bool { return r == '/' || unicode.IsControl(r) }) {
 		return fmt.Errorf("%w: volume name %q", ErrInvalid, name)
