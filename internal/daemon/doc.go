@@ -23,12 +23,19 @@
 // Read at every scrape from the volume manager (no cached counters):
 //
 //	fabraid_volume_info{volume,uuid,device,nqn}          1
-//	fabraid_volume_state{volume,state}                   1 for the current state
+//	fabraid_volume_state{volume,state}                   1 for the current state (optimal, degraded, rebuilding, failed, stopped, waiting)
 //	fabraid_volume_size_bytes{volume}
 //	fabraid_volume_failed_members{volume}
 //	fabraid_volume_stale_members{volume}
 //	fabraid_volume_task_progress_ratio{volume,kind}      0..1 while a rebuild, resync or scrub runs
 //	fabraid_volume_scrub_mismatches{volume}              of the last scrub
+//	fabraid_volume_write_hole_stripes{volume}            normally 0
+//	fabraid_volume_rebuild_written_bytes{volume}         the running or last rebuild: written so far,
+//	fabraid_volume_rebuild_to_write_bytes{volume}        to write when it started,
+//	fabraid_volume_rebuild_member_bytes{volume}          one member's data area,
+//	fabraid_volume_rebuild_partial{volume}               1: a resync of returning members,
+//	fabraid_volume_rebuild_running{volume}               1: still running
+//	fabraid_volume_requests_total{volume,op} ...         the engine's I/O counters (metrics.go)
 //	fabraid_reconcile_errors_total
 //
 // # Engines

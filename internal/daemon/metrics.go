@@ -1,8 +1,6 @@
 package daemon
 
 import (
-	"strconv"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fabraid/fabraid/engine"
@@ -11,15 +9,22 @@ import (
 
 var (
 	descInfo     = prometheus.NewDesc("fabraid_volume_info", "A volume and its consumer device (value 1).", []string{"volume", "uuid", "device", "nqn"}, nil)
-	descState    = prometheus.NewDesc("fabraid_volume_state", "1 for the volume's current state.", []string{"volume", "state"}, nil)
+	descState    = prometheus.NewDesc("fabraid_volume_state", "1 for the volume's current state, 0 for the others: optimal, degraded, rebuilding, failed, stopped (no engine runs or answers), waiting (held back by the start gate: members missing at boot, fewer than k in sync, or the cluster owner check). volume show says why.", []string{"volume", "state"}, nil)
 	descSize     = prometheus.NewDesc("fabraid_volume_size_bytes", "Volume size.", []string{"volume"}, nil)
 	descFailed   = prometheus.NewDesc("fabraid_volume_failed_members", "Members marked failed.", []string{"volume"}, nil)
 	descStale    = prometheus.NewDesc("fabraid_volume_stale_members", "Members being rebuilt or resynced.", []string{"volume"}, nil)
 	descProgress = prometheus.NewDesc("fabraid_volume_task_progress_ratio", "Progress of the running rebuild, resync or scrub (0..1).", []string{"volume", "kind"}, nil)
 	descScrub    = prometheus.NewDesc("fabraid_volume_scrub_mismatches", "Parity mismatches found by the last scrub.", []string{"volume"}, nil)
 	descHole     = prometheus.NewDesc("fabraid_volume_write_hole_stripes", "Stripes whose lost chunks may read back wrong after the last unclean stop (a member lost at the crash itself); normally 0.", []string{"volume"}, nil)
-	descRebuild  = prometheus.NewDesc("fabraid_volume_rebuild_bytes", "Member data bytes of the running or last rebuild since the engine started, summed over its targets. partial true: a resync of returning members (only the write-intent bitmap's regions). what: written (so far), to_write (when it started; bitmap regions times region size for a resync), member (one member's data area).", []string{"volume", "partial", "what"}, nil)
-	descErrors   = prometheus.NewDesc("fabraid_reconcile_errors_total", "Reconcile runs that ended with an error.", nil, nil)
+	// The running or last rebuild since the engine started (api.RebuildBytes),
+	// one quantity per metric: written / to_write is its progress in bytes,
+	// written / member the share of a member it copied.
+	descRebuildWritten = prometheus.NewDesc("fabraid_volume_rebuild_written_bytes", "Member data bytes the running or last rebuild since the engine started has written so far, summed over its targets.", []string{"volume"}, nil)
+	descRebuildToWrite = prometheus.NewDesc("fabraid_volume_rebuild_to_write_bytes", "Member data bytes the running or last rebuild had to write when it started, summed over its targets (a resync: its bitmap regions times the region size).", []string{"volume"}, nil)
+	descRebuildMember  = prometheus.NewDesc("fabraid_volume_rebuild_member_bytes", "The data area of one member of the volume (the size a full rebuild of one target writes).", []string{"volume"}, nil)
+	descRebuildPartial = prometheus.NewDesc("fabraid_volume_rebuild_partial", "1 when the running or last rebuild is a resync of returning members (only the write-intent bitmap's regions), 0 for a full rebuild.", []string{"volume"}, nil)
+	descRebuildRunning = prometheus.NewDesc("fabraid_volume_rebuild_running", "1 while the rebuild the fabraid_volume_rebuild_* metrics describe runs, 0 when they describe the last one, which has ended.", []string{"volume"}, nil)
+	descErrors         = prometheus.NewDesc("fabraid_reconcile_errors_total", "Reconcile runs that ended with an error.", nil, nil)
 
 	// I/O counters of the volume's engine, reset when its process restarts.
 	descRequests     = prometheus.NewDesc("fabraid_volume_requests_total", "Requests completed by the engine (op: read, write, flush), successfully or not.", []string{"volume", "op"}, nil)
@@ -41,7 +46,8 @@ type collector struct {
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInfo, descState, descSize, descFailed, descStale, descProgress, descScrub, descHole, descRebuild, descErrors,
+	for _, d := range []*prometheus.Desc{descInfo, descState, descSize, descFailed, descStale, descProgress, descScrub, descHole,
+		descRebuildWritten, descRebuildToWrite, descRebuildMember, descRebuildPartial, descRebuildRunning, descErrors,
 		descRequests, descReadBytes, descWriteBytes, descIOErrors, descMemberErrors, descDuration} {
 		ch <- d
 	}
@@ -56,11 +62,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, v := range list() {
 		ch <- prometheus.MustNewConstMetric(descInfo, prometheus.GaugeValue, 1, v.Name, v.UUID, v.Device, v.NQN)
 		for _, s := range volumeStates {
-			val := 0.0
-			if s == v.State {
-				val = 1
-			}
-			ch <- prometheus.MustNewConstMetric(descState, prometheus.GaugeValue, val, v.Name, s)
+			ch <- prometheus.MustNewConstMetric(descState, prometheus.GaugeValue, boolValue(s == v.State), v.Name, s)
 		}
 		ch <- prometheus.MustNewConstMetric(descSize, prometheus.GaugeValue, float64(v.Size), v.Name)
 		ch <- prometheus.MustNewConstMetric(descFailed, prometheus.GaugeValue, float64(v.Failed), v.Name)
@@ -75,15 +77,23 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descHole, prometheus.GaugeValue, float64(v.WriteHoleStripes), v.Name)
 		}
 		if r := v.Rebuild; r != nil {
-			partial := strconv.FormatBool(r.Partial)
-			ch <- prometheus.MustNewConstMetric(descRebuild, prometheus.GaugeValue, float64(r.Bytes), v.Name, partial, "written")
-			ch <- prometheus.MustNewConstMetric(descRebuild, prometheus.GaugeValue, float64(r.CoverBytes), v.Name, partial, "to_write")
-			ch <- prometheus.MustNewConstMetric(descRebuild, prometheus.GaugeValue, float64(r.MemberBytes), v.Name, partial, "member")
+			ch <- prometheus.MustNewConstMetric(descRebuildWritten, prometheus.GaugeValue, float64(r.Bytes), v.Name)
+			ch <- prometheus.MustNewConstMetric(descRebuildToWrite, prometheus.GaugeValue, float64(r.CoverBytes), v.Name)
+			ch <- prometheus.MustNewConstMetric(descRebuildMember, prometheus.GaugeValue, float64(r.MemberBytes), v.Name)
+			ch <- prometheus.MustNewConstMetric(descRebuildPartial, prometheus.GaugeValue, boolValue(r.Partial), v.Name)
+			ch <- prometheus.MustNewConstMetric(descRebuildRunning, prometheus.GaugeValue, boolValue(r.Running), v.Name)
 		}
 		if v.IO != nil {
 			collectIO(ch, v.Name, v.IO)
 		}
 	}
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func collectIO(ch chan<- prometheus.Metric, name string, io *engine.IOStats) {

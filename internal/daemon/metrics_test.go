@@ -98,24 +98,64 @@ fabraid_volume_write_hole_stripes{volume="v1"} 0
 	}
 }
 
-// The running or last rebuild's bytes are exported per volume: a partial
-// resync of a returning member shows what it wrote against what it had to
-// write and the member's size.
+// The running or last rebuild's bytes are exported per volume, one
+// quantity per metric: a partial resync of a returning member shows what it
+// wrote against what it had to write and the member's size; a full rebuild
+// that has just started, of two targets, has twice a member to write.
 func TestMetricsRebuildBytes(t *testing.T) {
 	vols := []api.Volume{
-		{Name: "v0", State: "optimal", Rebuild: &api.RebuildBytes{Partial: true, Regions: 3, CoverBytes: 3 << 20, Bytes: 3 << 20, MemberBytes: 31 << 20}},
+		{Name: "v0", State: "optimal", Rebuild: &api.RebuildBytes{Partial: true, Regions: 3, CoverBytes: 3 << 20, Bytes: 2 << 20, MemberBytes: 31 << 20}},
 		{Name: "v1", State: "optimal"}, // never rebuilt since its engine started
+		{Name: "v2", State: "rebuilding", Rebuild: &api.RebuildBytes{Running: true, CoverBytes: 2 * 32 << 20, MemberBytes: 32 << 20}}, // two replacements
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(&collector{d: testDaemon(t), list: func() []api.Volume { return vols }})
 	want := `
-# HELP fabraid_volume_rebuild_bytes Member data bytes of the running or last rebuild since the engine started, summed over its targets. partial true: a resync of returning members (only the write-intent bitmap's regions). what: written (so far), to_write (when it started; bitmap regions times region size for a resync), member (one member's data area).
-# TYPE fabraid_volume_rebuild_bytes gauge
-fabraid_volume_rebuild_bytes{partial="true",volume="v0",what="member"} 3.2505856e+07
-fabraid_volume_rebuild_bytes{partial="true",volume="v0",what="to_write"} 3.145728e+06
-fabraid_volume_rebuild_bytes{partial="true",volume="v0",what="written"} 3.145728e+06
+# HELP fabraid_volume_rebuild_written_bytes Member data bytes the running or last rebuild since the engine started has written so far, summed over its targets.
+# TYPE fabraid_volume_rebuild_written_bytes gauge
+fabraid_volume_rebuild_written_bytes{volume="v0"} 2.097152e+06
+fabraid_volume_rebuild_written_bytes{volume="v2"} 0
+# HELP fabraid_volume_rebuild_to_write_bytes Member data bytes the running or last rebuild had to write when it started, summed over its targets (a resync: its bitmap regions times the region size).
+# TYPE fabraid_volume_rebuild_to_write_bytes gauge
+fabraid_volume_rebuild_to_write_bytes{volume="v0"} 3.145728e+06
+fabraid_volume_rebuild_to_write_bytes{volume="v2"} 6.7108864e+07
+# HELP fabraid_volume_rebuild_member_bytes The data area of one member of the volume (the size a full rebuild of one target writes).
+# TYPE fabraid_volume_rebuild_member_bytes gauge
+fabraid_volume_rebuild_member_bytes{volume="v0"} 3.2505856e+07
+fabraid_volume_rebuild_member_bytes{volume="v2"} 3.3554432e+07
+# HELP fabraid_volume_rebuild_partial 1 when the running or last rebuild is a resync of returning members (only the write-intent bitmap's regions), 0 for a full rebuild.
+# TYPE fabraid_volume_rebuild_partial gauge
+fabraid_volume_rebuild_partial{volume="v0"} 1
+fabraid_volume_rebuild_partial{volume="v2"} 0
+# HELP fabraid_volume_rebuild_running 1 while the rebuild the fabraid_volume_rebuild_* metrics describe runs, 0 when they describe the last one, which has ended.
+# TYPE fabraid_volume_rebuild_running gauge
+fabraid_volume_rebuild_running{volume="v0"} 0
+fabraid_volume_rebuild_running{volume="v2"} 1
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "fabraid_volume_rebuild_bytes"); err != nil {
+	names := []string{"fabraid_volume_rebuild_written_bytes", "fabraid_volume_rebuild_to_write_bytes", "fabraid_volume_rebuild_member_bytes",
+		"fabraid_volume_rebuild_partial", "fabraid_volume_rebuild_running"}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
+		t.Error(err)
+	}
+}
+
+// A volume waiting at boot (members missing, or the cluster owner check)
+// is state waiting: 1 for it, 0 for the other states.
+func TestMetricsStateWaiting(t *testing.T) {
+	vols := []api.Volume{{Name: "v0", State: "waiting", Error: "volume v0: waiting for 1 of 4 members (slot 3, member ...); starts degraded in 3s"}}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(&collector{d: testDaemon(t), list: func() []api.Volume { return vols }})
+	want := `
+# HELP fabraid_volume_state 1 for the volume's current state, 0 for the others: optimal, degraded, rebuilding, failed, stopped (no engine runs or answers), waiting (held back by the start gate: members missing at boot, fewer than k in sync, or the cluster owner check). volume show says why.
+# TYPE fabraid_volume_state gauge
+fabraid_volume_state{state="degraded",volume="v0"} 0
+fabraid_volume_state{state="failed",volume="v0"} 0
+fabraid_volume_state{state="optimal",volume="v0"} 0
+fabraid_volume_state{state="rebuilding",volume="v0"} 0
+fabraid_volume_state{state="stopped",volume="v0"} 0
+fabraid_volume_state{state="waiting",volume="v0"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "fabraid_volume_state"); err != nil {
 		t.Error(err)
 	}
 }
