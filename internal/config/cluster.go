@@ -43,12 +43,17 @@ type Cluster struct {
 	// the client certificate CertFile/KeyFile and the CA CAFile.
 	Endpoints                 []string
 	CAFile, CertFile, KeyFile string
+	// RequireAuth (require_auth, default true): a node whose NVMe target
+	// has no DH-HMAC-CHAP exports no drives and no volumes instead of
+	// allowing its hosts by host NQN alone. False is the conscious
+	// opt-out (docs/cluster.md, "Security").
+	RequireAuth bool
 }
 
-const clusterKeys = "cluster_address, failure_domain, etcd_peer_port, etcd_client_port, join_port, etcd_members, node_lease_ttl, owner_lease_ttl, etcd_heartbeat_ms, etcd_election_ms, etcd_endpoints, etcd_ca_file, etcd_cert_file, etcd_key_file"
+const clusterKeys = "cluster_address, failure_domain, etcd_peer_port, etcd_client_port, join_port, etcd_members, node_lease_ttl, owner_lease_ttl, etcd_heartbeat_ms, etcd_election_ms, etcd_endpoints, etcd_ca_file, etcd_cert_file, etcd_key_file, require_auth"
 
 func defaultCluster() Cluster {
-	return Cluster{PeerPort: 2380, ClientPort: 2379, JoinPort: 9437, Members: 3, LeaseTTL: 10, OwnerLeaseTTL: 6, HeartbeatMs: 100, ElectionMs: 1000}
+	return Cluster{PeerPort: 2380, ClientPort: 2379, JoinPort: 9437, Members: 3, LeaseTTL: 10, OwnerLeaseTTL: 6, HeartbeatMs: 100, ElectionMs: 1000, RequireAuth: true}
 }
 
 // set parses one cluster key; ok is false for keys that are not.
@@ -135,6 +140,13 @@ func (c *Cluster) set(key, val string) (ok bool, err error) {
 		return true, file(&c.CertFile)
 	case "etcd_key_file":
 		return true, file(&c.KeyFile)
+	case "require_auth":
+		switch val {
+		case "true", "false":
+			c.RequireAuth = val == "true"
+		default:
+			return true, fmt.Errorf("%q: want true or false (false exports by host NQN alone when the target has no DH-HMAC-CHAP)", val)
+		}
 	default:
 		return false, nil
 	}

@@ -200,7 +200,7 @@ etcd_election_ms = 2500
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Cluster{Address: "10.10.0.1", Domain: "rack3", PeerPort: 12380, ClientPort: 12379, JoinPort: 19437, Members: 5, LeaseTTL: 20, OwnerLeaseTTL: 10, HeartbeatMs: 250, ElectionMs: 2500}
+	want := Cluster{Address: "10.10.0.1", Domain: "rack3", PeerPort: 12380, ClientPort: 12379, JoinPort: 19437, Members: 5, LeaseTTL: 20, OwnerLeaseTTL: 10, HeartbeatMs: 250, ElectionMs: 2500, RequireAuth: true}
 	if fmt.Sprint(c.Cluster) != fmt.Sprint(want) {
 		t.Fatalf("got %+v, want %+v", c.Cluster, want)
 	}
