@@ -98,6 +98,10 @@ type Input struct {
 	// AllowNoAuth exports to an owner that has no secret although the
 	// kernel has DH-HMAC-CHAP. Off by default: such an owner gets nothing.
 	AllowNoAuth bool
+	// AllowUnauthenticated exports by host NQN alone on a target without
+	// DH-HMAC-CHAP (require_auth = false). Off by default: such a target
+	// exports nothing (Refusal).
+	AllowUnauthenticated bool
 }
 
 // Export is one drive export of the desired state.
@@ -116,6 +120,9 @@ type Desired struct {
 	// Problems are drives or volumes left out, with the reason; the rest
 	// is exported regardless.
 	Problems []error
+	// Refused (Refusal) is why nothing at all is exported: Spec is
+	// empty, so applying it removes every drive export there was.
+	Refused error
 }
 
 // ErrConflict is wrapped by Problems about inconsistent input (a drive in
@@ -126,11 +133,31 @@ var ErrConflict = errors.New("conflicting input")
 // DH-HMAC-CHAP secret on a kernel that has nvmet authentication.
 var ErrNoSecret = errors.New("owner has no DH-HMAC-CHAP secret")
 
+// ErrAuthRequired is wrapped by Refusal's reason.
+var ErrAuthRequired = errors.New("exports refused: require_auth = true and the NVMe target has no DH-HMAC-CHAP")
+
+// Refusal is why a node whose target has DH-HMAC-CHAP or not (auth)
+// exports nothing, drive and volume exports alike: nil when it has it, or
+// when allowUnauthenticated (require_auth = false) lets it export by host
+// NQN alone. The reason names both fixes. Pure; the daemon decides with
+// it once per reconcile for both reconcilers.
+func Refusal(auth, allowUnauthenticated bool) error {
+	if auth || allowUnauthenticated {
+		return nil
+	}
+	return fmt.Errorf("%w (kernel nvmet without CONFIG_NVME_TARGET_AUTH, e.g. Debian's 6.1, or a target plugin without it): "+
+		"this node exports no drives and no volumes rather than allowing hosts by host NQN alone; "+
+		"boot a kernel with CONFIG_NVME_TARGET_AUTH=y, or set require_auth = false to export unauthenticated", ErrAuthRequired)
+}
+
 // Desire computes the nvmet configuration for in on a kernel with the
 // features f (only f.Auth matters); see the package documentation. It is
 // pure and deterministic.
 func Desire(in Input, f nvmet.Features) Desired {
 	var d Desired
+	if d.Refused = Refusal(f.Auth, in.AllowUnauthenticated); d.Refused != nil {
+		return d
+	}
 	problem := func(format string, a ...any) { d.Problems = append(d.Problems, fmt.Errorf(format, a...)) }
 	svc := in.ServiceID
 	if svc == "" {

@@ -54,7 +54,8 @@ func TestDesire(t *testing.T) {
 			spec: nvmet.Spec{Hosts: []nvmet.Host{{NQN: hostB, DHCHAPKey: keyB}}, Subsystems: []nvmet.Subsystem{sub("d1", hostB), sub("d2", hostB)},
 				Ports: []nvmet.Port{port(NQN("d1"), NQN("d2"))}},
 			exports: []string{"d1:" + hostB + ":true", "d2:" + hostB + ":true"}},
-		{name: "kernel without auth: exported without key", f: nvmet.Features{},
+		{name: "kernel without auth, require_auth = false: exported without key", f: nvmet.Features{},
+			in: func(in *Input) { in.AllowUnauthenticated = true },
 			spec: nvmet.Spec{Hosts: []nvmet.Host{{NQN: hostB}}, Subsystems: []nvmet.Subsystem{sub("d1", hostB), sub("d2", hostB)},
 				Ports: []nvmet.Port{port(NQN("d1"), NQN("d2"))}},
 			exports: []string{"d1:" + hostB + ":false", "d2:" + hostB + ":false"}},
@@ -92,7 +93,7 @@ func TestDesire(t *testing.T) {
 			exports: []string{"d1:" + hostB + ":true", "d2:" + hostB + ":true"}},
 		{name: "bad address: nothing exported", f: auth, in: func(in *Input) { in.Addresses = []string{"not-an-ip"} },
 			problems: []string{`storage ports not-an-ip:4421: port 18100: address "not-an-ip"`}},
-		{name: "bad owner NQN", f: nvmet.Features{}, in: func(in *Input) { in.Volumes[0].Owner.NQN = "bogus" },
+		{name: "bad owner NQN", f: nvmet.Features{}, in: func(in *Input) { in.Volumes[0].Owner.NQN = "bogus"; in.AllowUnauthenticated = true },
 			problems: []string{`drive d1 of volume v1: host: .*bogus`, `drive d2 `}},
 	}
 	for _, tt := range tests {

@@ -19,6 +19,11 @@
 //     kernel has nvmet authentication (dhchap_key in configfs); an owner
 //     without a secret is then not exported to (a Problem) unless
 //     Input.AllowNoAuth;
+//   - a kernel without nvmet authentication exports nothing at all
+//     (Desired.Refused, Refusal: require_auth) unless
+//     Input.AllowUnauthenticated (require_auth = false), which exports by
+//     host NQN alone; applying the refusal's empty spec removes the drive
+//     exports there were;
 //   - all exported drives are linked on one tcp port per storage address
 //     (ids PortBase, PortBase+1, ... in kernel/nvmet's DriveOwnership
 //     range, service id DefaultServiceID unless set);

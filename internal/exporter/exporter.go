@@ -59,6 +59,9 @@ type Result struct {
 	// when nothing changed.
 	Done []string
 	Auth bool // the target has DH-HMAC-CHAP
+	// Refused is Desired.Refused: nothing is exported, and the drive
+	// exports there were are gone (fenced first, like any stale export).
+	Refused error
 }
 
 // Reconcile converges the node's drive exports to in: Desire, then (when
@@ -74,7 +77,7 @@ func (x *Exporter) Reconcile(ctx context.Context, in Input) (Result, error) {
 		return Result{}, err
 	}
 	d := Desire(in, nvmet.Features{Auth: f.Auth})
-	res := Result{Exports: d.Exports, Problems: d.Problems, Auth: f.Auth}
+	res := Result{Exports: d.Exports, Problems: d.Problems, Auth: f.Auth, Refused: d.Refused}
 	actual, err := x.Target.List(ctx, NQNPrefix)
 	if err != nil {
 		return res, fmt.Errorf("drive exporter: %w", err)

@@ -3,10 +3,12 @@ package exporter
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,7 +30,7 @@ func randomInput(r *rand.Rand) (Input, nvmet.Features) {
 			keys[h] = nvmf.Secret{Key: bytes.Repeat([]byte{byte(i + 1 + r.IntN(2)*16)}, 32)}.Reveal()
 		}
 	}
-	in := Input{HostNQN: hostA, Addresses: []string{"10.0.0.1"}, AllowNoAuth: r.IntN(4) == 0}
+	in := Input{HostNQN: hostA, Addresses: []string{"10.0.0.1"}, AllowNoAuth: r.IntN(4) == 0, AllowUnauthenticated: r.IntN(2) == 0}
 	for i := range r.IntN(6) {
 		in.Drives = append(in.Drives, Drive{ID: "d" + strconv.Itoa(i), Path: "/dev/nvme" + strconv.Itoa(i) + "n1"})
 	}
@@ -56,6 +58,15 @@ func checkDesired(t *testing.T, in Input, f nvmet.Features, d Desired) {
 	t.Helper()
 	if err := d.Spec.Validate(nvmet.DriveOwnership()); err != nil {
 		t.Fatalf("invalid spec: %v", err)
+	}
+	if !f.Auth && !in.AllowUnauthenticated {
+		if !errors.Is(d.Refused, ErrAuthRequired) || !reflect.DeepEqual(d.Spec, nvmet.Spec{}) || len(d.Exports)+len(d.Problems) > 0 {
+			t.Fatalf("no auth, require_auth: refused %v, spec %+v, exports %v, problems %v; want refused and nothing", d.Refused, d.Spec, d.Exports, d.Problems)
+		}
+		return
+	}
+	if d.Refused != nil {
+		t.Fatalf("refused %v (auth %v, allow unauthenticated %v)", d.Refused, f.Auth, in.AllowUnauthenticated)
 	}
 	local := map[string]bool{}
 	for _, dr := range in.Drives {
