@@ -133,9 +133,30 @@ func (d *Doctor) checkModule(name, module, role, provides, kernelNeed string) Ch
 		c.Fix = "mount configfs at /sys/kernel/config, then reload: modprobe -r " + module + " && modprobe " + module
 	default:
 		c.Status, c.Detail = Missing, role+": module "+module+" not loaded"
-		c.Fix = "modprobe " + module + " (kernel needs " + kernelNeed + "); fabraid's RPM loads it at boot via modules-load.d"
+		c.Fix = "modprobe " + module + " (kernel needs " + kernelNeed + "); fabraid's RPM loads it at boot via modules-load.d. " +
+			ModulePackageHint(module)
 	}
 	return c
+}
+
+// moduleFiles are the file names (without .ko and compression) of the
+// modules whose package ModulePackageHint names.
+var moduleFiles = map[string]string{"nvmet": "nvmet", "nvmet_tcp": "nvmet-tcp", "nvme_tcp": "nvme-tcp", "ublk_drv": "ublk_drv"}
+
+// ModulePackageHint says how to find the package that holds module when
+// modprobe cannot find it. On RHEL 9 and 10 the kernel's modules are split
+// over kernel-modules-core, kernel-modules and kernel-modules-extra; which
+// of them holds nvmet, nvmet-tcp and ublk_drv has not been checked on a
+// RHEL node (docs/install.md), so the hint names the commands that tell
+// instead of a package name.
+func ModulePackageHint(module string) string {
+	file := moduleFiles[module]
+	if file == "" {
+		file = module
+	}
+	return "If modprobe says the module is not found: modinfo -n " + module + " shows whether this kernel has it installed; " +
+		"on RHEL 9/10 dnf provides '*/" + file + ".ko*' names the package (kernel-modules-core, kernel-modules or " +
+		"kernel-modules-extra) to install for the running kernel (dnf install PACKAGE-$(uname -r))"
 }
 
 // NvmetAuthFix is the fix the nvmet-auth check names.
@@ -202,7 +223,8 @@ func (d *Doctor) checkUblk() Check {
 	c := Check{Name: "ublk", Required: true}
 	if !d.moduleLoaded("ublk_drv") {
 		c.Status, c.Detail = Missing, "ublk_drv not loaded: volumes cannot be served as block devices"
-		c.Fix = "modprobe ublk_drv (kernel needs CONFIG_BLK_DEV_UBLK: Linux 6.0+ with user recovery from 6.1; RHEL 9.2+; Debian 12's 6.1 kernel lacks it — use the 6.12 backports kernel)"
+		c.Fix = "modprobe ublk_drv (kernel needs CONFIG_BLK_DEV_UBLK: Linux 6.0+ with user recovery from 6.1; RHEL 9.2+, where ublk is a technology preview; " +
+			"Debian 12's 6.1 kernel lacks it — use the 6.12 backports kernel). " + ModulePackageHint("ublk_drv")
 		return c
 	}
 	if !d.exists("/dev/ublk-control") {

@@ -200,3 +200,30 @@ func TestNvmetAuth(t *testing.T) {
 		})
 	}
 }
+
+// TestModuleFixesNamePackageLookup: a missing module's fix says how to find
+// the RHEL package that holds it (modinfo, dnf provides with the module's
+// file name), not a package name nobody checked.
+func TestModuleFixesNamePackageLookup(t *testing.T) {
+	for check, file := range map[string]string{"nvmet": "nvmet", "nvmet-tcp": "nvmet-tcp", "nvme-tcp": "nvme-tcp", "ublk": "ublk_drv"} {
+		files := complete()
+		for m := range map[string]bool{"nvmet": true, "nvmet_tcp": true, "nvme_tcp": true, "ublk_drv": true} {
+			delete(files, "/sys/module/"+m+"/")
+		}
+		d := &Doctor{Root: tree(t, files)}
+		var c *Check
+		for _, x := range d.Run().Checks {
+			if x.Name == check {
+				c = &x
+			}
+		}
+		if c == nil || c.Status != Missing {
+			t.Fatalf("%s: %+v", check, c)
+		}
+		for _, w := range []string{"modinfo -n ", "dnf provides '*/" + file + ".ko*'", "kernel-modules-extra", "$(uname -r)"} {
+			if !strings.Contains(c.Fix, w) {
+				t.Errorf("%s fix %q lacks %q", check, c.Fix, w)
+			}
+		}
+	}
+}
