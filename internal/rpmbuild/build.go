@@ -18,9 +18,7 @@ import (
 
 	"github.com/ProtonMail/go-crypto/openpgp"
 	"github.com/ProtonMail/go-crypto/openpgp/packet"
-	"github.com/goreleaser/nfpm/v2"
-	"github.com/goreleaser/nfpm/v2/files"
-	"github.com/goreleaser/nfpm/v2/rpm"
+	"go.digitalxero.dev/rpm"
 )
 
 // Target is one package to build: a distribution release and an
@@ -126,6 +124,18 @@ func Prepare(ctx context.Context, opts Options) (_ *Stage, err error) {
 	if st.Def, err = Layout(opts.Root, pages); err != nil {
 		return nil, err
 	}
+	// The license files of what the binaries link, from the module cache
+	// the compile used.
+	mods, err := LinkedModules(ctx, opts.Root)
+	if err != nil {
+		return nil, err
+	}
+	lic, err := ModuleLicenses(mods)
+	if err != nil {
+		return nil, err
+	}
+	st.Def.Files = append(st.Def.Files, lic...)
+	sort.Slice(st.Def.Files, func(i, j int) bool { return st.Def.Files[i].Dst < st.Def.Files[j].Dst })
 	return st, nil
 }
 
@@ -163,10 +173,7 @@ func (st *Stage) Package(opts Options) ([]Built, error) {
 // linux/goarch into dir: static (CGO_ENABLED=0), -trimpath, stripped,
 // version stamped.
 func CompileBinaries(ctx context.Context, root, goarch, version, dir string) error {
-	args := []string{"build", "-trimpath", "-ldflags", "-s -w -X main.version=" + version, "-o", dir + "/", "./cmd/fabraid", "./cmd/fabraidd"}
-	for _, p := range Plugins {
-		args = append(args, "./cmd/"+p)
-	}
+	args := append([]string{"build", "-trimpath", "-ldflags", "-s -w -X main.version=" + version, "-o", dir + "/"}, shippedCommands()...)
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+goarch, "GOAMD64=v1", "GOARM64=v8.0")
@@ -234,64 +241,60 @@ func gzipBytes(b []byte) []byte {
 }
 
 // WriteRPM writes the RPM of target t: binaries from bin, generated files
-// from gen, scriptlets written under work.
-func WriteRPM(p *Package, opts Options, t Target, bin, gen, work string) (string, error) {
-	scripts, err := writeScripts(p, filepath.Join(work, "scripts"))
-	if err != nil {
-		return "", err
+// from gen. It uses the RPM writer nfpm v2.48 is built on directly (nfpm
+// itself cannot mark a dependency Requires(preun) or Requires(postun)).
+func WriteRPM(p *Package, opts Options, t Target, bin, gen, _ string) (string, error) {
+	release := opts.Release + "." + t.Dist
+	b := rpm.NewPackage().
+		WithName(p.Name).WithVersion(opts.Version.RPM).WithRelease(release).
+		WithSummary(p.Summary).WithDescription(p.Description).
+		WithArch(t.RPMArch()).WithOS("linux").
+		WithLicense(p.License).WithURL(p.URL).WithVendor(p.Vendor).
+		WithGroup("System Environment/Daemons").WithPackager(maintainer).
+		WithBuildHost("fabraid-build").WithBuildTime(opts.Epoch).
+		WithCompressor(rpm.GzipCompressor(gzip.DefaultCompression))
+	for _, r := range p.Requires {
+		b.Requires().AddParsed(r)
 	}
-	changelog, err := writeChangelog(work, opts, opts.Release+"."+t.Dist)
-	if err != nil {
-		return "", err
+	for _, r := range p.ScriptRequires {
+		b.Requires().With(r, "", rpm.SenseScriptPost).With(r, "", rpm.SenseScriptPreUn).With(r, "", rpm.SenseScriptPostUn)
 	}
-	info := &nfpm.Info{
-		Changelog:     changelog,
-		Name:          p.Name,
-		Arch:          t.GOARCH,
-		Platform:      "linux",
-		Version:       opts.Version.RPM,
-		VersionSchema: "none",
-		Release:       opts.Release + "." + t.Dist,
-		Maintainer:    maintainer,
-		Description:   p.Description,
-		Vendor:        p.Vendor,
-		Homepage:      p.URL,
-		License:       p.License,
-		MTime:         opts.Epoch,
-		Overridables: nfpm.Overridables{
-			Depends:    p.Requires,
-			Recommends: p.Recommends,
-			Contents:   contents(p, opts.Root, bin, gen, opts.Epoch),
-			Umask:      0o022,
-			Scripts: nfpm.Scripts{
-				PostInstall: scripts.Post,
-				PreRemove:   scripts.Preun,
-				PostRemove:  scripts.Postun,
-			},
-			RPM: nfpm.RPM{
-				Summary:     p.Summary,
-				Group:       "System Environment/Daemons",
-				BuildHost:   "fabraid-build",
-				Compression: "gzip",
-				Packager:    maintainer,
-				Scripts:     nfpm.RPMScripts{PostTrans: scripts.Posttrans},
-			},
-		},
+	for _, r := range p.Recommends {
+		b.Recommends().AddParsed(r)
+	}
+	for _, r := range p.Provides {
+		b.Provides().AddParsed(r)
+	}
+	s := MakeScripts(p)
+	for _, sc := range []struct {
+		body string
+		set  func() rpm.ScriptletBuilder
+	}{{s.Post, b.Postin}, {s.Preun, b.Preun}, {s.Postun, b.Postun}, {s.Posttrans, b.Posttrans}} {
+		if sc.body != "" {
+			sc.set().WithScript(sc.body).Done()
+		}
+	}
+	b.Changelog().Add(opts.Epoch, maintainer+" - "+opts.Version.RPM+"-"+release, "- Build of "+opts.Version.Describe).Done()
+	if err := addFiles(b, p, opts.Root, bin, gen, uint32(opts.Epoch.Unix())); err != nil {
+		return "", err
 	}
 	if opts.SigningKey != "" {
 		sign, err := signer(opts.SigningKey, opts.Passphrase, opts.Epoch)
 		if err != nil {
 			return "", err
 		}
-		info.RPM.Signature.SignFn = sign
+		b.WithPGPSignFunc(func(data []byte) ([]byte, error) { return sign(bytes.NewReader(data)) })
 	}
-	pk := rpm.DefaultRPM
-	name := filepath.Join(opts.Out, pk.ConventionalFileName(info))
+	pkg, err := b.Build()
+	if err != nil {
+		return "", fmt.Errorf("rpm %s/%s: %w", t.Dist, t.RPMArch(), err)
+	}
+	name := filepath.Join(opts.Out, fmt.Sprintf("%s-%s-%s.%s.rpm", p.Name, opts.Version.RPM, release, t.RPMArch()))
 	f, err := os.Create(name)
 	if err != nil {
 		return "", err
 	}
-	if err := pk.Package(nfpm.WithDefaults(info), f); err != nil {
+	if _, err := pkg.WriteTo(f); err != nil {
 		f.Close()
 		os.Remove(name)
 		return "", fmt.Errorf("rpm %s/%s: %w", t.Dist, t.RPMArch(), err)
@@ -299,62 +302,48 @@ func WriteRPM(p *Package, opts Options, t Target, bin, gen, work string) (string
 	return name, f.Close()
 }
 
-// contents maps the definition to nfpm's contents, sorted by destination.
-func contents(p *Package, root, bin, gen string, mtime time.Time) files.Contents {
-	var cs files.Contents
-	for _, f := range p.Files {
-		c := &files.Content{Destination: f.Dst, FileInfo: &files.ContentFileInfo{
-			Owner: "root", Group: "root", Mode: f.Mode, MTime: mtime}}
-		switch {
-		case f.Kind == Dir:
-			c.Type = files.TypeDir
-		case f.Kind == Symlink:
-			c.Type, c.Source = files.TypeSymlink, f.Src
-		case isBinary(f.Gen):
-			c.Source = filepath.Join(bin, f.Gen)
-		case strings.HasPrefix(f.Gen, GenMan):
-			c.Source = filepath.Join(gen, strings.TrimPrefix(f.Gen, GenMan)+".gz")
-		case f.Gen != "":
-			c.Source = filepath.Join(gen, f.Gen)
-		case filepath.IsAbs(f.Src):
-			c.Source = f.Src
-		default:
-			c.Source = filepath.Join(root, f.Src)
-		}
-		switch f.Kind {
-		case Config:
-			c.Type = files.TypeConfigNoReplace
-		case Doc:
-			c.Type = files.TypeRPMDoc
-		}
-		cs = append(cs, c)
-	}
-	sort.Sort(cs)
-	return cs
-}
+// fileTypes are the RPM file flags of each Kind.
+var fileTypes = map[Kind]rpm.FileType{Config: rpm.ConfigFile | rpm.NoReplaceFile, Doc: rpm.DocFile, License: rpm.LicenceFile}
 
-// writeScripts writes the non-empty scriptlets of p into dir and returns
-// their paths (nfpm reads scriptlets from files).
-func writeScripts(p *Package, dir string) (Scripts, error) {
-	s := MakeScripts(p)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return Scripts{}, err
-	}
-	var out Scripts
-	for _, e := range []struct {
-		name string
-		body string
-		dst  *string
-	}{{"post", s.Post, &out.Post}, {"preun", s.Preun, &out.Preun}, {"postun", s.Postun, &out.Postun}, {"posttrans", s.Posttrans, &out.Posttrans}} {
-		if e.body == "" {
+// addFiles adds the files of the definition, root:root with mtime:
+// sources from the checkout at root, binaries from bin, generated files
+// from gen.
+func addFiles(b rpm.PackageBuilder, p *Package, root, bin, gen string, mtime uint32) error {
+	for _, f := range p.Files {
+		fb := b.File(f.Dst).WithOwner("root").WithGroup("root").WithMTime(mtime)
+		switch f.Kind {
+		case Dir:
+			fb.Directory().WithMode(uint(f.Mode)).Add()
+			continue
+		case Symlink:
+			fb.WithSymlink(f.Src).WithMode(0)
+			if strings.HasPrefix(f.Dst, LicenseDir+"/") { // a module license linked to an identical one
+				fb.WithType(rpm.LicenceFile)
+			}
+			fb.Add()
 			continue
 		}
-		*e.dst = filepath.Join(dir, e.name)
-		if err := os.WriteFile(*e.dst, []byte(e.body), 0o644); err != nil {
-			return Scripts{}, err
+		src := f.Src
+		switch {
+		case isBinary(f.Gen):
+			src = filepath.Join(bin, f.Gen)
+			fb.WithColor(rpm.FileColorELF64) // every target is a 64-bit ELF
+		case strings.HasPrefix(f.Gen, GenMan):
+			src = filepath.Join(gen, strings.TrimPrefix(f.Gen, GenMan)+".gz")
+		case f.Gen != "":
+			src = filepath.Join(gen, f.Gen)
+		case !filepath.IsAbs(src):
+			src = filepath.Join(root, src)
 		}
+		if _, err := os.Stat(src); err != nil {
+			return fmt.Errorf("rpm: %s: %w", f.Dst, err)
+		}
+		if ft, ok := fileTypes[f.Kind]; ok {
+			fb.WithType(ft)
+		}
+		fb.FromPath(src).WithMode(uint(f.Mode)).Add()
 	}
-	return out, nil
+	return nil
 }
 
 // signer returns an RPM header signer with the armored private key in
@@ -412,13 +401,3 @@ func ParseTargets(s string) ([]Target, error) {
 }
 
 const maintainer = "fabraid developers"
-
-// writeChangelog writes the one-entry changelog of this build (RPM wants
-// one: %changelog) in nfpm's changelog format and returns its path.
-func writeChangelog(work string, opts Options, release string) (string, error) {
-	body := fmt.Sprintf("- semver: %q\n  date: %s\n  packager: %q\n  changes:\n    - commit: %q\n      note: %q\n",
-		opts.Version.RPM+"-"+release, opts.Epoch.UTC().Format(time.RFC3339), maintainer,
-		opts.Version.Describe, "Build of "+opts.Version.Describe)
-	path := filepath.Join(work, "changelog.yml")
-	return path, os.WriteFile(path, []byte(body), 0o644)
-}

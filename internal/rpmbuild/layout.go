@@ -23,6 +23,7 @@ const (
 	Doc          // %doc
 	Dir          // %dir: a directory the package owns
 	Symlink      // a symbolic link to Src
+	License      // %license
 )
 
 // File is one path in the package.
@@ -38,23 +39,27 @@ type File struct {
 
 // Paths where the RPM macros put things on el9 and el10.
 const (
-	BinDir        = "/usr/bin"                               // %{_bindir}
-	SbinDir       = "/usr/sbin"                              // %{_sbindir}
-	UnitDir       = "/usr/lib/systemd/system"                // %{_unitdir}
-	PresetDir     = "/usr/lib/systemd/system-preset"         // %{_presetdir}
-	UdevDir       = "/usr/lib/udev"                          // %{_prefix}/lib/udev (udev helpers)
-	UdevRulesDir  = "/usr/lib/udev/rules.d"                  // %{_udevrulesdir}
-	ModulesLoad   = "/usr/lib/modules-load.d"                // %{_modulesloaddir}
-	TmpfilesDir   = "/usr/lib/tmpfiles.d"                    // %{_tmpfilesdir}
-	ConfDir       = "/etc/fabraid"                           // %{_sysconfdir}/fabraid
-	StateDir      = "/var/lib/fabraid"                       // %{_localstatedir}/lib/fabraid
-	DataDir       = "/usr/share/fabraid"                     // %{_datadir}/fabraid
-	ScaleDir      = "/usr/share/fabraid/scale"               // %{_datadir}/fabraid/scale
-	LibexecDir    = "/usr/libexec/fabraid"                   // %{_libexecdir}/fabraid
-	PluginDir     = "/usr/libexec/fabraid/plugins"           // target backend plugins (plugins/backend.Dir)
-	DocDir        = "/usr/share/doc/fabraid"                 // %{_docdir}/fabraid
-	ManDir        = "/usr/share/man"                         // %{_mandir}
-	CompletionDir = "/usr/share/bash-completion/completions" // %{bash_completions_dir}
+	BinDir       = "/usr/bin"                       // %{_bindir}
+	SbinDir      = "/usr/sbin"                      // %{_sbindir}
+	UnitDir      = "/usr/lib/systemd/system"        // %{_unitdir}
+	PresetDir    = "/usr/lib/systemd/system-preset" // %{_presetdir}
+	UdevDir      = "/usr/lib/udev"                  // %{_prefix}/lib/udev (udev helpers)
+	UdevRulesDir = "/usr/lib/udev/rules.d"          // %{_udevrulesdir}
+	ModulesLoad  = "/usr/lib/modules-load.d"        // %{_modulesloaddir}
+	TmpfilesDir  = "/usr/lib/tmpfiles.d"            // %{_tmpfilesdir}
+	ConfDir      = "/etc/fabraid"                   // %{_sysconfdir}/fabraid
+	StateDir     = "/var/lib/fabraid"               // %{_localstatedir}/lib/fabraid
+	DataDir      = "/usr/share/fabraid"             // %{_datadir}/fabraid
+	ScaleDir     = "/usr/share/fabraid/scale"       // %{_datadir}/fabraid/scale
+	LibexecDir   = "/usr/libexec/fabraid"           // %{_libexecdir}/fabraid
+	PluginDir    = "/usr/libexec/fabraid/plugins"   // target backend plugins (plugins/backend.Dir)
+	DocDir       = "/usr/share/doc/fabraid"         // %{_docdir}/fabraid
+	LicenseDir   = "/usr/share/licenses/fabraid"    // %{_defaultlicensedir}/fabraid
+	// ModuleLicenseDir holds the license files of the Go modules linked
+	// into the binaries, by module path (BundledPath).
+	ModuleLicenseDir = LicenseDir + "/modules"
+	ManDir           = "/usr/share/man"                         // %{_mandir}
+	CompletionDir    = "/usr/share/bash-completion/completions" // %{bash_completions_dir}
 )
 
 // Units holds the systemd units a package ships, by what its scriptlets do
@@ -85,9 +90,17 @@ type Package struct {
 	URL         string
 	Vendor      string
 	Requires    []string
-	Recommends  []string
-	Files       []File // sorted by Dst
-	Units       Units
+	// ScriptRequires are needed by the %post, %preun and %postun
+	// scriptlets: each is Requires(post), Requires(preun) and
+	// Requires(postun) (what %{?systemd_requires} says on el9/el10), so
+	// that rpm installs it before and erases it after this package.
+	ScriptRequires []string
+	Recommends     []string
+	// Provides are bundled(golang(PATH)) = VERSION for every Go module
+	// linked into the binaries (BundledPath).
+	Provides []string
+	Files    []File // sorted by Dst
+	Units    Units
 	// UdevRules is true when the package ships udev rules: its %posttrans
 	// reloads udev and replays "change" for block devices, so that drives
 	// already present (existing members) are seen by the new rules.
@@ -132,6 +145,8 @@ func Layout(root string, manPages []string) (*Package, error) {
 		// the modules. Kernel modules themselves are checked by
 		// "fabraid doctor", not required: they come with the kernel.
 		Requires: []string{"systemd", "kmod"},
+		// The scriptlets call systemd-update-helper and systemctl.
+		ScriptRequires: []string{"systemd"},
 		// nvme-cli writes /etc/nvme/hostnqn and helps debugging; the daemon
 		// does not call it.
 		Recommends: []string{"nvme-cli", "bash-completion"},
@@ -148,6 +163,15 @@ func Layout(root string, manPages []string) (*Package, error) {
 	add(File{Dst: ConfDir + "/fabraid.conf", Src: "packaging/fabraid.conf", Mode: 0o640, Kind: Config})
 	add(File{Dst: StateDir, Mode: 0o700, Kind: Dir})
 	add(File{Dst: DocDir, Mode: 0o755, Kind: Dir})
+	add(File{Dst: LicenseDir, Mode: 0o755, Kind: Dir})
+	if exists(filepath.Join(root, "LICENSE")) {
+		add(File{Dst: LicenseDir + "/LICENSE", Src: "LICENSE", Mode: 0o644, Kind: License})
+	}
+	mods, err := ReadBundled(root)
+	if err != nil {
+		return nil, err
+	}
+	p.Provides = BundledProvides(mods)
 	// The units' Documentation= names admin-guide.md.
 	for _, d := range []string{"README.md", "docs/admin-guide.md", "docs/install.md"} {
 		add(File{Dst: DocDir + "/" + path.Base(d), Src: d, Mode: 0o644, Kind: Doc})

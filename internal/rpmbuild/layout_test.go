@@ -131,9 +131,9 @@ func TestLayoutPicksUpNewFiles(t *testing.T) {
 		t.Errorf("UdevRules %v Scale %v, want both", p.UdevRules, p.Scale)
 	}
 	s := MakeScripts(p)
-	if !strings.Contains(s.Posttrans, "udevadm trigger --subsystem-match=block --action=change") ||
+	if !strings.Contains(s.Posttrans, "udevadm trigger --subsystem-match=block --tag-match=fabraid --action=change") ||
 		!strings.Contains(s.Posttrans, "udevadm control --reload") {
-		t.Errorf("posttrans does not replay block devices through the rules:\n%s", s.Posttrans)
+		t.Errorf("posttrans does not replay fabraid's devices through the rules:\n%s", s.Posttrans)
 	}
 	if strings.Contains(s.Postun, "fabraid-engine") || strings.Contains(s.Postun, "fabraid-assemble") {
 		t.Errorf("upgrade restarts an engine or a oneshot:\n%s", s.Postun)

@@ -96,7 +96,7 @@ func TestInstallUpgradeErase(t *testing.T) {
 	// through them after every install and upgrade.
 	udev := ""
 	if f.def.UdevRules {
-		udev = "udevadm control --reload\nudevadm trigger --subsystem-match=block --action=change\n"
+		udev = "udevadm control --reload\nudevadm trigger --subsystem-match=block --tag-match=fabraid --action=change\n"
 	}
 
 	// Install: preset on first install, nothing else.

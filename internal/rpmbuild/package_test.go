@@ -266,7 +266,7 @@ func TestQueries(t *testing.T) {
 			for _, p := range []string{"/usr/bin/fabraid", "/usr/sbin/fabraidd", "/usr/lib/systemd/system/fabraidd.service",
 				"/usr/lib/systemd/system/fabraid-engine@.service", "/usr/lib/systemd/system-preset/50-fabraid.preset",
 				"/usr/lib/modules-load.d/fabraid.conf", "/usr/lib/tmpfiles.d/fabraid.conf", "/usr/share/man/man1/fabraid.1.gz",
-				"/usr/share/man/man8/fabraidd.8.gz", "/usr/share/bash-completion/completions/fabraid", "/usr/share/fabraid/scale",
+				"/usr/share/man/man8/fabraidd.8.gz", "/usr/share/man/man5/fabraid.conf.5.gz", "/usr/share/bash-completion/completions/fabraid", "/usr/share/fabraid/scale",
 				"/usr/share/fabraid/scale/nsddevices", "/usr/libexec/fabraid/fabraid-scale-prestartup",
 				"/usr/libexec/fabraid/plugins", "/usr/libexec/fabraid/plugins/fabraid-plugin-nvmet", "/usr/libexec/fabraid/plugins/fabraid-plugin-spdk"} {
 				if !got[p] {
@@ -298,10 +298,30 @@ func TestQueries(t *testing.T) {
 			if strings.Contains(s, "fabraid-engine@.service") {
 				t.Errorf("a scriptlet acts on the engine template:\n%s", s)
 			}
-			// --requires, --recommends.
+			// --requires (with the scriptlet qualifiers), --recommends, --provides.
 			req := strings.Join(lines(run(t, "rpm", "-qp", "--requires", pkg)), " ")
 			if !strings.Contains(req, "kmod") || !strings.Contains(req, "systemd") || strings.Contains(req, "nvme-cli") {
 				t.Errorf("--requires: %s", req)
+			}
+			qual := run(t, "rpm", "-qp", "--qf", `[%{REQUIRENAME} %{REQUIREFLAGS:deptype}\n]`, pkg)
+			for _, w := range []string{"systemd manual", "systemd post", "systemd preun", "systemd postun", "kmod manual"} {
+				if !regexp.MustCompile(`(?m)^` + w + `$`).MatchString(qual) {
+					t.Errorf("no Requires %q (Requires(post/preun/postun) as %%{?systemd_requires} gives them):\n%s", w, qual)
+				}
+			}
+			prov := run(t, "rpm", "-qp", "--provides", pkg)
+			if len(f.def.Provides) == 0 {
+				t.Error("the definition provides no bundled Go module")
+			}
+			for _, p := range f.def.Provides {
+				if !strings.Contains(prov, p+"\n") {
+					t.Errorf("--provides lacks %s", p)
+				}
+			}
+			// %license: the project's LICENSE and every module's.
+			if !regexp.MustCompile(`(?m)^l /usr/share/licenses/fabraid/LICENSE$`).MatchString(flags) ||
+				!regexp.MustCompile(`(?m)^l /usr/share/licenses/fabraid/modules/go\.etcd\.io/etcd/api/v3/LICENSE$`).MatchString(flags) {
+				t.Errorf("license files not %%license:\n%s", flags)
 			}
 			if rec := strings.Join(lines(run(t, "rpm", "-qp", "--recommends", pkg)), " "); rec != "bash-completion nvme-cli" {
 				t.Errorf("--recommends: %s", rec)

@@ -45,15 +45,25 @@ func SystemdPostunWithRestart(units []string) string {
 	return helperCall("-ge 1", "Package upgrade, not uninstall", "mark-restart-system-units", units)
 }
 
+// UdevTag is the udev tag 69-fabraid.rules gives every member and every
+// volume head (TAG+="fabraid"); %posttrans replays only devices with it.
+const UdevTag = "fabraid"
+
 // udevTrigger runs after every install and upgrade when rules are shipped.
 // systemd's own udev file trigger reloads the rules only after %posttrans,
-// so it reloads first itself; then a "change" event for every block
-// device lets the new rules see the drives already present. Not in a
-// chroot or image build (no /run/systemd/system), and never fatal.
+// so it reloads first itself; then a "change" event for the block devices
+// udev already tagged fabraid (members and volume heads the previous rules
+// recognized) lets the new rules see them. Not every block device: a
+// change event replays every rule of every package for each device it
+// reaches (dm, md, LVM and multipath rules included). On a first install
+// no device has the tag yet, so nothing is replayed (fabraidd is not
+// started by SYSTEMD_WANTS either): drives already holding members are
+// seen at the next boot, or by hand (docs/install.md). Not in a chroot or
+// image build (no /run/systemd/system), and never fatal.
 const udevTrigger = `if [ -d /run/systemd/system ] && command -v udevadm >/dev/null 2>&1; then
-    # Existing drives and members: replay them through the new rules
+    # Members and volume heads (tag ` + UdevTag + `): replay them through the new rules
     udevadm control --reload || :
-    udevadm trigger --subsystem-match=block --action=change || :
+    udevadm trigger --subsystem-match=block --tag-match=` + UdevTag + ` --action=change || :
 fi
 `
 

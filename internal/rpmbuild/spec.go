@@ -22,6 +22,7 @@ var macroDirs = []struct{ dir, macro string }{
 	{ModulesLoad, "%{_modulesloaddir}"},
 	{TmpfilesDir, "%{_tmpfilesdir}"},
 	{DocDir, "%{_docdir}/fabraid"},
+	{"/usr/share/licenses", "%{_defaultlicensedir}"},
 	{ManDir, "%{_mandir}"},
 	{"/usr/share", "%{_datadir}"},
 	{"/usr/libexec", "%{_libexecdir}"},
@@ -41,6 +42,13 @@ func macroPath(p string) string {
 	return p
 }
 
+// goListModuleDirs is the go list -deps format that prints "path dir" of
+// every module linked (not the main one).
+const goListModuleDirs = `{{with .Module}}{{if not .Main}}{{.Path}} {{.Dir}}{{end}}{{end}}`
+
+// specCommands are shippedCommands as the .spec's %build spells them.
+var specCommands = []string{"./cmd/fabraid", "./cmd/fabraidd", "./cmd/fabraid-plugin-*"}
+
 type specFile struct {
 	Install []string // %install lines
 	Files   []string // %files lines
@@ -56,8 +64,9 @@ func specFiles(p *Package) specFile {
 		"install -D -m 0755 bin/fabraid %{buildroot}%{_bindir}/fabraid",
 		"install -D -m 0755 bin/fabraidd %{buildroot}%{_sbindir}/fabraidd",
 		"install -D -m 0644 fabraid.bash %{buildroot}%{bash_completions_dir}/fabraid",
-		"install -d %{buildroot}%{_mandir}/man1 %{buildroot}%{_mandir}/man8",
+		"install -d %{buildroot}%{_mandir}/man1 %{buildroot}%{_mandir}/man5 %{buildroot}%{_mandir}/man8",
 		"install -p -m 0644 man/*.1 %{buildroot}%{_mandir}/man1/",
+		"install -p -m 0644 man/*.5 %{buildroot}%{_mandir}/man5/",
 		"install -p -m 0644 man/*.8 %{buildroot}%{_mandir}/man8/",
 		"install -d -m 0755 %{buildroot}%{_datadir}/fabraid/scale",
 		"if [ -d packaging/scale ]; then cp -pr packaging/scale/. %{buildroot}%{_datadir}/fabraid/scale/; fi",
@@ -65,18 +74,27 @@ func specFiles(p *Package) specFile {
 		"install -d -m 0755 %{buildroot}%{_libexecdir}/fabraid/plugins",
 		"install -p -m 0755 bin/fabraid-plugin-* %{buildroot}%{_libexecdir}/fabraid/plugins/",
 		"for f in packaging/scale/fabraid-*; do [ -x \"$f\" ] && ln -s ../../share/fabraid/scale/${f##*/} %{buildroot}%{_libexecdir}/fabraid/; done",
+		"install -D -p -m 0644 LICENSE %{buildroot}%{_defaultlicensedir}/fabraid/LICENSE",
+		"# The license files of the Go modules the binaries link (" + BundledPath + ")",
+		"go list -deps -f '" + goListModuleDirs + "' " + strings.Join(specCommands, " ") + " | sort -u | while read -r mod dir; do",
+		"  if [ -d vendor ]; then dir=vendor/$mod; fi",
+		"  for f in \"$dir\"/*; do case \"${f##*/}\" in [Ll][Ii][Cc][Ee][Nn][CcSs][Ee]*|[Cc][Oo][Pp][Yy][Ii][Nn][Gg]*|[Nn][Oo][Tt][Ii][Cc][Ee]*|[Pp][Aa][Tt][Ee][Nn][Tt][Ss]*|[Uu][Nn][Ll][Ii][Cc][Ee][Nn][Ss][Ee]*)",
+		"    install -D -p -m 0644 \"$f\" \"%{buildroot}%{_defaultlicensedir}/fabraid/modules/$mod/${f##*/}\";; esac; done",
+		"done",
 	}
 	s.Files = []string{
 		"%{_bindir}/fabraid",
 		"%{_sbindir}/fabraidd",
 		"%{bash_completions_dir}/fabraid",
 		"%{_mandir}/man1/fabraid*.1*",
+		"%{_mandir}/man5/fabraid.conf.5*",
 		"%{_mandir}/man8/fabraidd*.8*",
 		"%{_datadir}/fabraid/",
 		"%{_libexecdir}/fabraid/",
+		"%license %{_defaultlicensedir}/fabraid/",
 	}
 	for _, f := range p.Files {
-		if f.Gen != "" || strings.HasPrefix(f.Dst, DataDir) || strings.HasPrefix(f.Dst, LibexecDir) {
+		if f.Gen != "" || strings.HasPrefix(f.Dst, DataDir) || strings.HasPrefix(f.Dst, LibexecDir) || strings.HasPrefix(f.Dst, LicenseDir) {
 			continue
 		}
 		m := macroPath(f.Dst)
@@ -133,9 +151,13 @@ ExclusiveArch:  x86_64 aarch64
 BuildRequires:  golang >= 1.26
 BuildRequires:  systemd-rpm-macros
 {{range .P.Requires}}Requires:       {{.}}
+{{end}}{{range .P.ScriptRequires}}Requires(post): {{.}}
+Requires(preun): {{.}}
+Requires(postun): {{.}}
 {{end}}{{range .P.Recommends}}Recommends:     {{.}}
-{{end}}%{?systemd_requires}
-
+{{end}}# Go modules compiled into the binaries ({{.Bundled}}):
+{{range .P.Provides}}Provides:       {{.}}
+{{end}}
 %description
 {{.P.Description}}
 
@@ -145,7 +167,7 @@ BuildRequires:  systemd-rpm-macros
 %build
 export CGO_ENABLED=0
 if [ -d vendor ]; then export GOFLAGS=-mod=vendor; fi
-go build -trimpath -ldflags "-s -w -X main.version=%{version}" -o bin/ ./cmd/fabraid ./cmd/fabraidd ./cmd/fabraid-plugin-*
+go build -trimpath -ldflags "-s -w -X main.version=%{version}" -o bin/ {{.Commands}}
 ./bin/fabraid man man
 ./bin/fabraidd man man
 ./bin/fabraid completion bash > fabraid.bash
@@ -181,7 +203,7 @@ func Spec(p *Package) ([]byte, error) {
 	}
 	var b bytes.Buffer
 	err := specTemplate.Execute(&b, map[string]any{
-		"P": p, "S": specFiles(p), "Maintainer": maintainer,
+		"P": p, "S": specFiles(p), "Maintainer": maintainer, "Bundled": BundledPath, "Commands": strings.Join(specCommands, " "),
 		"Managed":    strings.Join(p.Units.Managed, " "),
 		"Restart":    strings.Join(p.Units.Restart, " "),
 		"EngineNote": note, "Posttrans": sc.Posttrans,

@@ -13,6 +13,7 @@ import (
 type specEntry struct {
 	pattern          string
 	dir, doc, config bool
+	license          bool
 	mode             string // from %attr, "" if none
 	matched          bool
 }
@@ -40,6 +41,8 @@ func parseSpecFiles(t *testing.T, expanded string) []*specEntry {
 				e.doc = true
 			case d == "%config(noreplace)":
 				e.config = true
+			case d == "%license":
+				e.license = true
 			case attr.MatchString(d):
 				e.mode = attr.FindStringSubmatch(d)[1]
 			default:
@@ -96,7 +99,8 @@ func TestSpecMatchesPackage(t *testing.T) {
 			}
 			hit, e.matched = true, true
 			if e.dir && perms[0] != 'd' || e.config != strings.Contains(flags, "c") ||
-				(e.config && !strings.Contains(flags, "n")) || e.doc && !strings.Contains(flags, "d") {
+				(e.config && !strings.Contains(flags, "n")) || e.doc && !strings.Contains(flags, "d") ||
+				e.license && perms[0] != 'd' && !strings.Contains(flags, "l") {
 				t.Errorf("%s (%s %q) does not fit %%files entry %+v", p, perms, flags, *e)
 			}
 			if e.mode != "" && (e.dir || !strings.HasSuffix(e.pattern, "/")) && e.mode != permOctal(perms) {
@@ -115,14 +119,27 @@ func TestSpecMatchesPackage(t *testing.T) {
 	norm := func(s string) string {
 		var keep []string
 		for _, l := range lines(s) {
-			if l != "/bin/sh" && !strings.HasPrefix(l, "rpmlib(") {
+			if l != "/bin/sh" && !strings.HasPrefix(l, "/bin/sh ") && !strings.HasPrefix(l, "rpmlib(") {
 				keep = append(keep, l)
 			}
 		}
 		return strings.Join(keep, " ")
 	}
-	if a, b := norm(rpmspec("-q", "--requires")), norm(run(t, "rpm", "-qp", "--requires", pkg)); a != b {
+	reqs := `[%{REQUIRENAME} %{REQUIREFLAGS:deptype}\n]` // with post, preun, postun
+	if a, b := norm(rpmspec("-q", "--qf", reqs)), norm(run(t, "rpm", "-qp", "--qf", reqs, pkg)); a != b {
 		t.Errorf("Requires: .spec %q, package %q", a, b)
+	}
+	bundled := func(s string) []string {
+		var out []string
+		for _, l := range lines(s) {
+			if strings.HasPrefix(l, "bundled(") {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	if a, b := bundled(rpmspec("-q", "--provides")), bundled(run(t, "rpm", "-qp", "--provides", pkg)); strings.Join(a, " ") != strings.Join(b, " ") || len(a) == 0 {
+		t.Errorf("bundled Provides: .spec %q, package %q", a, b)
 	}
 	recs := `[%{RECOMMENDNAME}\n]`
 	if a, b := norm(rpmspec("-q", "--qf", recs)), norm(run(t, "rpm", "-qp", "--qf", recs, pkg)); a != b {

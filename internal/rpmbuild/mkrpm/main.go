@@ -2,7 +2,7 @@
 // writes the .spec file ("make rpm-spec"). See docs/install.md.
 //
 //	mkrpm [-root .] [-out dist] [-targets el9/x86_64,...] [-version V]
-//	mkrpm -spec packaging/rpm/fabraid.spec
+//	mkrpm -spec packaging/rpm/fabraid.spec    (and packaging/rpm/bundled-go-modules.txt)
 //
 // Environment: SOURCE_DATE_EPOCH (default: the last commit's time);
 // FABRAID_RPM_SIGNING_KEY (an armored OpenPGP private key file: sign the
@@ -34,6 +34,10 @@ func run() error {
 	flag.Parse()
 	ctx := context.Background()
 	if *spec != "" {
+		// The .spec's Provides come from the list of linked modules.
+		if err := rpmbuild.WriteBundledFile(ctx, *root); err != nil {
+			return err
+		}
 		return rpmbuild.WriteSpecFile(*root, *spec)
 	}
 	v, err := rpmbuild.Describe(ctx, *root)
