@@ -239,11 +239,19 @@ func measure(t *testing.T, g *vmtest.Env, start time.Time, fabDev, mdDev string)
 	}
 	phase(t, start, "", nodes, targets, "optimal")
 	for _, j := range jobs {
-		// Not part of the figures: a takes the engine's CPU profile.
+		// Not part of the figures: a takes the engine's CPU profile
+		// while fio runs. The profile starts once fio is past its ramp
+		// and fio runs on until a says the profile is done (signals take
+		// seconds on a loaded host); fio's own figure is not used.
+		ran := make(chan struct{})
+		go func() {
+			defer close(ran)
+			fio(t, nodes, j, fabDev, devSize(t, fabDev), profileSeconds+profileSlack)
+		}()
+		time.Sleep(time.Duration(rampSeconds+1) * time.Second)
 		g.Signal(t, "profile-"+j.name)
-		g.Wait(t, "a", "profiling-"+j.name)
-		fio(t, nodes, j, fabDev, devSize(t, fabDev), profileSeconds+2)
 		g.Wait(t, "a", "profiled-"+j.name)
+		<-ran
 	}
 
 	logf(t, start, "powering b off")

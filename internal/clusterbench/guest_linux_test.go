@@ -345,20 +345,20 @@ func degradeMD(t *testing.T, start time.Time, bDevs []string) {
 	logf(t, start, "md0 degraded after %.1f s: %s", time.Since(t0).Seconds(), readTrim("/proc/mdstat"))
 }
 
-// profileSeconds is the length of the engine CPU profiles.
-const profileSeconds = 6
+// profileSeconds is the length of the engine CPU profiles; the fio run
+// they profile lasts profileSlack seconds longer, for the signals'
+// latency.
+const (
+	profileSeconds = 6
+	profileSlack   = 12
+)
 
 // profileEngine (on the owner) takes a CPU profile of volume uuid's engine
-// over its socket while c runs job once more, into the shared directory.
+// over its socket while c runs job once more (c signals once its fio is
+// under way), into the shared directory.
 func profileEngine(t *testing.T, g *vmtest.Env, uuid, job string) {
 	g.Wait(t, "c", "profile-"+job)
-	done := make(chan error, 1)
-	go func() {
-		done <- benchtools.EngineProfile(uuid, profileSeconds, filepath.Join(g.Shared, "owner-engine-"+job+".pprof"))
-	}()
-	time.Sleep(200 * time.Millisecond)
-	g.Signal(t, "profiling-"+job)
-	if err := <-done; err != nil {
+	if err := benchtools.EngineProfile(uuid, profileSeconds, filepath.Join(g.Shared, "owner-engine-"+job+".pprof")); err != nil {
 		t.Errorf("profile of %s: %v", job, err)
 	}
 	g.Signal(t, "profiled-"+job)
