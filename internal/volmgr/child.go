@@ -229,19 +229,35 @@ func ServeEngine(ctx context.Context, o ServeOptions) error {
 
 // childEnv is the daemon's environment without systemd's per-service
 // variables: a child must not send notifications on the daemon's behalf
-// (systemd would log them as refused, or take them for the daemon's).
+// (systemd would log them as refused, or take them for the daemon's). An
+// engine runs with EngineGODEBUG added to GODEBUG.
 func childEnv(env []string) []string {
 	var out []string
+	godebug := EngineGODEBUG
 	for _, kv := range env {
-		k, _, _ := strings.Cut(kv, "=")
+		k, v, _ := strings.Cut(kv, "=")
 		switch k {
 		case "NOTIFY_SOCKET", "WATCHDOG_PID", "WATCHDOG_USEC", "LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES":
+			continue
+		case "GODEBUG":
+			if v != "" {
+				godebug = v + "," + EngineGODEBUG // the last setting wins
+			}
 			continue
 		}
 		out = append(out, kv)
 	}
-	return out
+	return append(out, "GODEBUG="+godebug)
 }
+
+// EngineGODEBUG is the Go runtime setting an engine runs with (the engine
+// unit sets it too): no signal-based preemption. The parity and CRC loops
+// run for milliseconds (tens of them under emulation), and sysmon's
+// preemption signals cost 3-20 % of a writing engine's CPU in the cluster
+// benchmark's profiles (runtime.asyncPreempt); the engine's goroutines
+// reach a cooperative preemption point at every call between chunks, and
+// none spins without calls.
+const EngineGODEBUG = "asyncpreemptoff=1"
 
 // presentMembers leaves out member paths whose device node is gone (a
 // pulled drive): assembly decides whether the others suffice.

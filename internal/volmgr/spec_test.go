@@ -134,7 +134,22 @@ func TestSpecMembers(t *testing.T) {
 
 func TestChildEnv(t *testing.T) {
 	got := childEnv([]string{"PATH=/bin", "NOTIFY_SOCKET=/run/systemd/notify", "WATCHDOG_USEC=1", "WATCHDOG_PID=2", "HOME=/root"})
-	if !reflect.DeepEqual(got, []string{"PATH=/bin", "HOME=/root"}) {
+	if !reflect.DeepEqual(got, []string{"PATH=/bin", "HOME=/root", "GODEBUG=asyncpreemptoff=1"}) {
 		t.Errorf("childEnv = %v", got)
+	}
+	got = childEnv([]string{"GODEBUG=gctrace=1", "PATH=/bin"})
+	if !reflect.DeepEqual(got, []string{"PATH=/bin", "GODEBUG=gctrace=1,asyncpreemptoff=1"}) {
+		t.Errorf("childEnv with GODEBUG = %v", got)
+	}
+}
+
+// The engine unit runs engines with the GODEBUG that process mode gives.
+func TestEngineUnitGODEBUG(t *testing.T) {
+	unit, err := os.ReadFile("../../packaging/systemd/fabraid-engine@.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(unit), "\nEnvironment=GODEBUG="+EngineGODEBUG+"\n") {
+		t.Errorf("fabraid-engine@.service does not set GODEBUG=%s", EngineGODEBUG)
 	}
 }
