@@ -110,6 +110,27 @@ func TestInstallUpgradeErase(t *testing.T) {
 	if m := mode(t, filepath.Join(root, "var/lib/fabraid")); m != 0o700 {
 		t.Errorf("/var/lib/fabraid mode %o", m)
 	}
+	// The licenses (a duplicate is a link that resolves inside the
+	// package) and fabraid.conf(5).
+	for _, p := range []string{"usr/share/licenses/fabraid/LICENSE", "usr/share/man/man5/fabraid.conf.5.gz"} {
+		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
+			t.Errorf("install: %v", err)
+		}
+	}
+	links := 0
+	for _, fl := range f.def.Files {
+		if strings.HasPrefix(fl.Dst, ModuleLicenseDir+"/") && fl.Kind != Dir {
+			if b, err := os.ReadFile(filepath.Join(root, fl.Dst)); err != nil || len(b) == 0 {
+				t.Errorf("install: module license %s: %v", fl.Dst, err)
+			}
+			if fl.Kind == Symlink {
+				links++
+			}
+		}
+	}
+	if links == 0 {
+		t.Error("no module license is a link to an identical one (expected for the Apache-2.0 texts)")
+	}
 	out, err := exec.Command(filepath.Join(root, "usr/bin/fabraid"), "version").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "fabraid "+f.opts.Version.Describe+" ") {
 		t.Errorf("installed fabraid version: %v: %s (want %s)", err, out, f.opts.Version.Describe)
