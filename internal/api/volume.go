@@ -70,12 +70,18 @@ type Volume struct {
 	// when the target lacks DH-HMAC-CHAP and any host presenting an
 	// allowed host NQN gets in.
 	ExportAuth string `json:"export_auth,omitempty"`
+	// ExportRefused names the volume's nodes (owner or members) that
+	// export nothing (require_auth and no DH-HMAC-CHAP in their target),
+	// each as "node: reason": their members are unreachable for any other
+	// owner and they cannot own the volume.
+	ExportRefused []string `json:"export_refused,omitempty"`
 }
 
 // Values of Volume.ExportAuth (cluster mode only).
 const (
 	ExportAuthDHCHAP  = "dh-hmac-chap"  // each allowed host must present its secret
 	ExportAuthHostNQN = "host-nqn-only" // the target lacks DH-HMAC-CHAP: allowed by host NQN alone
+	ExportAuthRefused = "refused"       // the target lacks DH-HMAC-CHAP and require_auth: nothing exported
 )
 
 // Member is one member slot of a Volume.

@@ -48,6 +48,9 @@ type Inventory struct {
 	HostNQN          string
 	StorageAddresses []string
 	Drives           []registry.Drive
+	// Exports and ExportsWhy are model.Node's: whether this node
+	// exports, and why not.
+	Exports, ExportsWhy string
 }
 
 // Options configure a Node.
@@ -421,7 +424,7 @@ func (n *Node) putRecord(ctx context.Context, cli *clientv3.Client) error {
 	inv := n.o.Inventory()
 	rec := registry.Node{
 		Name: n.o.Name, Domain: n.o.Domain, HostNQN: inv.HostNQN, ClusterAddress: n.o.Address,
-		StorageAddresses: inv.StorageAddresses, Drives: inv.Drives,
+		StorageAddresses: inv.StorageAddresses, Drives: inv.Drives, Exports: inv.Exports, ExportsWhy: inv.ExportsWhy,
 	}
 	if n.srv != nil {
 		rec.EtcdMember = fmt.Sprintf("%x", n.srv.ID())

@@ -37,11 +37,31 @@ type Node struct {
 	// exists. 0 only in a record an older fabraid wrote, until the
 	// node's next registration claims one.
 	CntlIDBlock int `json:"cntlid_block,omitempty"`
+	// Exports is whether the node exports its drives and volumes and how
+	// their hosts authenticate: ExportsDHCHAP, ExportsHostNQN
+	// (require_auth = false on a target without DH-HMAC-CHAP) or
+	// ExportsRefused (require_auth and no DH-HMAC-CHAP: nothing exported,
+	// ExportsWhy says why and how to fix it). "" before the node's daemon
+	// first asked its target, or written by an older fabraid.
+	Exports    string `json:"exports,omitempty"`
+	ExportsWhy string `json:"exports_why,omitempty"`
 	// Joined is when the record was first written; Updated, its last
 	// write. Neither orders anything.
 	Joined  time.Time `json:"joined"`
 	Updated time.Time `json:"updated"`
 }
+
+// Values of Node.Exports.
+const (
+	ExportsDHCHAP  = "dh-hmac-chap"  // each allowed host presents its secret
+	ExportsHostNQN = "host-nqn-only" // allowed by host NQN alone (require_auth = false)
+	ExportsRefused = "refused"       // exports nothing (require_auth, no DH-HMAC-CHAP)
+)
+
+// CannotExport says whether the node exports nothing (ExportsRefused):
+// its drives cannot serve another owner and it cannot serve a volume, so
+// placement and takeovers leave it out.
+func (n Node) CannotExport() bool { return n.Exports == ExportsRefused }
 
 // CntlIDClaim is the value of a controller-ID block's claim: the node
 // whose record holds the block.

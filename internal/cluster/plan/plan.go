@@ -24,9 +24,11 @@
 package plan
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/fabraid/fabraid/internal/cluster/model"
@@ -84,8 +86,10 @@ func (v View) used() map[[2]string]bool {
 	return u
 }
 
-// PlacementNodes returns the alive nodes with their free drives and the
-// number of volumes each owns, by name.
+// PlacementNodes returns the alive nodes that can export (not
+// model.Node.CannotExport: such a node's drives could serve no other
+// owner and it could serve the volume to nobody) with their free drives
+// and the number of volumes each owns, by name.
 func PlacementNodes(v View) []placement.Node {
 	used := v.used()
 	owned := map[string]int{}
@@ -96,7 +100,7 @@ func PlacementNodes(v View) []placement.Node {
 	}
 	var out []placement.Node
 	for _, n := range v.Nodes {
-		if !n.Alive {
+		if !n.Alive || n.CannotExport() {
 			continue
 		}
 		pn := placement.Node{Name: n.Name, Domain: n.Domain, Owned: owned[n.Name]}
@@ -124,10 +128,21 @@ func NewVolume(v View, req placement.Request, uuid [16]byte, now time.Time) (mod
 	for _, name := range req.Nodes {
 		if n, ok := v.node(name); ok && !n.Alive {
 			return model.Volume{}, fmt.Errorf("%w: volume %q: node %s is dead (--nodes)", placement.ErrNoPlacement, req.Name, name)
+		} else if ok && n.CannotExport() {
+			return model.Volume{}, fmt.Errorf("%w: volume %q: node %s exports nothing (--nodes): %s", placement.ErrNoPlacement, req.Name, name, n.ExportsWhy)
 		}
 	}
 	p, err := placement.Place(PlacementNodes(v), req)
 	if err != nil {
+		var out []string
+		for _, n := range v.Nodes {
+			if n.Alive && n.CannotExport() {
+				out = append(out, n.Name)
+			}
+		}
+		if len(out) > 0 && errors.Is(err, placement.ErrNoPlacement) {
+			err = fmt.Errorf("%w (left out: %s, which export nothing: require_auth and no DH-HMAC-CHAP in their target; fabraid cluster status says why)", err, strings.Join(out, ", "))
+		}
 		return model.Volume{}, err
 	}
 	rec := model.Volume{
@@ -311,8 +326,9 @@ func Consumers(v View) []Consumer {
 
 // ChooseOwner is the node that takes volume vol over when its owner is
 // gone: the same answer on every node that reads the same View. The
-// candidates are the alive nodes with a storage address other than
-// vol's record owner; among them it prefers a node with no member of vol
+// candidates are the alive nodes with a storage address that can export
+// (model.Node.CannotExport: it could serve the volume to nobody) other
+// than vol's record owner; among them it prefers a node with no member of vol
 // (its loss would not take members with it: the owner's write hole),
 // then the one that owns the fewest other volumes (by record), then the
 // smallest name. "" when there is no candidate.
@@ -331,7 +347,7 @@ func ChooseOwner(v View, vol model.Volume) string {
 	}
 	best := ""
 	for _, n := range v.Nodes {
-		if !n.Alive || n.Name == vol.Owner || len(n.StorageAddresses) == 0 {
+		if !n.Alive || n.Name == vol.Owner || len(n.StorageAddresses) == 0 || n.CannotExport() {
 			continue
 		}
 		if best == "" {
