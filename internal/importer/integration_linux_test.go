@@ -6,10 +6,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -483,9 +485,12 @@ func poll(t *testing.T, d time.Duration, what string, f func() error) {
 }
 
 // TestIntegrationDriveExportImport61: on Debian's 6.1 (nvmet without
-// DH-HMAC-CHAP) the exporter probes that, exports to the owner with
-// allowed hosts only and says so (Result.Auth false); the owner still
-// connects (its secret is not asked for) and another host NQN is refused.
+// DH-HMAC-CHAP) the exporter probes that and, with require_auth (the
+// default), refuses: nothing of the drive exporter in configfs, the
+// reason in the result. With require_auth = false it exports to the
+// owner with allowed hosts only and says so (Result.Auth false); the
+// owner still connects (its secret is not asked for) and another host
+// NQN is refused.
 func TestIntegrationDriveExportImport61(t *testing.T) {
 	vmtest.Run(t, vmtest.Options{
 		Guests: []vmtest.GuestConfig{
@@ -497,7 +502,16 @@ func TestIntegrationDriveExportImport61(t *testing.T) {
 		switch g.Name {
 		case "a":
 			x := exporter.New("")
-			res, err := x.Reconcile(context.Background(), volumeInput(g, hostB, keyB))
+			in := volumeInput(g, hostB, keyB)
+			res, err := x.Reconcile(context.Background(), in)
+			if err != nil || !errors.Is(res.Refused, exporter.ErrAuthRequired) || len(res.Exports) > 0 {
+				t.Fatalf("require_auth on 6.1: %v, refused %v, exports %+v; want the refusal and nothing", err, res.Refused, res.Exports)
+			}
+			if left := fabraidObjects(t); len(left) > 0 {
+				t.Fatalf("the refusal left configfs objects: %v", left)
+			}
+			in.AllowUnauthenticated = true // require_auth = false
+			res, err = x.Reconcile(context.Background(), in)
 			if err != nil || len(res.Problems) > 0 {
 				t.Fatalf("reconcile: %v %v", err, res.Problems)
 			}
@@ -536,4 +550,24 @@ func TestIntegrationDriveExportImport61(t *testing.T) {
 			g.Signal(t, "done")
 		}
 	})
+}
+
+// fabraidObjects lists the drive exporter's objects in configfs: drive
+// subsystems, hosts and ports in its range.
+func fabraidObjects(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	for _, dir := range []string{"subsystems", "hosts", "ports"} {
+		es, err := os.ReadDir(filepath.Join(nvmet.DefaultRoot, dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range es {
+			id, _ := strconv.Atoi(e.Name())
+			if strings.HasPrefix(e.Name(), exporter.NQNPrefix) || dir == "hosts" || dir == "ports" && id >= exporter.PortBase && id < exporter.PortBase+100 {
+				out = append(out, dir+"/"+e.Name())
+			}
+		}
+	}
+	return out
 }
