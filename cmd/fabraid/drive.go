@@ -27,6 +27,9 @@ func loadConfig(cmd *cobra.Command) (config.Config, error) {
 	if err != nil {
 		return c, &exitError{code: 2, err: err}
 	}
+	for _, w := range c.Warnings { // unknown keys: skipped (internal/config)
+		fmt.Fprintln(cmd.ErrOrStderr(), "fabraid: warning:", w)
+	}
 	return c, nil
 }
 
