@@ -94,6 +94,16 @@ func (v *Volume) syncWritable(what string, sel func(slot int) bool, buf []byte, 
 	return v.failErrored(ios, slots, what)
 }
 
+// writeWritableFUA writes buf at off to every writable member selected by
+// sel (nil: all) as FUA writes in one batch: durable on each member that
+// succeeds, without flushing the members' other writes; failing members
+// are failed. See failErrored for the result.
+func (v *Volume) writeWritableFUA(what string, sel func(slot int) bool, buf []byte, off int64) error {
+	ios, slots := v.writableIOs(sel, func(d Member) IO { return IO{Dev: d, Write: true, FUA: true, Buf: buf, Off: off} })
+	v.exec.Execute(ios)
+	return v.failErrored(ios, slots, what)
+}
+
 // flushWritable flushes every writable member selected by sel (nil: all)
 // as one Executor batch; failing members are failed. See failErrored for
 // the result.

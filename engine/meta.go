@@ -225,9 +225,10 @@ func (v *Volume) unlockMeta() {
 	}
 }
 
-// persistBitmap writes bitmap block blk to every writable member and
-// flushes them. A failing member is marked failed; the bit is durable on
-// the survivors.
+// persistBitmap writes bitmap block blk to every writable member with FUA
+// writes. A failing member is marked failed; the block is durable on the
+// survivors. (A set bit needs only itself durable before the region's
+// writes; a clear follows a flush of every member.)
 func (v *Volume) persistBitmap(blk int, data []byte) error {
-	return v.syncWritable("bitmap write", nil, data, v.base.BitmapOffset+int64(blk)*bitmapBlock)
+	return v.writeWritableFUA("bitmap write", nil, data, v.base.BitmapOffset+int64(blk)*bitmapBlock)
 }
