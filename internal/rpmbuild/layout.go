@@ -81,7 +81,7 @@ type Units struct {
 	Enabled []string
 }
 
-// Package is the definition both the nfpm build and the .spec come from.
+// Package is the definition both the package build and the .spec come from.
 type Package struct {
 	Name        string
 	Summary     string

@@ -78,7 +78,7 @@ fi
 `
 
 // MakeScripts returns the scriptlets of p, written out as the macros
-// expand (nfpm does not expand macros).
+// expand (the RPM writer does not expand macros).
 func MakeScripts(p *Package) Scripts {
 	s := Scripts{
 		Post:   SystemdPost(p.Units.Managed),

@@ -74,7 +74,7 @@ func permOctal(perms string) string {
 }
 
 // TestSpecMatchesPackage: the checked-in .spec, expanded by rpm, lists the
-// files of the nfpm package with the same directories, modes, %config and
+// files of the make-rpm package with the same directories, modes, %config and
 // %doc flags, and declares the same dependencies and scriptlet units.
 func TestSpecMatchesPackage(t *testing.T) {
 	f := getFixture(t)
