@@ -211,7 +211,8 @@ func printClusterStatus(out io.Writer, s api.ClusterStatus) {
 	w.Flush()
 	fmt.Fprintln(out)
 	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "NODE\tDOMAIN\tSTATE\tADDRESS\tSTORAGE\tDRIVES")
+	fmt.Fprintln(w, "NODE\tDOMAIN\tSTATE\tADDRESS\tSTORAGE\tEXPORTS\tDRIVES")
+	var refused []string
 	for _, n := range s.Nodes {
 		st := "alive"
 		if !n.Alive {
@@ -221,9 +222,17 @@ func printClusterStatus(out io.Writer, s api.ClusterStatus) {
 		for _, d := range n.Drives {
 			drives = append(drives, fmt.Sprintf("%s(%s)", d.ID, humanBytes(d.Size)))
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Domain, st, n.ClusterAddress, orDash(strings.Join(n.StorageAddresses, ",")), orDash(strings.Join(drives, " ")))
+		ex := n.Exports
+		if n.CannotExport() {
+			ex = "REFUSED"
+			refused = append(refused, fmt.Sprintf("node %s exports nothing (no drive serves another owner, it owns no volume): %s", n.Name, n.ExportsWhy))
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Domain, st, n.ClusterAddress, orDash(strings.Join(n.StorageAddresses, ",")), orDash(ex), orDash(strings.Join(drives, " ")))
 	}
 	w.Flush()
+	for _, r := range refused {
+		fmt.Fprintln(out, r)
+	}
 	fmt.Fprintln(out)
 	if len(s.Volumes) == 0 {
 		fmt.Fprintln(out, "no volumes")

@@ -24,7 +24,8 @@ func TestPrintClusterStatus(t *testing.T) {
 		},
 		Nodes: []model.NodeStatus{
 			{Node: model.Node{Name: "n1", Domain: "rack1", ClusterAddress: "10.0.0.1", Drives: []model.Drive{{ID: "S1", Size: 3 << 40}}}, Alive: true},
-			{Node: model.Node{Name: "n2", Domain: "n2", ClusterAddress: "10.0.0.2"}},
+			{Node: model.Node{Name: "n2", Domain: "n2", ClusterAddress: "10.0.0.2", Exports: model.ExportsDHCHAP}},
+			{Node: model.Node{Name: "n3", Domain: "n3", ClusterAddress: "10.0.0.3", Exports: model.ExportsRefused, ExportsWhy: "exports refused: require_auth = true and the NVMe target has no DH-HMAC-CHAP"}, Alive: true},
 		},
 		Volumes: []model.VolumeInfo{
 			{Name: "v1", UUID: "0f6c5a52-0000-4000-8000-000000000001", K: 4, M: 2, Groups: 1, Owner: "n1", Record: "ready", State: "rebuilding",
@@ -38,7 +39,8 @@ func TestPrintClusterStatus(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{"cluster c1 (embedded etcd): UNHEALTHY, leader n1", "n1  ", "leader", "down: context deadline exceeded", "learner", "rack1", "S1(3.0TiB)", "DEAD",
 		"VOLUME", "4+2    n1     rebuilding (resync 42%) resynced 4.0MiB  3@n2(unreachable) 4@n2(rebuilding)",
-		"0f6c5a52-0000-4000-8000-000000000002  2x2+1  n2     unknown"} {
+		"0f6c5a52-0000-4000-8000-000000000002  2x2+1  n2     unknown",
+		"dh-hmac-chap", "REFUSED", "node n3 exports nothing (no drive serves another owner, it owns no volume): exports refused: require_auth = true"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status output lacks %q:\n%s", want, out)
 		}

@@ -207,6 +207,11 @@ func newVolumeShowCmd() *cobra.Command {
 			case api.ExportAuthHostNQN:
 				fmt.Fprintf(w, "WARNING:  exports unauthenticated: allowed by host NQN alone, the target has no DH-HMAC-CHAP\n"+
 					"          (nvmet without CONFIG_NVME_TARGET_AUTH; see fabraid doctor)\n")
+			case api.ExportAuthRefused:
+				fmt.Fprintf(w, "WARNING:  exports refused: the target has no DH-HMAC-CHAP and require_auth is on; see fabraid doctor\n")
+			}
+			for _, r := range v.ExportRefused {
+				fmt.Fprintf(w, "WARNING:  exports nothing: node %s (its members serve no other owner, it cannot own the volume)\n", r)
 			}
 			if v.Error != "" {
 				fmt.Fprintf(w, "error:    %s\n", v.Error)

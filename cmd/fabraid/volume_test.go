@@ -189,6 +189,7 @@ func TestVolumeShowExportAuth(t *testing.T) {
 	for _, tc := range []struct{ auth, want string }{
 		{api.ExportAuthHostNQN, "WARNING:  exports unauthenticated: allowed by host NQN alone"},
 		{api.ExportAuthDHCHAP, "exports:  DH-HMAC-CHAP"},
+		{api.ExportAuthRefused, "WARNING:  exports refused: the target has no DH-HMAC-CHAP and require_auth is on"},
 	} {
 		sock := fakeAPI(t, api.Volume{Name: "v1", State: "optimal", K: 2, M: 1, Groups: 1, Owner: "a", ExportAuth: tc.auth}, map[string]api.OpRequest{})
 		out, errOut, code := runCLI(t, "volume", "show", "v1", "--socket", sock)
@@ -199,5 +200,20 @@ func TestVolumeShowExportAuth(t *testing.T) {
 		if !strings.Contains(js, `"export_auth":"`+tc.auth+`"`) {
 			t.Errorf("volume show --json lacks export_auth %s:\n%s", tc.auth, js)
 		}
+	}
+}
+
+// volume show names the volume's nodes that export nothing (require_auth
+// without DH-HMAC-CHAP) with their reason, in text and JSON.
+func TestVolumeShowExportRefused(t *testing.T) {
+	sock := fakeAPI(t, api.Volume{Name: "v1", State: "degraded", K: 2, M: 1, Groups: 1, Owner: "a",
+		ExportRefused: []string{"c: exports refused: no DH-HMAC-CHAP"}}, map[string]api.OpRequest{})
+	out, errOut, code := runCLI(t, "volume", "show", "v1", "--socket", sock)
+	if want := "WARNING:  exports nothing: node c: exports refused: no DH-HMAC-CHAP"; code != 0 || !strings.Contains(out, want) {
+		t.Errorf("volume show (%d, %s) lacks %q:\n%s", code, errOut, want, out)
+	}
+	js, _, _ := runCLI(t, "volume", "show", "v1", "--json", "--socket", sock)
+	if !strings.Contains(js, `"export_refused":["c: exports refused: no DH-HMAC-CHAP"]`) {
+		t.Errorf("volume show --json lacks export_refused:\n%s", js)
 	}
 }

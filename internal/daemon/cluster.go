@@ -37,7 +37,9 @@ func (d *Daemon) newCluster() (*cluster.Node, error) {
 		Members: c.Cluster.Members, LeaseTTL: c.Cluster.LeaseTTL, Log: d.log,
 		TickMs: uint(c.Cluster.HeartbeatMs), ElectionMs: uint(c.Cluster.ElectionMs),
 		Inventory: func() cluster.Inventory {
-			return cluster.Inventory{HostNQN: d.mgr.HostNQN(), StorageAddresses: storageAddresses(c), Drives: claimedDrives(c.StateDir)}
+			inv := cluster.Inventory{HostNQN: d.mgr.HostNQN(), StorageAddresses: storageAddresses(c), Drives: claimedDrives(c.StateDir)}
+			inv.Exports, inv.ExportsWhy = d.loop.exportsState()
+			return inv
 		},
 	}
 	if len(c.Cluster.Endpoints) > 0 {

@@ -40,6 +40,7 @@ func (d *Daemon) reconcileExports(ctx context.Context, cli *clientv3.Client, v *
 	ks := exportHolders(c, v, hs)
 	in := plan.FencedExporterInput(v.View, drives, ks)
 	in.HostNQN = d.mgr.HostNQN()
+	in.AllowUnauthenticated = !d.opts.Config.Cluster.RequireAuth
 	res, err := c.x.Reconcile(ctx, in)
 	if err != nil {
 		return res, fmt.Errorf("%w (no fence acknowledged)", err)

@@ -58,6 +58,8 @@ type clusterLoop struct {
 	paths     *model.NodePaths         // consumer paths last published, on pathsOn
 	pathsOn   clientv3.LeaseID
 	req       requestWorker // clusterreq.go
+	// exports, exportsWhy: this node's export state (clusterauth.go).
+	exports, exportsWhy string
 }
 
 func newClusterLoop() *clusterLoop {

@@ -43,7 +43,9 @@ import (
 //   - owner key of this node's previous, fenced lease (not expired at the
 //     server yet): not planned and not stopped: the frozen engine waits
 //     (exported, requests queued) until the key goes.
-//   - no owner key, record owner this node: Acquire.
+//   - no owner key, record owner this node: Acquire, unless this node
+//     exports nothing (require_auth, clusterauth.go): then it acquires
+//     nothing and another node takes the volume over after ownerGrace.
 //   - no owner key, ready, record owner dead (no alive key) or the key has
 //     been absent for ownerGrace while this node watched: the takeover,
 //     by the one node plan.ChooseOwner picks (same answer on every node):
@@ -91,12 +93,16 @@ type ownership struct {
 	lost   time.Time              // when the last session fenced (for the log)
 	// handing are the volumes this node hands over (clustermove.go).
 	handing map[string]*handover
+	// notAcquired: volumes whose record names this node as owner, not
+	// acquired because it exports nothing (logged once each).
+	notAcquired map[string]bool
 }
 
 func newOwnership(self string, ttl time.Duration, log *slog.Logger, freeze func() error, kick func()) *ownership {
 	return &ownership{self: self, ttl: ttl, log: log, freeze: freeze, kick: kick, wait: fence.Wait,
 		fenced: map[string]owner.Epoch{}, absent: map[string]time.Time{},
-		seen: map[string]owner.Key{}, lapsed: map[string]time.Time{}, handing: map[string]*handover{}}
+		seen: map[string]owner.Key{}, lapsed: map[string]time.Time{}, handing: map[string]*handover{},
+		notAcquired: map[string]bool{}}
 }
 
 // session returns the current owner session, making a new one when there
@@ -263,6 +269,8 @@ func (o *ownership) reconcile(ctx context.Context, cli *clientv3.Client, v *clus
 		var e owner.Epoch
 		skip := ""
 		switch {
+		case vol.Owner == o.self && o.cannotExport(v, vol):
+			continue // another node takes it over (ownerGone, plan.ChooseOwner)
 		case vol.Owner == o.self:
 			delete(o.absent, vol.UUID)
 			e, err = owner.Acquire(ctx, s, vol.UUID, o.self)
@@ -437,6 +445,23 @@ func (o *ownership) unfenced(ctx context.Context, cli *clientv3.Client, v *clust
 		}
 	}
 	return out
+}
+
+// cannotExport says whether this node exports nothing (clusterauth.go),
+// so it must not acquire vol although the record names it: it could
+// serve vol to nobody. Logged once per volume until it can export.
+func (o *ownership) cannotExport(v *clusterView, vol model.Volume) bool {
+	n, ok := v.node(o.self)
+	if !ok || !n.CannotExport() {
+		clear(o.notAcquired)
+		return false
+	}
+	if !o.notAcquired[vol.UUID] {
+		o.notAcquired[vol.UUID] = true
+		o.log.Error("volume names this node as owner, which exports nothing: not acquired; a node that can export takes it over",
+			"volume", vol.Name, "reason", n.ExportsWhy)
+	}
+	return true
 }
 
 // alive says whether node is alive in v.

@@ -42,6 +42,8 @@ func (d *Daemon) reconcileCluster(ctx context.Context) error {
 		return err
 	}
 	v.HostKeys[self] = secret // what this node presents, even before etcd has it
+	// Before ownership: a node that exports nothing holds no volume.
+	refused := d.exportRefusal(ctx, v)
 	var errs []error
 	own, err := d.owners.reconcile(ctx, cli, v)
 	if err != nil {
@@ -75,6 +77,9 @@ func (d *Daemon) reconcileCluster(ctx context.Context) error {
 	paths := imp.Paths(ires)
 	mp := managerPlan(v, imp, paths)
 	mp.Secret, mp.Auth, mp.Stop, mp.Drain = secret, xres.Auth, own.Stop, own.Keep
+	if refused != nil {
+		mp.Refused = refused.Error()
+	}
 	res, err := d.mgr.ReconcileCluster(ctx, mp)
 	if err != nil {
 		errs = append(errs, err)

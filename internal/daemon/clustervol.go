@@ -130,6 +130,7 @@ func (d *Daemon) clusterInfo(v *clusterView, vol model.Volume) api.Volume {
 	if vol.Owner == v.Self && vol.State == model.VolumeReady {
 		if in, err := d.mgr.Info(vol.UUID); err == nil {
 			in.Owner, in.Device, in.Epoch = vol.Owner, head, v.Status[vol.UUID].Epoch
+			in.ExportRefused = refusedNodes(v, vol)
 			for i, m := range in.Members {
 				if m.Slot < len(vol.Members) {
 					in.Members[i].Domain = vol.Members[m.Slot].Domain
@@ -139,7 +140,9 @@ func (d *Daemon) clusterInfo(v *clusterView, vol model.Volume) api.Volume {
 		}
 	}
 	st, has := v.Status[vol.UUID]
-	return remoteInfo(vol, st, has, head, headSize(head))
+	in := remoteInfo(vol, st, has, head, headSize(head))
+	in.ExportRefused = refusedNodes(v, vol)
+	return in
 }
 
 // remoteInfo is vol as a node that does not run its engine sees it: the

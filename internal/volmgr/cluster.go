@@ -52,6 +52,12 @@ type ClusterPlan struct {
 	// alike) allows its hosts by host NQN alone: ReconcileCluster warns
 	// once per export set and Info says so (ExportAuth).
 	Auth bool
+	// Refused is why this node exports nothing (exporter.Refusal:
+	// require_auth and no DH-HMAC-CHAP); "": it exports. Set, no volume
+	// is exported (the volume exports there were are removed; the daemon
+	// has this node hold no owner key then) and the consumer connections
+	// are made as always; Info says ExportAuthRefused.
+	Refused string
 	// Addresses are this node's storage addresses (one export port each).
 	Addresses []string
 	Port      int // default DefaultClusterExportPort
@@ -181,6 +187,8 @@ func exportAuth(p *ClusterPlan) string {
 	switch {
 	case p == nil:
 		return ""
+	case p.Refused != "":
+		return api.ExportAuthRefused
 	case p.Auth:
 		return api.ExportAuthDHCHAP
 	}
@@ -192,7 +200,7 @@ func exportAuth(p *ClusterPlan) string {
 // owned volumes and allowed hosts, not every reconcile (the set is the
 // same for many reconciles). The caller holds op.
 func (m *Manager) warnUnauthenticated(p *ClusterPlan) {
-	if p.Auth {
+	if p.Auth || p.Refused != "" { // refused: the daemon logs that, and nothing is exported
 		m.unauthWarned = ""
 		return
 	}

@@ -119,6 +119,9 @@ func (x *exporter) reconcileCluster(ctx context.Context, exports []Export, p *Cl
 	if err != nil {
 		return nil, err
 	}
+	if p.Refused != "" {
+		exports = nil // exports nothing: the spec removes what there was
+	}
 	if exports, err = x.withANA(ctx, exports, p.CntlIDMin, p.CntlIDMax, p.Drain); err != nil {
 		return nil, err
 	}
