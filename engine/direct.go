@@ -28,9 +28,16 @@ func (v *Volume) PlanRead(p []byte, off int64) (*DirectRead, bool) {
 	if v.check() != nil || v.geo.CheckRange(off, len(p)) != nil {
 		return nil, false
 	}
+	// The member reads count as a batch through the freeze gate (Finish
+	// or Cancel ends it): a frozen volume plans none (ReadAt then holds
+	// the read at the gate), and Freeze waits for those in flight.
+	if !v.gate.tryEnter() {
+		return nil, false
+	}
 	op := v.newOp()
 	if !op.addDirectReads(op.split(off, len(p)), p) {
 		v.putOp(op)
+		v.gate.exit()
 		return nil, false
 	}
 	d := &DirectRead{IOs: op.ios, v: v, op: op, p: p, off: off, t0: time.Now()}
@@ -48,6 +55,7 @@ func (v *Volume) PlanRead(p []byte, off int64) (*DirectRead, bool) {
 // case.
 func (d *DirectRead) Finish() (int, error) {
 	v, op := d.v, d.op
+	v.gate.exit() // the member reads are done
 	ok := true
 	for i := range op.ios {
 		if op.ios[i].Err != nil {
@@ -71,6 +79,7 @@ func (d *DirectRead) Finish() (int, error) {
 // Cancel drops a planned read that the caller will not perform (nothing
 // was submitted); it is not counted.
 func (d *DirectRead) Cancel() {
+	d.v.gate.exit()
 	d.v.putOp(d.op)
 	d.op, d.IOs = nil, nil
 	if d.counted {

@@ -30,8 +30,11 @@ var (
 	// ErrStaleEpoch: Thaw was given an owner epoch that is not newer than
 	// the volume's; a frozen volume resumes only under a new lease.
 	ErrStaleEpoch = errors.New("owner epoch not newer than the volume's")
-	// ErrNotFrozen: Thaw of a volume that is not frozen.
+	// ErrNotFrozen: Thaw or HandOff of a volume that is not frozen.
 	ErrNotFrozen = errors.New("volume not frozen")
+	// ErrHandedOff: the frozen volume gave its requests back (HandOff):
+	// they failed so that the initiator sends them to the new owner.
+	ErrHandedOff = errors.New("volume frozen and handed off: requests go to another path")
 )
 
 // gateFrozen is the frozen bit of freezeGate.state; the bits below count
@@ -89,6 +92,16 @@ func (g *freezeGate) enter() error {
 			return err
 		}
 	}
+}
+
+// tryEnter lets a batch pass only when the gate is open; it never waits.
+// On true, exit must follow.
+func (g *freezeGate) tryEnter() bool {
+	if g.state.Add(1)&gateFrozen == 0 {
+		return true
+	}
+	g.exit()
+	return false
 }
 
 // exit ends a batch that passed enter.
@@ -157,6 +170,15 @@ type gatedExecutor struct {
 // Execute implements Executor.
 func (e *gatedExecutor) Execute(ios []IO) {
 	if err := e.gate.enter(); err != nil {
+		if errors.Is(err, ErrHandedOff) && onlyFlushes(ios) {
+			// A flush writes nothing new; done here, it makes the
+			// writes this owner acknowledged durable before the host
+			// hears of the flush. Handed off instead, it would be lost:
+			// a flush the Linux host fails over completes as a success
+			// without being sent again (docs/nvmeof.md).
+			e.inner.Execute(ios)
+			return
+		}
 		for i := range ios {
 			ios[i].Err = err
 		}
@@ -164,6 +186,15 @@ func (e *gatedExecutor) Execute(ios []IO) {
 	}
 	e.inner.Execute(ios)
 	e.gate.exit()
+}
+
+func onlyFlushes(ios []IO) bool {
+	for _, io := range ios {
+		if !io.Flush {
+			return false
+		}
+	}
+	return len(ios) > 0
 }
 
 // memberWrite writes buf at off to dev through the gate (for the few
@@ -221,6 +252,9 @@ func (v *Volume) Thaw(epoch uint64) error {
 	if err := v.stopErr(); err != nil {
 		return err
 	}
+	if v.handedOff.Load() {
+		return ErrHandedOff
+	}
 	ours := v.epoch.Load()
 	if epoch <= ours {
 		return fmt.Errorf("thaw at epoch %d (volume at %d): %w", epoch, ours, ErrStaleEpoch)
@@ -261,6 +295,43 @@ func (v *Volume) Thaw(epoch uint64) error {
 	v.log.Info("thawed", "epoch", epoch)
 	return nil
 }
+
+// HandOff gives a frozen volume's held requests back instead of holding
+// them until the host's I/O timeout: every request held at the gate, and
+// every later one, fails with ErrHandedOff, no member write or read is
+// issued and no member is marked failed for it. Flushes are the exception:
+// a batch of member flushes runs (it writes nothing new), so a held flush
+// request completes for real when the members can still be flushed. HandedOff then reports true, which
+// makes the ublk server complete the failed requests with -ENODATA: nvmet
+// answers those with a status the Linux host retries (Access Denied
+// without DNR), and the retry, refused by an ANA-inaccessible port, fails
+// over to another path at once (docs/nvmeof.md, "Which completion fails
+// over"). So call it only after every port exporting the volume shows it
+// inaccessible (or change): on a port that is still optimized the host
+// retries on the same path, five times, and then fails the request.
+//
+// Final: the volume is never thawed again (Thaw returns ErrHandedOff);
+// stop it (Close of a frozen volume writes nothing) and assemble anew if
+// this node is to run it again.
+func (v *Volume) HandOff() error {
+	g := &v.gate
+	g.lock()
+	defer g.mu.Unlock()
+	if !g.frozen() {
+		return ErrNotFrozen
+	}
+	if v.handedOff.Swap(true) {
+		return nil
+	}
+	g.stopLocked(ErrHandedOff)
+	v.log.Warn("frozen volume handed off: held and new requests fail over to another path")
+	return nil
+}
+
+// HandedOff reports whether HandOff gave the volume's requests back;
+// kernel/ublk asks it (ublk.HandOffer) to pick the completion of a failed
+// request.
+func (v *Volume) HandedOff() bool { return v.handedOff.Load() }
 
 // closeFrozen is Close of a frozen volume: nothing is written (the owner
 // may have lost the volume), held requests fail with ErrClosed, the

@@ -4,6 +4,7 @@ package engine
 // member failure and how it is recorded, the bitmap blocks.
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/fabraid/fabraid/engine/superblock"
@@ -65,6 +66,9 @@ func (v *Volume) writeMetaLocked() error {
 			if failedSlot >= 0 {
 				break
 			}
+		}
+		if errors.Is(failErr, ErrHandedOff) {
+			return fmt.Errorf("superblock write: %w", failErr)
 		}
 		if failedSlot < 0 {
 			v.recordedGen.Store(v.failGen.Load())
@@ -145,6 +149,9 @@ func (v *Volume) ioFailReasonLocked(slot int, cause error) superblock.FailReason
 // markIOFailedLocked records slot as failed after an I/O error (cause) on
 // its device, with the reason ioFailReasonLocked gives.
 func (v *Volume) markIOFailedLocked(slot int, cause error) {
+	if errors.Is(cause, ErrHandedOff) {
+		return // the gate refused the I/O (HandOff); the member is fine
+	}
 	if v.slotRole(slot) != superblock.RoleFailed {
 		v.markFailedLocked(slot, v.ioFailReasonLocked(slot, cause), cause)
 	}
@@ -193,6 +200,9 @@ func (v *Volume) markFailedLocked(slot int, reason superblock.FailReason, cause 
 // acknowledged then, since an assembly after a crash would trust the
 // member's stale chunks.
 func (v *Volume) failMemberDev(slot int, dev Member, cause error) error {
+	if errors.Is(cause, ErrHandedOff) {
+		return cause // the gate refused the I/O (HandOff); the member is fine
+	}
 	v.metaMu.Lock()
 	defer v.unlockMeta()
 	if dev != nil {

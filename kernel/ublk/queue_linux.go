@@ -322,7 +322,7 @@ func (q *queue) fileReadDone(ring *uring.Ring, tag, i int, res int32, commit fun
 // finishResult finishes a direct read and returns its commit result.
 func (q *queue) finishResult(p *pendingRead) int32 {
 	if err := p.pr.Finish(p.res); err != nil {
-		return errnoResult(err)
+		return q.errResult(err)
 	}
 	return p.n
 }
@@ -387,11 +387,11 @@ func (q *queue) serve(tag int) int32 {
 	case opRead:
 		buf := q.buf(tag)[:r.len]
 		if _, err := b.ReadAt(buf, r.off); err != nil {
-			return errnoResult(err)
+			return q.errResult(err)
 		}
 		if q.userCopy {
 			if _, err := unix.Pwrite(q.fd, buf, ublksys.UserCopyOffset(uint16(q.id), uint16(tag), 0)); err != nil {
-				return errnoResult(err)
+				return q.errResult(err)
 			}
 		}
 		return int32(r.len)
@@ -399,7 +399,7 @@ func (q *queue) serve(tag int) int32 {
 		buf := q.buf(tag)[:r.len]
 		if q.userCopy {
 			if _, err := unix.Pread(q.fd, buf, ublksys.UserCopyOffset(uint16(q.id), uint16(tag), 0)); err != nil {
-				return errnoResult(err)
+				return q.errResult(err)
 			}
 		}
 		var err error
@@ -413,12 +413,12 @@ func (q *queue) serve(tag int) int32 {
 			_, err = b.WriteAt(buf, r.off)
 		}
 		if err != nil {
-			return errnoResult(err)
+			return q.errResult(err)
 		}
 		return int32(r.len)
 	case opFlush:
 		if err := b.Flush(); err != nil {
-			return errnoResult(err)
+			return q.errResult(err)
 		}
 		return 0
 	case opDiscard:
@@ -427,13 +427,13 @@ func (q *queue) serve(tag int) int32 {
 			return -int32(unix.EOPNOTSUPP)
 		}
 		if err := dis.Discard(r.off, r.len); err != nil {
-			return errnoResult(err)
+			return q.errResult(err)
 		}
 		return 0
 	case opWriteZeroes:
 		if zw, ok := b.(ZeroWriter); ok {
 			if err := zw.WriteZeroes(r.off, r.len); err != nil {
-				return errnoResult(err)
+				return q.errResult(err)
 			}
 			return 0
 		}
@@ -442,7 +442,7 @@ func (q *queue) serve(tag int) int32 {
 		for done := int64(0); done < r.len; {
 			chunk := min(r.len-done, int64(len(buf)))
 			if _, err := b.WriteAt(buf[:chunk], r.off+done); err != nil {
-				return errnoResult(err)
+				return q.errResult(err)
 			}
 			done += chunk
 		}
@@ -451,11 +451,22 @@ func (q *queue) serve(tag int) int32 {
 	return -int32(unix.EOPNOTSUPP)
 }
 
-// errnoResult turns a backend error into -errno (EIO unless the error
-// carries an errno).
+// errResult is the commit result of a request the backend failed with
+// err: -ENODATA while the backend hands its requests off (HandOffer),
+// else errnoResult.
+func (q *queue) errResult(err error) int32 {
+	if h, ok := q.d.backend.(HandOffer); ok && h.HandedOff() {
+		return HandOffResult
+	}
+	return errnoResult(err)
+}
+
+// errnoResult turns a backend error into -errno: EIO unless the error
+// carries an errno, and EIO for ENODATA too, which is kept for hand-off
+// (HandOffResult).
 func errnoResult(err error) int32 {
 	var errno unix.Errno
-	if errors.As(err, &errno) && errno != 0 {
+	if errors.As(err, &errno) && errno != 0 && errno != unix.ENODATA {
 		return -int32(errno)
 	}
 	return -int32(unix.EIO)
