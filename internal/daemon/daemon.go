@@ -56,7 +56,10 @@ type Daemon struct {
 	// owners is the node's owner session and held volumes (clusterowner.go).
 	owners *ownership
 	// loop is the data-plane state in a cluster (clusterloop.go).
-	loop   *clusterLoop
+	loop *clusterLoop
+	// heads re-triggers volume heads that missed their name link
+	// (headnames.go); only the run loop uses it.
+	heads  *headNamer
 	kick   chan struct{}
 	errors atomic.Int64
 	status atomic.Value // string
@@ -77,7 +80,7 @@ func New(o Options) (*Daemon, error) {
 	if o.RunDir == "" {
 		o.RunDir = filepath.Dir(o.Config.APISocket)
 	}
-	d := &Daemon{opts: o, log: o.Log, kick: make(chan struct{}, 1), loop: newClusterLoop()}
+	d := &Daemon{opts: o, log: o.Log, kick: make(chan struct{}, 1), loop: newClusterLoop(), heads: newHeadNamer(o.Log)}
 	start, err := d.starter()
 	if err != nil {
 		return nil, err
@@ -246,6 +249,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	tick := time.NewTicker(d.opts.Interval)
 	defer tick.Stop()
+	d.Kick() // a reconcile now that the API answers: it re-triggers heads that missed their names
 	// Reconciles run one at a time in their own goroutine, so the
 	// watchdog keeps being fed while one waits for an engine to start
 	// (assembly and resync can take minutes); only a reconcile stuck for
@@ -259,6 +263,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		running = time.Now()
 		go func() {
 			d.reconcile(ctx)
+			d.convergeHeadNames(ctx) // the API answers name lookups by now
 			done <- struct{}{}
 		}()
 	}
