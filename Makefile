@@ -9,7 +9,7 @@ LDFLAGS   := -s -w -X main.version=$(shell git describe --tags --always --dirty 
 # VM tests: a package's guests wait for free CPU slots, so allow plenty.
 VMTEST_TIMEOUT ?= 80m
 
-.PHONY: all build test unit race vmtest vmbench clusterbench lint demo demo-node clean setup rpm rpm-spec
+.PHONY: all build test unit race vmtest vmbench clusterbench faultschedule lint demo demo-node clean setup rpm rpm-spec
 
 all: build
 
@@ -61,6 +61,17 @@ clusterbench: setup
 		-run '^TestClusterBenchVM$$' -v ./internal/clusterbench >$(CLUSTERBENCH_LOG) 2>&1; rc=$$?; \
 	sed -n 's/.*VMBENCH /VMBENCH /p; s/.*CLUSTERBENCH //p' $(CLUSTERBENCH_LOG); \
 	if [ $$rc -ne 0 ]; then tail -50 $(CLUSTERBENCH_LOG); echo "full log: $(CLUSTERBENCH_LOG)"; fi; exit $$rc
+
+# The cluster fault schedule for a long run (internal/cluster
+# TestIntegrationFaultSchedule; make test runs it with 3 rounds): seeded
+# kills and partitions of the three guests under a flushing writer, every
+# flushed block read back after each round. FAULT_ROUNDS rounds (default
+# 10, ~20 min), FAULT_SEED to replay a printed seed; each round's fault,
+# owner and longest write gap are in the log.
+FAULT_ROUNDS ?= 10
+faultschedule: setup
+	$(GOFLAGS_STATIC) FABRAID_VMTEST=1 FABRAID_FAULT_ROUNDS=$(FAULT_ROUNDS) $(if $(FAULT_SEED),FABRAID_FAULT_SEED=$(FAULT_SEED)) \
+		$(GO) test -count=1 -timeout $(VMTEST_TIMEOUT) -run '^TestIntegrationFaultSchedule$$' -v ./internal/cluster
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
