@@ -207,6 +207,14 @@ func udevGuest(t *testing.T, g *vmtest.Env) {
 	if got := strings.TrimSpace(guestMust(t, "systemctl", "show", "-p", "MainPID", "--value", "fabraidd")); got != pid {
 		t.Errorf("fabraidd MainPID %s after the triggers, was %s", got, pid)
 	}
+	// Shutdown order: the engine stops after remote file systems and
+	// Storage Scale (issue 29).
+	before := guestMust(t, "systemctl", "show", "-p", "Before", "--value", "fabraid-engine@vol0.service")
+	for _, u := range []string{"remote-fs-pre.target", "gpfs.service", "shutdown.target"} {
+		if !strings.Contains(" "+strings.TrimSpace(before)+" ", " "+u+" ") {
+			t.Errorf("fabraid-engine@vol0.service is not Before=%s: Before=%s", u, strings.TrimSpace(before))
+		}
+	}
 	headNameConverges(t, in.Device)
 	out = guestMust(t, "/usr/bin/fabraid", "volume", "show", "vol0", "--json")
 	if err := json.Unmarshal([]byte(out), &in); err != nil || in.State != "optimal" {
