@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/fabraid/fabraid/internal/config"
 	"github.com/fabraid/fabraid/internal/doctor"
 	"github.com/fabraid/fabraid/kernel/nvmet"
 	"github.com/fabraid/fabraid/kernel/ublk"
@@ -24,14 +25,20 @@ func newDoctorCmd() *cobra.Command {
 		Long: `doctor inspects the running kernel and the node's NVMe identity: configfs,
 nvmet and nvmet-tcp, nvme-tcp with native multipath, ublk_drv and its feature
 bits (asked from the kernel), io_uring, /etc/nvme/hostnqn and hostid, and
-whether nvmet has DH-HMAC-CHAP (without it a cluster's exports allow hosts by
-host NQN alone: a warning, not a failure).
+whether nvmet has DH-HMAC-CHAP. Without it, with require_auth on (the default;
+read from --config), a cluster node refuses to export its drives and volumes:
+a missing piece whose fix names the kernel option and the require_auth = false
+opt-out; with require_auth = false it is a warning (exports by host NQN alone).
 
 Exit status: 0 when every required piece is present, 3 when one is missing.`,
 		Example: "  fabraid doctor\n  fabraid doctor --json | jq '.checks[] | select(.status != \"ok\")'",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			d := &doctor.Doctor{Root: "/", Probes: liveProbes()}
+			c, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			d := &doctor.Doctor{Root: "/", Probes: liveProbes(), AllowUnauthenticated: !c.Cluster.RequireAuth}
 			rep := d.Run()
 			out := cmd.OutOrStdout()
 			if asJSON {
@@ -51,6 +58,7 @@ Exit status: 0 when every required piece is present, 3 when one is missing.`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	cmd.Flags().String("config", config.DefaultPath, "configuration file (require_auth)")
 	return cmd
 }
 

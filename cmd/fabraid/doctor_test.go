@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,12 +14,12 @@ import (
 )
 
 // runDoctor runs `fabraid doctor --json` in-process and decodes its report.
-func runDoctor(t *testing.T) (*doctor.Report, error) {
+func runDoctor(t *testing.T, args ...string) (*doctor.Report, error) {
 	t.Helper()
 	var out bytes.Buffer
 	root := newRootCmd()
 	root.SetOut(&out)
-	root.SetArgs([]string{"doctor", "--json"})
+	root.SetArgs(append([]string{"doctor", "--json"}, args...))
 	err := root.Execute()
 	var rep doctor.Report
 	if jerr := json.Unmarshal(out.Bytes(), &rep); jerr != nil {
@@ -61,7 +62,9 @@ func TestIntegrationDoctor612(t *testing.T) {
 
 // TestIntegrationDoctor61: Debian's 6.1 has no ublk; doctor says so, names
 // what is needed, exits 3, and finds the NVMe-oF pieces present; nvmet has
-// no DH-HMAC-CHAP there, a warning that names the kernel option.
+// no DH-HMAC-CHAP there: with require_auth (the default) a missing piece
+// whose fix names the kernel option and the opt-out, with require_auth =
+// false in the configuration a warning.
 func TestIntegrationDoctor61(t *testing.T) {
 	vmtest.Run(t, vmtest.Options{Guests: []vmtest.GuestConfig{{
 		Name: "a", Kernel: vmtest.Kernel61,
@@ -80,11 +83,22 @@ func TestIntegrationDoctor61(t *testing.T) {
 					t.Errorf("ublk on 6.1: %s, fix %q; want missing with the kernel option named", c.Status, c.Fix)
 				}
 			case c.Name == "nvmet-auth":
-				if c.Status != doctor.Warn || !strings.Contains(c.Fix, "CONFIG_NVME_TARGET_AUTH") {
-					t.Errorf("nvmet-auth on 6.1: %s (%s), fix %q; want a warning naming CONFIG_NVME_TARGET_AUTH", c.Status, c.Detail, c.Fix)
+				if c.Status != doctor.Missing || !c.Required || !strings.Contains(c.Fix, "CONFIG_NVME_TARGET_AUTH") ||
+					!strings.Contains(c.Fix, "require_auth = false") || !strings.Contains(c.Detail, "refuses to export") {
+					t.Errorf("nvmet-auth on 6.1: %s (%s), fix %q; want missing, naming CONFIG_NVME_TARGET_AUTH and require_auth = false", c.Status, c.Detail, c.Fix)
 				}
 			case c.Status != doctor.OK:
 				t.Errorf("%s: %s: %s", c.Name, c.Status, c.Detail)
+			}
+		}
+		conf := filepath.Join(t.TempDir(), "fabraid.conf")
+		if err := os.WriteFile(conf, []byte("require_auth = false\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		rep, _ = runDoctor(t, "--config", conf)
+		for _, c := range rep.Checks {
+			if c.Name == "nvmet-auth" && (c.Status != doctor.Warn || c.Required || !strings.Contains(c.Detail, "host NQN alone")) {
+				t.Errorf("nvmet-auth on 6.1 with require_auth = false: %s required %v (%s); want a warning", c.Status, c.Required, c.Detail)
 			}
 		}
 	})

@@ -66,6 +66,10 @@ type Probes struct {
 type Doctor struct {
 	Root   string // "/" on a live system
 	Probes Probes
+	// AllowUnauthenticated is require_auth = false in the configuration:
+	// nvmet without DH-HMAC-CHAP is then a warning (the node exports by
+	// host NQN alone), not a missing piece (the node refuses to export).
+	AllowUnauthenticated bool
 }
 
 func (d *Doctor) path(p string) string { return filepath.Join(d.Root, p) }
@@ -163,11 +167,16 @@ func ModulePackageHint(module string) string {
 const NvmetAuthFix = "boot a kernel built with CONFIG_NVME_TARGET_AUTH=y (nvmet's DH-HMAC-CHAP, Linux 6.0+; " +
 	"Debian's 6.12 has it, its 6.1 does not)"
 
-// checkNvmetAuth: without DH-HMAC-CHAP in nvmet, a cluster node's drive
-// and volume exports allow their hosts by host NQN alone (not required:
-// fabraid works, unauthenticated, and says so).
+// NvmetAuthOptOut is the second fix the nvmet-auth check names.
+const NvmetAuthOptOut = "or, as a conscious opt-out, set require_auth = false in fabraid.conf: the node then exports by host NQN alone, " +
+	"which any machine on the storage network can present"
+
+// checkNvmetAuth: without DH-HMAC-CHAP in nvmet a cluster node refuses to
+// export its drives and volumes (require_auth, the default: a missing
+// piece), or with require_auth = false exports them allowing their hosts
+// by host NQN alone (a warning).
 func (d *Doctor) checkNvmetAuth() Check {
-	c := Check{Name: "nvmet-auth"}
+	c := Check{Name: "nvmet-auth", Required: !d.AllowUnauthenticated}
 	if !d.moduleLoaded("nvmet") || !d.exists("/sys/kernel/config/nvmet") {
 		c.Status, c.Detail = Warn, "nvmet is not loaded: cannot tell whether it has DH-HMAC-CHAP"
 		c.Fix = "modprobe nvmet (with configfs mounted) and run fabraid doctor again"
@@ -193,10 +202,16 @@ func (d *Doctor) checkNvmetAuth() Check {
 		c.Fix = "run fabraid doctor as root"
 	case has:
 		c.Status, c.Detail = OK, "nvmet has DH-HMAC-CHAP: cluster exports require each host's secret"
+	case !d.AllowUnauthenticated:
+		c.Status = Missing
+		c.Detail = "nvmet has no DH-HMAC-CHAP (no hosts/*/dhchap_key) and require_auth is on: in a cluster this node " +
+			"refuses to export its drives and volumes and owns no volume (fabraidd logs \"exports refused\", cluster status " +
+			"shows REFUSED) rather than allow hosts by host NQN alone"
+		c.Fix = NvmetAuthFix + "; " + NvmetAuthOptOut
 	default:
 		c.Status = Warn
-		c.Detail = "nvmet has no DH-HMAC-CHAP (no hosts/*/dhchap_key): in a cluster this node's drive and volume exports " +
-			"allow their hosts by host NQN alone, which any machine on the storage network can present " +
+		c.Detail = "nvmet has no DH-HMAC-CHAP (no hosts/*/dhchap_key) and require_auth = false: in a cluster this node's " +
+			"drive and volume exports allow their hosts by host NQN alone, which any machine on the storage network can present " +
 			"(host NQNs are readable in etcd and sent in clear)"
 		c.Fix = NvmetAuthFix
 	}

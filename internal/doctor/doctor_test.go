@@ -173,14 +173,14 @@ func TestNvmetAuth(t *testing.T) {
 		want   string // in Detail or Fix
 	}{
 		{"probe: auth", func(map[string]string, *Probes) {}, OK, "DH-HMAC-CHAP"},
-		{"probe: no auth (6.1)", func(_ map[string]string, p *Probes) {
+		{"probe: no auth (6.1), require_auth = false", func(_ map[string]string, p *Probes) {
 			p.NvmetAuth = func() (bool, error) { return false, nil }
 		}, Warn, "CONFIG_NVME_TARGET_AUTH"},
 		{"no probe, a host entry with dhchap_key", func(f map[string]string, p *Probes) {
 			p.NvmetAuth = nil
 			f["/sys/kernel/config/nvmet/hosts/nqn.h/dhchap_key"] = ""
 		}, OK, "DH-HMAC-CHAP"},
-		{"probe fails, a host entry without dhchap_key", func(f map[string]string, p *Probes) {
+		{"probe fails, a host entry without dhchap_key, require_auth = false", func(f map[string]string, p *Probes) {
 			p.NvmetAuth = func() (bool, error) { return false, errors.New("permission denied") }
 			f["/sys/kernel/config/nvmet/hosts/nqn.h/"] = ""
 		}, Warn, "host NQN alone"},
@@ -193,11 +193,41 @@ func TestNvmetAuth(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			files, probes := complete(), okProbes()
 			tc.mutate(files, &probes)
-			c := find(t, (&Doctor{Root: tree(t, files), Probes: probes}).Run(), "nvmet-auth")
+			c := find(t, (&Doctor{Root: tree(t, files), Probes: probes, AllowUnauthenticated: true}).Run(), "nvmet-auth")
 			if c.Status != tc.status || !strings.Contains(c.Detail+" "+c.Fix, tc.want) || c.Required {
 				t.Errorf("nvmet-auth: %s %q fix %q required %v; want %s, not required, mentioning %q", c.Status, c.Detail, c.Fix, c.Required, tc.status, tc.want)
 			}
 		})
+	}
+}
+
+// TestNvmetAuthRequired: with require_auth (the default: Doctor's zero
+// AllowUnauthenticated) nvmet without DH-HMAC-CHAP is a missing required
+// piece (exit 3) whose fix names the kernel option and the opt-out; with
+// auth, or when doctor cannot tell, the node stays healthy.
+func TestNvmetAuthRequired(t *testing.T) {
+	files, probes := complete(), okProbes()
+	probes.NvmetAuth = func() (bool, error) { return false, nil }
+	r := (&Doctor{Root: tree(t, files), Probes: probes}).Run()
+	c := find(t, r, "nvmet-auth")
+	if c.Status != Missing || !c.Required || r.Healthy() {
+		t.Errorf("no auth, require_auth: %s required %v healthy %v; want missing, required, unhealthy", c.Status, c.Required, r.Healthy())
+	}
+	for _, w := range []string{"CONFIG_NVME_TARGET_AUTH", "require_auth = false"} {
+		if !strings.Contains(c.Fix, w) {
+			t.Errorf("fix %q lacks %q", c.Fix, w)
+		}
+	}
+	if !strings.Contains(c.Detail, "refuses to export") {
+		t.Errorf("detail %q does not say the node refuses to export", c.Detail)
+	}
+	probes.NvmetAuth = func() (bool, error) { return true, nil }
+	if r := (&Doctor{Root: tree(t, files), Probes: probes}).Run(); !r.Healthy() || find(t, r, "nvmet-auth").Status != OK {
+		t.Errorf("auth, require_auth: %+v", find(t, r, "nvmet-auth"))
+	}
+	probes.NvmetAuth = func() (bool, error) { return false, errors.New("permission denied") }
+	if r := (&Doctor{Root: tree(t, files), Probes: probes}).Run(); !r.Healthy() || find(t, r, "nvmet-auth").Status != Warn {
+		t.Errorf("cannot tell, require_auth: %+v", find(t, r, "nvmet-auth"))
 	}
 }
 
