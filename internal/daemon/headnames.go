@@ -61,6 +61,7 @@ type headNamer struct {
 	sysBlock string // /sys/block
 	devDir   string // /dev
 	tries    map[string]int
+	names    map[string]string // volume UUID -> name, from the last list read
 	log      *slog.Logger
 }
 
@@ -107,13 +108,37 @@ func readAttr(path string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// converge sends a change uevent to every head whose link is missing.
-func (n *headNamer) converge(vols []api.Volume) {
-	names := map[string]string{}
-	for _, v := range vols {
-		names[v.UUID] = v.Name
+// allLinked reports whether every head has its link under the names known
+// (then there is nothing to do, and the volume list need not be read).
+func allLinked(heads []volumeHead, names map[string]string) bool {
+	for _, h := range heads {
+		if names[h.uuid] == "" || h.link != h.dev {
+			return false
+		}
 	}
-	for _, dev := range headsToRetrigger(n.heads(names), names, n.tries) {
+	return true
+}
+
+// converge sends a change uevent to every head whose link is missing. It
+// reads the volume list (list) only when a head is not linked under the
+// names of the last list: a volume's name does not change, so in the
+// steady state a round reads sysfs and /dev alone.
+func (n *headNamer) converge(list func() ([]api.Volume, error)) {
+	if heads := n.heads(n.names); allLinked(heads, n.names) {
+		for _, h := range heads {
+			delete(n.tries, h.dev)
+		}
+		return
+	}
+	vols, err := list()
+	if err != nil {
+		return
+	}
+	n.names = map[string]string{}
+	for _, v := range vols {
+		n.names[v.UUID] = v.Name
+	}
+	for _, dev := range headsToRetrigger(n.heads(n.names), n.names, n.tries) {
 		n.log.Info("volume head has no /dev/fabraid link; asking udev again", "device", "/dev/"+dev, "try", n.tries[dev])
 		if err := os.WriteFile(filepath.Join(n.sysBlock, dev, "uevent"), []byte("change"), 0); err != nil {
 			n.log.Warn("cannot re-trigger volume head", "device", "/dev/"+dev, "err", err)
@@ -125,12 +150,10 @@ func (n *headNamer) converge(vols []api.Volume) {
 // name (the cluster's in a cluster); it skips the round when that list
 // cannot be had.
 func (d *Daemon) convergeHeadNames(ctx context.Context) {
-	vols := d.mgr.List()
-	if d.inCluster() {
-		var err error
-		if vols, err = d.clusterList(ctx); err != nil {
-			return
+	d.heads.converge(func() ([]api.Volume, error) {
+		if d.inCluster() {
+			return d.clusterList(ctx)
 		}
-	}
-	d.heads.converge(vols)
+		return d.mgr.List(), nil
+	})
 }

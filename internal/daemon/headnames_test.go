@@ -36,3 +36,21 @@ func TestHeadsToRetrigger(t *testing.T) {
 		t.Errorf("after the link came and went: %v", got)
 	}
 }
+
+func TestAllLinked(t *testing.T) {
+	names := map[string]string{"u1": "db"}
+	for _, c := range []struct {
+		heads []volumeHead
+		want  bool
+	}{
+		{nil, true},
+		{[]volumeHead{{dev: "nvme0n1", uuid: "u1", link: "nvme0n1"}}, true},
+		{[]volumeHead{{dev: "nvme0n1", uuid: "u1"}}, false},                  // no link
+		{[]volumeHead{{dev: "nvme1n1", uuid: "u1", link: "nvme0n1"}}, false}, // elsewhere
+		{[]volumeHead{{dev: "nvme2n1", uuid: "u2"}}, false},                  // a volume not in the last list
+	} {
+		if got := allLinked(c.heads, names); got != c.want {
+			t.Errorf("allLinked(%v) = %v, want %v", c.heads, got, c.want)
+		}
+	}
+}
