@@ -289,9 +289,10 @@ func (e *Executor) complete(ios []engine.IO, aux []ioAux, i int, res int32) {
 		io.Err = fmt.Errorf("member %s: %s %d bytes at %d: short transfer of %d bytes", m.path, op, len(io.Buf), io.Off, res)
 	default:
 		io.Err = nil
-		if io.Write && !io.FUA {
-			m.written.Add(1)
-		} else if a.bounce != nil {
+		switch {
+		case io.Write && !io.FUA:
+			m.written.Add(1) // an FUA write is durable: nothing for a flush
+		case !io.Write && a.bounce != nil:
 			copy(io.Buf, a.bounce)
 		}
 	}
