@@ -43,6 +43,12 @@ func (v *Volume) flush() error {
 	if err != nil {
 		return err
 	}
+	// A member marked failed meanwhile was left out of the flush: until
+	// its failure is on the survivors' superblocks an assembly after a
+	// crash would trust its unflushed chunks.
+	if err := v.waitFailuresRecorded(); err != nil {
+		return fmt.Errorf("flush: %w", err)
+	}
 	if len(idle) > 0 && v.allInSync() {
 		if err := v.bm.clear(idle); err != nil {
 			return fmt.Errorf("flush: clean bitmap: %w", err)

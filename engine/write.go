@@ -93,7 +93,10 @@ func (v *Volume) WriteAtFUA(p []byte, off int64) (int, error) {
 	t0 := time.Now()
 	n, err := v.writeAt(p, off)
 	if err == nil {
-		if err = v.flushMembers(); err != nil {
+		if err = v.flushMembers(); err == nil {
+			err = v.waitFailuresRecorded() // as Flush: a member left out
+		}
+		if err != nil {
 			n = 0
 		}
 	}
