@@ -276,7 +276,8 @@ func (g *qemuGuest) diskIndex(arg string) (int, error) {
 // image (qemu deleted the -drive backend with its device) and a virtio-blk
 // device with the same id and serial. qemu finishes a device_del only
 // after the guest released the device, a little after the guest's kernel
-// dropped it; until then the id is taken, so device_add retries.
+// dropped it; until then the id (and the image's lock) is taken, so
+// device_add retries.
 func (g *qemuGuest) plugDisk(d int) error {
 	g.plugs++
 	node := fmt.Sprintf("d%dp%d", d, g.plugs)
@@ -295,7 +296,10 @@ func (g *qemuGuest) plugDisk(d int) error {
 		if err == nil {
 			return nil
 		}
-		if !strings.Contains(err.Error(), "Duplicate") || time.Now().After(deadline) {
+		// The old device's id, or the image lock of its block node, is
+		// still held until qemu has finished the device_del.
+		busy := strings.Contains(err.Error(), "Duplicate") || strings.Contains(err.Error(), `Failed to get "write" lock`)
+		if !busy || time.Now().After(deadline) {
 			qmpCommand(g.qmp, "blockdev-del", map[string]string{"node-name": node})
 			return err
 		}
