@@ -12,15 +12,24 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
+
+// Kernel7 is Debian sid's newest 7.x kernel (linux-image-7.*+deb*-amd64;
+// 7.2.13+deb14-amd64 in December 2026), fetched with a private apt
+// configuration for sid (the host's apt sources stay as they are). It has
+// the ublk features 6.12 lacks (AUTO_BUF_REG, UPDATE_SIZE, QUIESCE, ...);
+// see docs/testing.md.
+const Kernel7 = "7"
 
 // Kernel is an extracted Debian kernel package.
 type Kernel struct {
-	Series  string // Kernel612, Kernel61
+	Series  string // Kernel612, Kernel61, Kernel7
 	Package string // Debian package name
 	Release string // uname -r, e.g. 6.12.117+deb12-amd64
 	Vmlinuz string // path to the bzImage
-	ModDir  string // lib/modules/<release>
+	ModDir  string // lib/modules/<release> (usr/lib/modules/<release> from 7.x)
+	dir     string // the extracted package(s)
 	config  map[string]string
 }
 
@@ -29,6 +38,9 @@ type Kernel struct {
 var packagePattern = map[string]*regexp.Regexp{
 	Kernel612: regexp.MustCompile(`^linux-image-6\.12\.[0-9]+\+deb[0-9]+-amd64-unsigned$`),
 	Kernel61:  regexp.MustCompile(`^linux-image-6\.1\.0-[0-9]+-amd64-unsigned$`),
+	// From 7.x the image package is an empty meta-package over
+	// linux-binary, linux-modules and linux-base (splitKernelPackages).
+	Kernel7: regexp.MustCompile(`^linux-image-7\.[0-9]+\.[0-9]+\+deb[0-9]+-amd64$`),
 }
 
 // CacheDir returns the directory where kernels and built artifacts are
@@ -81,7 +93,7 @@ func compareVersions(a, b string) int {
 func newestPackage(series string, names []string) (string, error) {
 	re, ok := packagePattern[series]
 	if !ok {
-		return "", fmt.Errorf("vmtest: unknown kernel series %q (want %s or %s)", series, Kernel612, Kernel61)
+		return "", fmt.Errorf("vmtest: unknown kernel series %q (want %s, %s or %s)", series, Kernel612, Kernel61, Kernel7)
 	}
 	var match []string
 	for _, n := range names {
@@ -97,19 +109,12 @@ func newestPackage(series string, names []string) (string, error) {
 }
 
 // aptPackages lists the candidate package names of a series from apt's lists.
-func aptPackages(series string) ([]string, error) {
+func aptPackages(a aptEnv, series string) ([]string, error) {
 	prefix := "linux-image-" + series
-	out, err := exec.Command("apt-cache", "pkgnames", prefix).Output()
-	if err != nil {
-		return nil, fmt.Errorf("vmtest: apt-cache pkgnames %s: %w", prefix, err)
+	if series == Kernel7 {
+		prefix = "linux-image-7."
 	}
-	var names []string
-	for _, l := range strings.Split(string(out), "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			names = append(names, l)
-		}
-	}
-	return names, nil
+	return a.pkgnames(prefix)
 }
 
 // GetKernel returns the newest kernel of a series, downloading and
@@ -127,7 +132,21 @@ func GetKernel(series string) (*Kernel, error) {
 	defer unlock()
 
 	kdir := filepath.Join(cache, "kernels")
-	names, aptErr := aptPackages(series)
+	if _, ok := packagePattern[series]; !ok {
+		_, err := newestPackage(series, nil)
+		return nil, err
+	}
+	var apt aptEnv // the host's apt for 6.x
+	var aptErr error
+	if series == Kernel7 {
+		if apt, aptErr = sidApt(cache); aptErr == nil {
+			aptErr = apt.freshen(sidListsMaxAge)
+		}
+	}
+	var names []string
+	if aptErr == nil {
+		names, aptErr = aptPackages(apt, series)
+	}
 	pkg, pickErr := newestPackage(series, names)
 	if aptErr != nil || pickErr != nil {
 		cached, _ := os.ReadDir(kdir)
@@ -144,7 +163,32 @@ func GetKernel(series string) (*Kernel, error) {
 	if _, err := os.Stat(filepath.Join(dir, ".complete")); err == nil {
 		return loadKernel(series, pkg, dir)
 	}
-	if err := fetchPackage(pkg, cache, dir); err != nil {
+	if series != Kernel7 {
+		if err := fetchPackage(pkg, cache, dir); err != nil {
+			return nil, err
+		}
+		return loadKernel(series, pkg, dir)
+	}
+	err = fetchSplitKernel(apt, pkg, cache, dir)
+	if errors.Is(err, errDownload) && apt.listsAge() > time.Minute {
+		// The lists may name a version the mirror no longer has: refresh
+		// them and pick again.
+		if uerr := apt.update(); uerr != nil {
+			return nil, errors.Join(err, uerr)
+		}
+		if names, err = aptPackages(apt, series); err != nil {
+			return nil, err
+		}
+		if pkg, err = newestPackage(series, names); err != nil {
+			return nil, err
+		}
+		dir = filepath.Join(kdir, pkg)
+		if _, serr := os.Stat(filepath.Join(dir, ".complete")); serr == nil {
+			return loadKernel(series, pkg, dir)
+		}
+		err = fetchSplitKernel(apt, pkg, cache, dir)
+	}
+	if err != nil {
 		return nil, err
 	}
 	return loadKernel(series, pkg, dir)
@@ -181,20 +225,33 @@ func fetchPackage(pkg, cache, dir string) error {
 	return os.Rename(tmp, dir)
 }
 
+// loadKernel reads an extracted kernel: the 6.x layout (boot/vmlinuz-REL,
+// boot/config-REL, lib/modules/REL) or the 7.x one, where everything is
+// under usr/lib/modules/REL (vmlinuz, or vmlinuz.unsigned from
+// linux-binary-unsigned; config; modules.builtin).
 func loadKernel(series, pkg, dir string) (*Kernel, error) {
-	vmlinuz, _ := filepath.Glob(filepath.Join(dir, "boot", "vmlinuz-*"))
-	if len(vmlinuz) != 1 {
-		return nil, fmt.Errorf("vmtest: %s: expected one boot/vmlinuz-* in %s", pkg, dir)
+	k := &Kernel{Series: series, Package: pkg, dir: dir}
+	var configPath string
+	if vmlinuz, _ := filepath.Glob(filepath.Join(dir, "boot", "vmlinuz-*")); len(vmlinuz) == 1 {
+		k.Release = strings.TrimPrefix(filepath.Base(vmlinuz[0]), "vmlinuz-")
+		k.Vmlinuz = vmlinuz[0]
+		k.ModDir = filepath.Join(dir, "lib", "modules", k.Release)
+		configPath = filepath.Join(dir, "boot", "config-"+k.Release)
+	} else {
+		var found []string
+		for _, name := range []string{"vmlinuz", "vmlinuz.unsigned"} {
+			m, _ := filepath.Glob(filepath.Join(dir, "usr", "lib", "modules", "*", name))
+			found = append(found, m...)
+		}
+		if len(found) != 1 {
+			return nil, fmt.Errorf("vmtest: %s: expected one boot/vmlinuz-* or usr/lib/modules/*/vmlinuz in %s, found %d", pkg, dir, len(found))
+		}
+		k.Vmlinuz = found[0]
+		k.ModDir = filepath.Dir(found[0])
+		k.Release = filepath.Base(k.ModDir)
+		configPath = filepath.Join(k.ModDir, "config")
 	}
-	release := strings.TrimPrefix(filepath.Base(vmlinuz[0]), "vmlinuz-")
-	k := &Kernel{
-		Series:  series,
-		Package: pkg,
-		Release: release,
-		Vmlinuz: vmlinuz[0],
-		ModDir:  filepath.Join(dir, "lib", "modules", release),
-	}
-	cfg, err := readKernelConfig(filepath.Join(dir, "boot", "config-"+release))
+	cfg, err := readKernelConfig(configPath)
 	if err != nil {
 		return nil, fmt.Errorf("vmtest: %s: %w", pkg, err)
 	}

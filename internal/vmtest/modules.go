@@ -146,7 +146,11 @@ func (k *Kernel) resolveModules(names []string) ([]loadedModule, error) {
 	if err != nil {
 		return nil, err
 	}
-	cache := filepath.Join(filepath.Dir(filepath.Dir(filepath.Dir(k.ModDir))), "ko")
+	// Decompressed modules are kept next to the extracted package(s).
+	cache := filepath.Join(k.dir, "ko")
+	if k.dir == "" {
+		cache = filepath.Join(filepath.Dir(filepath.Dir(filepath.Dir(k.ModDir))), "ko")
+	}
 	var order []loadedModule
 	state := map[string]int{} // 1 visiting, 2 done
 	var visit func(name, parent string) error
