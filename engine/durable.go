@@ -114,9 +114,14 @@ func (v *Volume) flushWritable(sel func(slot int) bool) error {
 }
 
 // stopErr reports why the volume must not acknowledge anything any more:
-// ErrFenced, ErrVolumeFailed, or nil.
+// ErrFenced (wrapping ErrHandedOff too once the volume handed its requests
+// off: they go on failing over to the newer owner), ErrVolumeFailed, or
+// nil.
 func (v *Volume) stopErr() error {
 	if v.fenced.Load() {
+		if v.handedOff.Load() {
+			return errFencedHandedOff
+		}
 		return ErrFenced
 	}
 	if v.failed.Load() {

@@ -33,9 +33,26 @@ var (
 	// ErrNotFrozen: Thaw or HandOff of a volume that is not frozen.
 	ErrNotFrozen = errors.New("volume not frozen")
 	// ErrHandedOff: the frozen volume gave its requests back (HandOff):
-	// they failed so that the initiator sends them to the new owner.
-	ErrHandedOff = errors.New("volume frozen and handed off: requests go to another path")
+	// they failed so that the initiator sends them to another path. It
+	// has a HandOff method that reports true (kernel/ublk completes such
+	// a request with a status the initiator retries elsewhere).
+	ErrHandedOff error = handOffError{}
 )
+
+// errFencedHandedOff is what a fenced volume's requests fail with once it
+// handed them off.
+var errFencedHandedOff = fmt.Errorf("%w: %w", ErrFenced, ErrHandedOff)
+
+// handOffError is ErrHandedOff's type: an error that asks the ublk server
+// to hand its request back (kernel/ublk.HandOffError).
+type handOffError struct{}
+
+func (handOffError) Error() string {
+	return "volume frozen and handed off: requests go to another path"
+}
+
+// HandOff reports that a request failing with this error is handed off.
+func (handOffError) HandOff() bool { return true }
 
 // gateFrozen is the frozen bit of freezeGate.state; the bits below count
 // the batches that passed the gate and have not completed.
@@ -134,9 +151,13 @@ func (g *freezeGate) freeze() bool {
 
 func (g *freezeGate) frozen() bool { return g.state.Load()&gateFrozen != 0 }
 
-// open thaws the gate: held batches proceed.
+// open thaws the gate after a Thaw's checks: a hand-off ends (the
+// batches that come now pass), held batches proceed.
 func (g *freezeGate) open() {
 	g.lock()
+	if errors.Is(g.stopErr, ErrHandedOff) {
+		g.stopErr = nil
+	}
 	g.state.And(^gateFrozen)
 	g.cond.Broadcast()
 	g.mu.Unlock()
@@ -252,9 +273,6 @@ func (v *Volume) Thaw(epoch uint64) error {
 	if err := v.stopErr(); err != nil {
 		return err
 	}
-	if v.handedOff.Load() {
-		return ErrHandedOff
-	}
 	ours := v.epoch.Load()
 	if epoch <= ours {
 		return fmt.Errorf("thaw at epoch %d (volume at %d): %w", epoch, ours, ErrStaleEpoch)
@@ -285,6 +303,7 @@ func (v *Volume) Thaw(epoch uint64) error {
 		}
 	}
 	v.gate.open()
+	v.handedOff.Store(false)
 	v.metaMu.Lock()
 	defer v.unlockMeta()
 	v.meta.Epoch = epoch
@@ -301,8 +320,9 @@ func (v *Volume) Thaw(epoch uint64) error {
 // every later one, fails with ErrHandedOff, no member write or read is
 // issued and no member is marked failed for it. Flushes are the exception:
 // a batch of member flushes runs (it writes nothing new), so a held flush
-// request completes for real when the members can still be flushed. HandedOff then reports true, which
-// makes the ublk server complete the failed requests with -ENODATA: nvmet
+// request completes for real when the members can still be flushed. The
+// failed requests carry ErrHandedOff, which makes the ublk server complete
+// them with -ENODATA (kernel/ublk.HandOffError): nvmet
 // answers those with a status the Linux host retries (Access Denied
 // without DNR), and the retry, refused by an ANA-inaccessible port, fails
 // over to another path at once (docs/nvmeof.md, "Which completion fails
@@ -310,9 +330,11 @@ func (v *Volume) Thaw(epoch uint64) error {
 // inaccessible (or change): on a port that is still optimized the host
 // retries on the same path, five times, and then fails the request.
 //
-// Final: the volume is never thawed again (Thaw returns ErrHandedOff);
-// stop it (Close of a frozen volume writes nothing) and assemble anew if
-// this node is to run it again.
+// The hand-off lasts until a Thaw: that Thaw checks the superblocks as
+// for any frozen volume (a newer owner's epoch fences the volume, whose
+// requests go on being handed off), and a successful one serves requests
+// again. No request was acknowledged or written by the hand-off, so a
+// thaw resumes exactly the state a freeze left.
 func (v *Volume) HandOff() error {
 	g := &v.gate
 	g.lock()
@@ -328,9 +350,8 @@ func (v *Volume) HandOff() error {
 	return nil
 }
 
-// HandedOff reports whether HandOff gave the volume's requests back;
-// kernel/ublk asks it (ublk.HandOffer) to pick the completion of a failed
-// request.
+// HandedOff reports whether HandOff gave the volume's requests back and no
+// Thaw has resumed it since.
 func (v *Volume) HandedOff() bool { return v.handedOff.Load() }
 
 // closeFrozen is Close of a frozen volume: nothing is written (the owner

@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -12,8 +14,7 @@ import (
 // HandOff of a frozen volume fails the requests held at the gate, and
 // later ones, with ErrHandedOff: no member write or read, no member marked
 // failed, nothing acknowledged; a flush request is done (member flushes
-// only); Thaw is refused for good, and Close writes nothing. A volume that
-// is not frozen refuses it.
+// only), and Close writes nothing. A volume that is not frozen refuses it.
 func TestHandOffFailsHeldRequests(t *testing.T) {
 	const writers = 4
 	r := newFreezeRig(t, writers)
@@ -81,12 +82,14 @@ func TestHandOffFailsHeldRequests(t *testing.T) {
 		}
 	}
 	r.checkNoViolations("handed off")
-	if err := r.v.Thaw(epoch + 5); !errors.Is(err, ErrHandedOff) {
-		t.Fatalf("Thaw after HandOff: %v, want %v", err, ErrHandedOff)
-	}
 	if err := r.v.HandOff(); err != nil {
 		t.Errorf("second HandOff: %v", err)
 	}
+	var h interface{ HandOff() bool }
+	if !errors.As(fmt.Errorf("wrapped: %w", ErrHandedOff), &h) || !h.HandOff() {
+		t.Error("ErrHandedOff, wrapped, does not say HandOff (kernel/ublk.HandOffError)")
+	}
+	_ = epoch
 	if err := r.v.Close(); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Close of a handed-off volume: %v, want %v", err, ErrClosed)
 	}
@@ -122,5 +125,79 @@ func TestDirectReadHeldByFreeze(t *testing.T) {
 	if d, ok := r.v.PlanRead(buf, r.offs[0]); ok {
 		d.Cancel()
 		t.Fatal("a frozen volume planned a direct read")
+	}
+}
+
+// A handed-off volume that this node holds again is thawed like any frozen
+// one: with no newer owner on the members, requests are served again and
+// the blocks written before the freeze read back; the new epoch is on
+// every member. Put back the old rule (Thaw after HandOff refused) and
+// this fails at the Thaw.
+func TestThawAfterHandOff(t *testing.T) {
+	const writers = 2
+	r := newFreezeRig(t, writers)
+	epoch := r.v.Status().Epoch
+	r.start()
+	r.freeze()
+	r.waitHeld(writers)
+	if err := r.v.HandOff(); err != nil {
+		t.Fatal(err)
+	}
+	r.wg.Wait()
+	r.afterFreeze.Store(false)
+	if err := r.v.Thaw(epoch + 1); err != nil {
+		t.Fatalf("Thaw after HandOff: %v", err)
+	}
+	if r.v.Frozen() || r.v.HandedOff() {
+		t.Fatalf("after Thaw: frozen %v, handed off %v", r.v.Frozen(), r.v.HandedOff())
+	}
+	got := make([]byte, layout.BlockSize)
+	for i, off := range r.offs {
+		if _, err := r.v.ReadAt(got, off); err != nil || !bytes.Equal(got, blockOf(r.last[i].Load(), i)) {
+			t.Fatalf("writer %d: block reads %q (%v), want its last acknowledged value %d", i, got[:20], err, r.last[i].Load())
+		}
+	}
+	next := blockOf(1000, 0)
+	if _, err := r.v.WriteAt(next, r.offs[0]); err != nil {
+		t.Fatalf("write after the thaw: %v", err)
+	}
+	if _, err := r.v.ReadAt(got, r.offs[0]); err != nil || !bytes.Equal(got, next) {
+		t.Fatalf("write after the thaw reads back %q (%v)", got[:20], err)
+	}
+	for _, h := range r.hm {
+		if sb, err := superblock.ReadCopies(h.MemMember); err != nil || sb.Epoch != epoch+1 {
+			t.Fatalf("slot %d: epoch %v (%v) on disk, want %d", h.slot, sb.Epoch, err, epoch+1)
+		}
+	}
+}
+
+// A handed-off volume whose members a newer owner assembled meanwhile is
+// fenced at Thaw, and its requests go on failing as handed off (the host
+// retries them on the new owner's path), never as ErrFenced (an I/O error
+// at the host).
+func TestHandOffThenFenced(t *testing.T) {
+	r := newFreezeRig(t, 1)
+	epoch := r.v.Status().Epoch
+	r.start()
+	r.freeze()
+	r.waitHeld(1)
+	if err := r.v.HandOff(); err != nil {
+		t.Fatal(err)
+	}
+	r.wg.Wait()
+	devs := make([]Member, len(r.hm))
+	for i, h := range r.hm {
+		devs[i] = h.MemMember
+	}
+	v2, err := Assemble(devs, nil, Options{Logger: quietLogger(), Epoch: epoch + 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2.Abandon()
+	if err := r.v.Thaw(epoch + 2); !errors.Is(err, ErrFenced) {
+		t.Fatalf("Thaw after a newer owner ran: %v, want %v", err, ErrFenced)
+	}
+	if _, err := r.v.WriteAt(blockOf(7, 0), r.offs[0]); !errors.Is(err, ErrHandedOff) {
+		t.Fatalf("write on the fenced, handed-off volume: %v, want %v", err, ErrHandedOff)
 	}
 }

@@ -159,7 +159,7 @@ type Volume struct {
 	failed   atomic.Bool
 	fenced   atomic.Bool
 	closed   atomic.Bool
-	// handedOff: HandOff gave the frozen volume's requests back (final).
+	// handedOff: HandOff gave the frozen volume's requests back (until a Thaw).
 	handedOff atomic.Bool
 
 	metaMu sync.Mutex // guards meta and metadata writes; never taken under bm.mu by I/O

@@ -237,15 +237,17 @@ func (x *exporter) setANANow(ctx context.Context, plan *ClusterPlan, u [16]byte,
 
 // fencedInaccessible turns the exports of the volumes us inaccessible now
 // (their engines just froze: the owner's self-fence), so that the hosts
-// stop sending requests the frozen engines would hold. Volumes without a
-// group of their own or not exported here are left alone.
-func (m *Manager) fencedInaccessible(ctx context.Context, us [][16]byte) error {
+// stop sending requests the frozen engines would hold. It returns, for
+// each volume exported here with a group of its own, nil when its export
+// is inaccessible on every export address, else why not; other volumes
+// are left alone and out of the result.
+func (m *Manager) fencedInaccessible(ctx context.Context, us [][16]byte) map[[16]byte]error {
 	plan := m.currentPlan()
 	if plan == nil {
 		return nil
 	}
 	x := m.x
-	var errs []error
+	out := map[[16]byte]error{}
 	for _, u := range us {
 		x.anaMu.Lock()
 		g := x.groups[volid.NQN(u)]
@@ -253,7 +255,7 @@ func (m *Manager) fencedInaccessible(ctx context.Context, us [][16]byte) error {
 		if g == 0 {
 			continue
 		}
-		errs = append(errs, x.setANANow(ctx, plan, u, g, ANAInaccessible))
+		out[u] = x.setANANow(ctx, plan, u, g, ANAInaccessible)
 	}
-	return errors.Join(errs...)
+	return out
 }

@@ -70,6 +70,8 @@ type anaBackend struct {
 	ana     []backend.ANARequest
 	listErr error
 	noRange bool
+	// setHook, when set, answers SetANAState (nil: success).
+	setHook func(backend.ANARequest) error
 }
 
 func (b *anaBackend) Features(context.Context) (backend.Features, error) {
@@ -86,6 +88,9 @@ func (b *anaBackend) SetANAState(_ context.Context, req backend.ANARequest) erro
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.ana = append(b.ana, req)
+	if b.setHook != nil {
+		return b.setHook(req)
+	}
 	return nil
 }
 

@@ -139,6 +139,7 @@ func engineMux(e servedEngine, version string, stop, changed func()) *http.Serve
 	post("/scrub", func(q engineReq) error { return e.Scrub(q.Repair, q.Rate) })
 	post("/flush", func(engineReq) error { return e.Flush() })
 	post("/freeze", func(engineReq) error { return e.Freeze() })
+	post("/handoff", func(engineReq) error { return e.HandOff() })
 	post("/thaw", func(q engineReq) error {
 		err := e.Thaw(q.Epoch)
 		if err == nil {
@@ -347,8 +348,9 @@ func (c *child) Rebuild(rate int64) error {
 func (c *child) Scrub(repair bool, rate int64) error {
 	return c.call("POST", "/scrub", engineReq{Repair: repair, Rate: rate}, nil)
 }
-func (c *child) Flush() error  { return c.call("POST", "/flush", engineReq{}, nil) }
-func (c *child) Freeze() error { return c.call("POST", "/freeze", engineReq{}, nil) }
+func (c *child) Flush() error   { return c.call("POST", "/flush", engineReq{}, nil) }
+func (c *child) Freeze() error  { return c.call("POST", "/freeze", engineReq{}, nil) }
+func (c *child) HandOff() error { return c.call("POST", "/handoff", engineReq{}, nil) }
 func (c *child) Thaw(epoch uint64) error {
 	return c.call("POST", "/thaw", engineReq{Epoch: epoch}, nil)
 }

@@ -40,6 +40,7 @@ func (f *protoEngine) Scrub(bool, int64) error          { f.record("scrub"); ret
 func (f *protoEngine) Flush() error                     { f.record("flush"); return nil }
 func (f *protoEngine) Freeze() error                    { f.record("freeze"); return nil }
 func (f *protoEngine) Thaw(uint64) error                { f.record("thaw"); return nil }
+func (f *protoEngine) HandOff() error                   { f.record("handoff"); return nil }
 func (f *protoEngine) Stop() error                      { f.record("stop"); return nil }
 func (f *protoEngine) Removed(int) error                { f.record("removed"); return nil }
 

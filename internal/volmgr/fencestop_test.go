@@ -166,3 +166,51 @@ func TestFrozenExportInaccessible(t *testing.T) {
 		t.Errorf("thawed u: %q, want optimized", out[0].ANAState)
 	}
 }
+
+// A frozen engine hands its requests off only once its export is
+// inaccessible on every export address: u (both addresses set) hands off
+// after both ANA changes; w (the second address refused) and x (no group
+// of its own: nothing set) keep holding; an engine thawed meanwhile (y)
+// is not handed off. Hand off before the ANA change, or despite a
+// failed one, and this fails.
+func TestHandOffFrozenAfterInaccessible(t *testing.T) {
+	ctx := context.Background()
+	u, w, x, y := [16]byte{1}, [16]byte{2}, [16]byte{3}, [16]byte{4}
+	eu, ew, ex, ey := &epochEngine{frozen: true}, &epochEngine{frozen: true}, &epochEngine{frozen: true}, &epochEngine{}
+	b := &anaBackend{}
+	m := &Manager{x: &exporter{target: b}, log: slog.New(slog.DiscardHandler), names: map[[16]byte]string{},
+		engines: map[[16]byte]Engine{u: eu, w: ew, x: ex, y: ey},
+		plan:    &ClusterPlan{Addresses: []string{"10.0.0.1", "10.0.1.1"}}}
+	if _, err := m.x.withANA(ctx, []Export{{UUID: u}, {UUID: w}, {UUID: y}}, 0, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	var early []string
+	b.setHook = func(req backend.ANARequest) error {
+		if slices.Contains(eu.calls, "handoff") && req.NQN == volid.NQN(u) {
+			early = append(early, req.Listener.Address)
+		}
+		if req.NQN == volid.NQN(w) && req.Listener.Address == "10.0.1.1" {
+			return errors.New("configfs: no such port")
+		}
+		return nil
+	}
+	m.handOffFrozen(map[[16]byte]Engine{u: eu, w: ew, x: ex, y: ey})
+	if !slices.Equal(eu.calls, []string{"handoff"}) || len(early) != 0 {
+		t.Errorf("u: calls %q, ANA set after the hand-off on %q; want one hand-off after both", eu.calls, early)
+	}
+	for name, e := range map[string]*epochEngine{"w (one address refused)": ew, "x (no group)": ex, "y (thawed)": ey} {
+		if len(e.calls) != 0 {
+			t.Errorf("%s: calls %q, want none", name, e.calls)
+		}
+	}
+	var setFor []string
+	for _, c := range b.anaCalls() {
+		if c.State != ANAInaccessible {
+			t.Errorf("ANA call %+v, want inaccessible", c)
+		}
+		setFor = append(setFor, c.NQN)
+	}
+	if slices.Contains(setFor, volid.NQN(x)) {
+		t.Errorf("ANA set for x, which has no group of its own: %q", setFor)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,32 +38,56 @@ import (
 // I/O, nothing acknowledged). It takes no lock a reconcile holds across
 // an engine call, so it can run while one is stuck.
 //
-// Then, in the background, the exports of the frozen engines turn
-// ANA-inaccessible: a host would otherwise keep sending requests that
-// the frozen engine holds until the host's I/O timeout, and retry them on
-// this path again. Inaccessible, they wait at the hosts for another
-// owner's path (or for this node's thaw, when the next reconcile applies
-// optimized again).
+// Then, in the background, each frozen engine's export turns
+// ANA-inaccessible on every export address, and once it is, the engine
+// hands its held requests off (handOffFrozen).
 func (m *Manager) FreezeAll() error {
 	var errs []error
-	var frozen [][16]byte
+	frozen := map[[16]byte]Engine{}
 	for u, e := range m.engineSnapshot() {
 		if err := e.Freeze(); err != nil {
 			errs = append(errs, fmt.Errorf("volume %s: freeze: %w", volid.Format(u), err))
 			continue
 		}
-		frozen = append(frozen, u)
+		frozen[u] = e
 	}
 	if len(frozen) > 0 {
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), fencedANATimeout)
-			defer cancel()
-			if err := m.fencedInaccessible(ctx, frozen); err != nil {
-				m.log.Warn("frozen engines: exports not set inaccessible (hosts retry on them until their I/O timeout)", "err", err)
-			}
-		}()
+		go m.handOffFrozen(frozen)
 	}
 	return errors.Join(errs...)
+}
+
+// handOffFrozen makes the requests the frozen engines hold reach another
+// path now rather than at the hosts' I/O timeout (30 s, then a controller
+// reset). First each export turns inaccessible, so that the hosts send
+// this node no new command and refuse a retried one with ANA Inaccessible
+// (a failover); then its engine hands its requests off: they complete
+// with a status the host retries, the retry is refused, and the host
+// moves them to another owner's path, or queues them until one (or this
+// node, thawed) is usable (docs/nvmeof.md, "Which completion fails
+// over"). An engine whose export did not turn inaccessible on every
+// address keeps holding: a hand-off on an optimized port would come back
+// to it, and fail at the host after five retries. A frozen engine holds
+// no lock and writes nothing, so neither step can lose an acknowledged
+// write; a thaw meanwhile makes HandOff a no-op (ErrNotFrozen).
+func (m *Manager) handOffFrozen(frozen map[[16]byte]Engine) {
+	ctx, cancel := context.WithTimeout(context.Background(), fencedANATimeout)
+	defer cancel()
+	for u, err := range m.fencedInaccessible(ctx, slices.Collect(maps.Keys(frozen))) {
+		e := frozen[u]
+		m.mu.Lock()
+		name := m.names[u]
+		m.mu.Unlock()
+		if err != nil {
+			m.log.Warn("frozen engine: export not set inaccessible; it holds its requests (hosts retry them at their I/O timeout)", "volume", name, "err", err)
+			continue
+		}
+		if err := e.HandOff(); err != nil {
+			m.log.Warn("frozen engine: hand-off refused; it holds its requests", "volume", name, "err", err)
+			continue
+		}
+		m.log.Warn("frozen engine handed its requests off: hosts send them to another path", "volume", name)
+	}
 }
 
 // fencedANATimeout bounds FreezeAll's ANA changes.

@@ -24,6 +24,13 @@ func (f *epochEngine) Status() (EngineStatus, error) {
 }
 func (f *epochEngine) Flush() error  { f.record("flush"); return nil }
 func (f *epochEngine) Freeze() error { f.record("freeze"); f.frozen = true; return nil }
+func (f *epochEngine) HandOff() error {
+	if !f.frozen {
+		return engine.ErrNotFrozen
+	}
+	f.record("handoff")
+	return nil
+}
 func (f *epochEngine) Thaw(e uint64) error {
 	f.record(fmt.Sprint("thaw ", e))
 	if f.thawFence {

@@ -45,6 +45,10 @@ type Engine interface {
 	// (engine.Volume.Thaw: refused for good when another owner ran the
 	// volume meanwhile).
 	Thaw(epoch uint64) error
+	// HandOff gives a frozen engine's held and later requests back to the
+	// initiator (engine.Volume.HandOff) until a Thaw; only after every
+	// port exporting the volume shows it inaccessible.
+	HandOff() error
 	// Stop stops the ublk device and closes the volume cleanly.
 	Stop() error
 }
@@ -62,6 +66,8 @@ type EngineStatus struct {
 	IO engine.IOStats `json:"io"`
 	// Frozen: the engine issues no member I/O (Freeze) until a Thaw.
 	Frozen bool `json:"frozen,omitempty"`
+	// HandedOff: the frozen engine hands its requests off (HandOff).
+	HandedOff bool `json:"handed_off,omitempty"`
 }
 
 // ErrBusy is returned when a background task is already running.
@@ -216,7 +222,7 @@ func (l *Local) Device() *ublk.Device { return l.dev }
 func (l *Local) Status() (EngineStatus, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return EngineStatus{Engine: l.vol.Status(), UblkID: l.dev.ID(), UblkPath: l.dev.BlockPath(), PID: pid(), Task: l.task, LastTask: l.last, StartedAt: l.started, IO: l.vol.IOStats(), Frozen: l.vol.Frozen()}, nil
+	return EngineStatus{Engine: l.vol.Status(), UblkID: l.dev.ID(), UblkPath: l.dev.BlockPath(), PID: pid(), Task: l.task, LastTask: l.last, StartedAt: l.started, IO: l.vol.IOStats(), Frozen: l.vol.Frozen(), HandedOff: l.vol.HandedOff()}, nil
 }
 
 // Flush implements Engine.
@@ -237,6 +243,14 @@ func (l *Local) Freeze() error {
 func (l *Local) Thaw(epoch uint64) error {
 	if err := l.vol.Thaw(epoch); err != nil {
 		return fmt.Errorf("volume %s: %w", l.vol.Name(), err)
+	}
+	return nil
+}
+
+// HandOff implements Engine.
+func (l *Local) HandOff() error {
+	if err := l.vol.HandOff(); err != nil {
+		return fmt.Errorf("volume %s: hand off: %w", l.vol.Name(), err)
 	}
 	return nil
 }

@@ -30,20 +30,23 @@ type Backend interface {
 	Flush() error
 }
 
-// HandOffer is implemented by backends that can give their requests back
-// to the initiator instead of failing them (the engine volume: HandOff of
-// a frozen owner). While HandedOff reports true, a request the backend
-// fails is completed with HandOffResult (-ENODATA) instead of its errno:
-// ublk turns that into BLK_STS_MEDIUM, the only block status nvmet's bdev
-// backend answers without DNR (Access Denied, 0x286), so the Linux NVMe
-// host retries the command; on a port whose ANA group is inaccessible or
-// in change that retry is refused with an ANA status, which the host
-// fails over to another path at once (measured on 6.12, docs/nvmeof.md,
-// "Which completion fails over"). Any other errno is final for the host.
-// A backend error that carries ENODATA is otherwise completed as EIO, so
-// that ENODATA always means a hand-off.
-type HandOffer interface {
-	HandedOff() bool
+// HandOffError is implemented by backend errors that give their request
+// back to the initiator instead of failing it (the engine volume's
+// ErrHandedOff: HandOff of a frozen owner). A request whose error (or an
+// error it wraps) reports HandOff true is completed with HandOffResult
+// (-ENODATA) instead of its errno: ublk turns that into BLK_STS_MEDIUM,
+// the only block status nvmet's bdev backend answers without DNR (Access
+// Denied, 0x286), so the Linux NVMe host retries the command; on a port
+// whose ANA group is inaccessible or in change that retry is refused with
+// an ANA status, which the host fails over to another path at once
+// (measured on 6.12, docs/nvmeof.md, "Which completion fails over"). Any
+// other errno is final for the host. A backend error that carries ENODATA
+// is otherwise completed as EIO, so that ENODATA always means a hand-off.
+// The error, not the backend's state, decides: a request failed by a
+// hand-off that a thaw ended meanwhile is still handed off.
+type HandOffError interface {
+	error
+	HandOff() bool
 }
 
 // HandOffResult is the completion of a request handed off: -ENODATA.

@@ -66,25 +66,12 @@ type faultMem struct {
 	held     chan struct{}
 	release  chan unix.Errno // 0: let the held request proceed; errHandOff: hand it off
 	attempts int
-	handOffs int // HandedOff answers true this many times (once per handed-off request)
 }
 
-// errHandOff, sent on release, fails the held request with a plain error
-// while HandedOff reports true for it (what a handed-off engine volume
-// does): kernel/ublk then completes it with HandOffResult.
+// errHandOff, sent on release, fails the held request with a hand-off
+// error (HandOffError, what a handed-off engine volume returns):
+// kernel/ublk then completes it with HandOffResult.
 const errHandOff = unix.Errno(1 << 20)
-
-// HandedOff implements HandOffer: true once per request handed off (the
-// queue asks right after the backend call returned).
-func (m *faultMem) HandedOff() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.handOffs > 0 {
-		m.handOffs--
-		return true
-	}
-	return false
-}
 
 // enter counts an attempt and holds or fails it as armed.
 func (m *faultMem) enter(write bool) error {
@@ -98,10 +85,7 @@ func (m *faultMem) enter(write bool) error {
 		case 0:
 			return nil
 		case errHandOff:
-			m.mu.Lock()
-			m.handOffs++
-			m.mu.Unlock()
-			return errors.New("volume frozen and handed off")
+			return handOffErr{}
 		default:
 			return e
 		}
@@ -112,9 +96,8 @@ func (m *faultMem) enter(write bool) error {
 		}
 		e := m.errno
 		if e == errHandOff {
-			m.handOffs++
 			m.mu.Unlock()
-			return errors.New("volume frozen and handed off")
+			return handOffErr{}
 		}
 		m.mu.Unlock()
 		return e
@@ -289,7 +272,7 @@ func heldDispositionGuest(t *testing.T, g *vmtest.Env) {
 		errno unix.Errno
 	}{
 		// The hand-off as the engine does it: the backend fails the held
-		// request, HandOffer makes the queue complete it with -ENODATA.
+		// request, its HandOffError makes the queue complete it with -ENODATA.
 		{"write", nvmet.Inaccessible, errHandOff},
 		{"write", nvmet.Change, errHandOff},
 		{"write", nvmet.Optimized, errHandOff}, // no ANA change first: retried on the same path
@@ -485,7 +468,7 @@ func (r *heldRig) restore() {
 
 // heldThenComplete holds one request of kind op ("write", "read",
 // "flush"), turns port 1 to state, then completes the held request with e
-// (errHandOff: a hand-off through HandOffer).
+// (errHandOff: a hand-off through HandOffError).
 func (r *heldRig) heldThenComplete(op string, state nvmet.ANAState, e unix.Errno) {
 	t := r.t
 	r.mem.armHold()
@@ -518,7 +501,7 @@ func (r *heldRig) heldThenComplete(op string, state nvmet.ANAState, e unix.Errno
 
 func completionName(e unix.Errno) string {
 	if e == errHandOff {
-		return "a hand-off (HandOffer)"
+		return "a hand-off (HandOffError)"
 	}
 	return errnoName(e)
 }

@@ -26,31 +26,34 @@ func TestErrnoResult(t *testing.T) {
 	}
 }
 
-// HandOffResult is -ENODATA, and a handed-off backend's failures complete
-// with it whatever their error; others keep their errno.
+// HandOffResult is -ENODATA, and a request whose error hands it off
+// (HandOffError, wrapped or not) completes with it; others keep their
+// errno.
 func TestErrResultHandOff(t *testing.T) {
 	if HandOffResult != -int32(unix.ENODATA) {
 		t.Fatalf("HandOffResult %d, want -ENODATA (%d)", HandOffResult, -int32(unix.ENODATA))
 	}
-	h := &handOffMem{Mem: NewMem(4096)}
-	q := &queue{d: &Device{backend: h}}
+	q := &queue{d: &Device{backend: NewMem(4096)}}
 	if got := q.errResult(unix.ENOSPC); got != -int32(unix.ENOSPC) {
-		t.Errorf("before the hand-off: %d, want -ENOSPC", got)
+		t.Errorf("plain ENOSPC: %d, want -ENOSPC", got)
 	}
-	h.off = true
-	for _, err := range []error{unix.EIO, errors.New("volume frozen and handed off"), unix.ENOSPC} {
+	for _, err := range []error{handOffErr{}, fmt.Errorf("write: %w", handOffErr{}), errors.Join(unix.EIO, handOffErr{})} {
 		if got := q.errResult(err); got != HandOffResult {
 			t.Errorf("handed off, %v: %d, want %d", err, got, HandOffResult)
 		}
 	}
-	if got := (&queue{d: &Device{backend: NewMem(4096)}}).errResult(unix.ENOSPC); got != -int32(unix.ENOSPC) {
-		t.Errorf("a backend without HandOffer: %d, want -ENOSPC", got)
+	if got := q.errResult(fmt.Errorf("not now: %w", notHandOffErr{})); got != -int32(unix.EIO) {
+		t.Errorf("an error whose HandOff is false: %d, want -EIO", got)
 	}
 }
 
-type handOffMem struct {
-	*Mem
-	off bool
-}
+// handOffErr is a hand-off error (what the engine's ErrHandedOff is).
+type handOffErr struct{}
 
-func (h *handOffMem) HandedOff() bool { return h.off }
+func (handOffErr) Error() string { return "volume frozen and handed off" }
+func (handOffErr) HandOff() bool { return true }
+
+type notHandOffErr struct{}
+
+func (notHandOffErr) Error() string { return "plain" }
+func (notHandOffErr) HandOff() bool { return false }

@@ -452,10 +452,11 @@ func (q *queue) serve(tag int) int32 {
 }
 
 // errResult is the commit result of a request the backend failed with
-// err: -ENODATA while the backend hands its requests off (HandOffer),
-// else errnoResult.
+// err: -ENODATA when err hands the request off (HandOffError), else
+// errnoResult.
 func (q *queue) errResult(err error) int32 {
-	if h, ok := q.d.backend.(HandOffer); ok && h.HandedOff() {
+	var h HandOffError
+	if errors.As(err, &h) && h.HandOff() {
 		return HandOffResult
 	}
 	return errnoResult(err)
