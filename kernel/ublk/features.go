@@ -31,6 +31,20 @@ const (
 	FeatureUserCopy        Features = ublksys.UBLK_F_USER_COPY              // 6.5
 	FeatureZoned           Features = ublksys.UBLK_F_ZONED                  // 6.6
 	FeatureRecoveryFailIO  Features = ublksys.UBLK_F_USER_RECOVERY_FAIL_IO  // 6.13
+
+	// Newer flags (UBLK_F_* bits 10-19 of the uapi header). fabraid does
+	// not use them yet; it names them when the kernel reports them
+	// (fabraid ublk features, fabraid doctor).
+	FeatureUpdateSize      Features = 1 << 10 // UPDATE_SIZE: UBLK_U_CMD_UPDATE_SIZE resizes a live device; 6.16
+	FeatureAutoBufReg      Features = 1 << 11 // AUTO_BUF_REG: the request buffer is registered in the server's io_uring before delivery (zero copy without register/unregister commands); 6.16
+	FeatureQuiesce         Features = 1 << 12 // QUIESCE: UBLK_U_CMD_QUIESCE_DEV (server upgrade with the device kept); 6.16
+	FeaturePerIODaemon     Features = 1 << 13 // PER_IO_DAEMON: each (queue, tag) may have its own server task; 6.17
+	FeatureBufRegOffDaemon Features = 1 << 14 // BUF_REG_OFF_DAEMON: zero-copy buffers (un)registered from any task; 6.17
+	FeatureBatchIO         Features = 1 << 15 // BATCH_IO: fetch and commit many requests per command; 7.0
+	FeatureIntegrity       Features = 1 << 16 // INTEGRITY: requests with integrity (PI) buffers; 7.0
+	FeatureSafeStopDev     Features = 1 << 17 // SAFE_STOP_DEV: UBLK_U_CMD_TRY_STOP_DEV (stop only without openers); 7.0
+	FeatureNoAutoPartScan  Features = 1 << 18 // NO_AUTO_PART_SCAN: no partition scan at START_DEV; 7.0
+	FeatureShmemZC         Features = 1 << 19 // SHMEM_ZC: zero copy through registered shared memory (UBLK_U_CMD_REG_BUF); 7.1
 )
 
 var featureNames = []struct {
@@ -48,6 +62,16 @@ var featureNames = []struct {
 	{FeatureUserCopy, "USER_COPY", "6.5"},
 	{FeatureZoned, "ZONED", "6.6"},
 	{FeatureRecoveryFailIO, "USER_RECOVERY_FAIL_IO", "6.13"},
+	{FeatureUpdateSize, "UPDATE_SIZE", "6.16"},
+	{FeatureAutoBufReg, "AUTO_BUF_REG", "6.16"},
+	{FeatureQuiesce, "QUIESCE", "6.16"},
+	{FeaturePerIODaemon, "PER_IO_DAEMON", "6.17"},
+	{FeatureBufRegOffDaemon, "BUF_REG_OFF_DAEMON", "6.17"},
+	{FeatureBatchIO, "BATCH_IO", "7.0"},
+	{FeatureIntegrity, "INTEGRITY", "7.0"},
+	{FeatureSafeStopDev, "SAFE_STOP_DEV", "7.0"},
+	{FeatureNoAutoPartScan, "NO_AUTO_PART_SCAN", "7.0"},
+	{FeatureShmemZC, "SHMEM_ZC", "7.1"},
 }
 
 // String lists the flags by their uapi names: "USER_RECOVERY|USER_COPY".
