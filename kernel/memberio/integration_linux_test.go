@@ -27,13 +27,23 @@ import (
 // disks served by ublk with two async queues under concurrent O_DIRECT
 // writers, and attribution of a member write error (null_blk bad blocks)
 // to the right member before the write is acknowledged.
-func TestIntegrationMemberIO(t *testing.T) {
+func TestIntegrationMemberIO(t *testing.T) { memberIOGuest(t, vmtest.Kernel612, "mio") }
+
+// TestIntegrationMemberIOKernel7 runs the same checks on Debian sid's 7.x
+// kernel (7.2.13 in December 2026): io_uring, O_DIRECT on virtio and
+// null_blk, and ublk there are newer than on 6.12.
+func TestIntegrationMemberIOKernel7(t *testing.T) {
+	vmtest.RequireCaps(t, vmtest.Kernel7, "Ublk", "NullBlk", "IOUring")
+	memberIOGuest(t, vmtest.Kernel7, "mio7")
+}
+
+func memberIOGuest(t *testing.T, series, name string) {
 	disks := make([]vmtest.Disk, 6)
 	for i := range disks {
 		disks[i] = vmtest.Disk{Size: 48 << 20}
 	}
 	vmtest.Run(t, vmtest.Options{
-		Guests: []vmtest.GuestConfig{{Name: "mio", Kernel: vmtest.Kernel612, CPUs: 2,
+		Guests: []vmtest.GuestConfig{{Name: name, Kernel: series, CPUs: 2,
 			Modules: []string{"ublk_drv", "null_blk"}, Disks: disks}},
 		Timeout: 240 * time.Second,
 	}, func(t *testing.T, g *vmtest.Env) {
