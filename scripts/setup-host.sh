@@ -6,8 +6,10 @@
 # and fresh apt lists so the guest kernels (linux-image-6.12.*, 6.1.0-*) and
 # the packages of systemd guests (systemd, dbus and their libraries) can be
 # fetched with apt-get download and unpacked with dpkg-deb by the test
-# harness. Go must already be installed (the Go toolchain is the only
-# prerequisite).
+# harness; debian-archive-keyring, which verifies the private sid lists
+# that the harness downloads itself (under .cache/vmtest/apt-sid) for the
+# 7.x guest kernel. Go must already be installed (the Go toolchain is the
+# only prerequisite).
 set -euo pipefail
 
 need=()
@@ -25,6 +27,11 @@ command -v createrepo_c >/dev/null || need+=(createrepo-c)
 
 # dpkg-deb unpacks the systemd guests' packages (part of dpkg, so always there on Debian).
 command -v dpkg-deb >/dev/null || need+=(dpkg)
+
+# The 7.x guest kernel comes from Debian sid through a private apt
+# configuration (internal/vmtest/sidapt.go: the host's sources stay as they
+# are); its lists are verified with the Debian archive keyring.
+[ -f /usr/share/keyrings/debian-archive-keyring.gpg ] || need+=(debian-archive-keyring)
 
 lists_fresh() {
 	local a b s
