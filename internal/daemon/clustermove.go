@@ -40,7 +40,7 @@ import (
 // step is a node's loop reacting to etcd:
 //
 //	O  key held, record owner another live node: drain (volmgr
-//	   DrainEngine: export inaccessible, ublk idle, flush, freeze), then
+//	   DrainEngine: export inaccessible, freeze, hand-off, flush), then
 //	   Resign the key; the export stays linked (ClusterPlan.Drain)  -> resigned
 //	N  no key, record owner me: Acquire (E' > E), storage fence,
 //	   assemble at E', ublk, export (optimized); its status says epoch

@@ -3,8 +3,6 @@ package volmgr
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -24,10 +22,14 @@ import (
 //
 //   - its export's ANA state turns inaccessible: the hosts requeue new
 //     I/O (nvmet answers ANA Inaccessible, a path error), none fails;
-//   - it waits until the ublk device has no request in flight for a
-//     while (commands nvmet accepted before the state change complete
-//     normally), flushes the engine and freezes it: nothing more is
-//     written by this node;
+//   - its engine freezes (the member I/O in flight completes, nothing more
+//     is written by this node) and hands its held requests off: they
+//     complete with a status the hosts retry, the retry meets the
+//     inaccessible port and the hosts queue them for the new owner's path
+//     (docs/nvmeof.md, "Which completion fails over"), so the drain waits
+//     for no request and none waits for a host's I/O timeout;
+//   - the engine flushes its members (a handed-off engine still runs
+//     member flushes), so the new owner has nothing to resync;
 //   - the export stays linked and inaccessible (ClusterPlan.Drain) while
 //     the new owner acquires, fences, assembles and exports, and is
 //     removed only once the consumers have a live path to the new owner;
@@ -40,21 +42,13 @@ type ConsumerPath struct {
 	State   string // "live", "connecting", ...
 }
 
-// drainIdle is how long the ublk device of a draining volume must show
-// no request in flight before its engine is frozen, and drainIdleTimeout
-// how long DrainEngine waits for that at most (then it freezes anyway:
-// requests still in flight are held, not failed).
-const (
-	drainIdle        = time.Second
-	drainIdleTimeout = 30 * time.Second
-	drainPoll        = 50 * time.Millisecond
-)
-
-// DrainEngine turns this node's export of volume u inaccessible, waits
-// until its ublk device is idle, flushes the engine and freezes it. The
+// DrainEngine turns this node's export of volume u inaccessible, freezes
+// its engine, hands its held requests off and flushes its members. The
 // engine keeps running (frozen) and the export stays: the caller lists u
-// in ClusterPlan.Drain from now on. It returns how long the export has
-// been inaccessible when the engine froze.
+// in ClusterPlan.Drain from now on. It returns how long the engine took to
+// drain once the export was inaccessible. An engine that cannot hand off
+// (an engine binary older than the hand-off) keeps holding its requests:
+// the hosts retry them at their I/O timeout.
 func (m *Manager) DrainEngine(ctx context.Context, u [16]byte) (time.Duration, error) {
 	e := m.engineSnapshot()[u]
 	if e == nil {
@@ -69,68 +63,21 @@ func (m *Manager) DrainEngine(ctx context.Context, u [16]byte) (time.Duration, e
 		return 0, fmt.Errorf("volume %s: drain: %w", name, err)
 	}
 	t0 := time.Now()
-	idle, err := m.waitIdle(ctx, st.UblkPath)
-	if err != nil {
-		return time.Since(t0), fmt.Errorf("volume %s: drain: %w", name, err)
+	if err := e.Freeze(); err != nil {
+		return time.Since(t0), fmt.Errorf("volume %s: drain: freeze: %w", name, err)
 	}
-	if !idle {
-		m.log.Warn("draining volume: ublk device still busy; freezing anyway (the requests wait)", "volume", name,
-			"ublk", st.UblkPath, "seconds", time.Since(t0).Seconds())
+	if err := e.HandOff(); err != nil {
+		m.log.Warn("draining volume: hand-off refused; the frozen engine holds its requests (hosts retry them at their I/O timeout)",
+			"volume", name, "err", err)
 	}
 	if err := e.Flush(); err != nil {
 		// The consumers' own flushes made what they flushed durable;
 		// this one only spares the new owner a resync.
 		m.log.Warn("draining volume: flush failed", "volume", name, "err", err)
 	}
-	if err := e.Freeze(); err != nil {
-		return time.Since(t0), fmt.Errorf("volume %s: drain: freeze: %w", name, err)
-	}
-	m.log.Info("volume drained: export inaccessible, engine flushed and frozen", "volume", name, "seconds", time.Since(t0).Seconds())
+	m.log.Info("volume drained: export inaccessible, engine frozen, requests handed off, members flushed", "volume", name,
+		"seconds", time.Since(t0).Seconds())
 	return time.Since(t0), nil
-}
-
-// waitIdle waits until the block device dev has had no request in flight
-// for drainIdle, at most drainIdleTimeout; false when it did not.
-func (m *Manager) waitIdle(ctx context.Context, dev string) (bool, error) {
-	path := filepath.Join(m.opts.Sysfs, "class", "block", filepath.Base(dev), "inflight")
-	deadline := time.Now().Add(drainIdleTimeout)
-	var since time.Time
-	for {
-		busy, err := inflight(path)
-		if err != nil {
-			return false, err
-		}
-		now := time.Now()
-		switch {
-		case busy:
-			since = time.Time{}
-		case since.IsZero():
-			since = now
-		case now.Sub(since) >= drainIdle:
-			return true, nil
-		}
-		if now.After(deadline) {
-			return false, nil
-		}
-		select {
-		case <-ctx.Done():
-			return false, ctx.Err()
-		case <-time.After(drainPoll):
-		}
-	}
-}
-
-// inflight reads a block device's inflight file ("reads writes").
-func inflight(path string) (bool, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return false, fmt.Errorf("requests in flight: %w", err)
-	}
-	f := strings.Fields(string(b))
-	if len(f) != 2 {
-		return false, fmt.Errorf("requests in flight: %s: %q", path, b)
-	}
-	return f[0] != "0" || f[1] != "0", nil
 }
 
 // Exported reports whether the last reconcile applied an export of

@@ -3,13 +3,12 @@ package volmgr
 import (
 	"context"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 
 	"github.com/fabraid/fabraid/internal/volid"
 	"github.com/fabraid/fabraid/kernel/nvmf"
+	"github.com/fabraid/fabraid/plugins/backend"
 )
 
 // drainEngine is an engine double whose ublk device is ublkb7.
@@ -21,24 +20,17 @@ func (f *drainEngine) Status() (EngineStatus, error) {
 	return st, err
 }
 
-// DrainEngine turns the export inaccessible first, waits until the ublk
-// device has no request in flight, then flushes and freezes; the plan's
-// Drain volumes stay inaccessible in every later reconcile, whatever
-// SetANAState said; the last reconcile's exports and controllers are
-// reported.
+// DrainEngine turns the export inaccessible first, then freezes the
+// engine, hands its requests off and flushes (in that order: a hand-off on
+// a port still optimized comes back to the engine, and a flush before the
+// freeze leaves writes after it unflushed); the plan's Drain volumes stay
+// inaccessible in every later reconcile, whatever SetANAState said; the
+// last reconcile's exports and controllers are reported.
 func TestDrainEngine(t *testing.T) {
 	ctx := context.Background()
 	u, other := [16]byte{1}, [16]byte{2}
-	sys := t.TempDir()
-	dir := filepath.Join(sys, "class", "block", "ublkb7")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	inflight := filepath.Join(dir, "inflight")
-	os.WriteFile(inflight, []byte("       0        3\n"), 0o644)
 	b := &anaBackend{}
-	m := &Manager{x: &exporter{target: b}, log: slog.New(slog.DiscardHandler), opts: Options{Sysfs: sys},
-		engines: map[[16]byte]Engine{}}
+	m := &Manager{x: &exporter{target: b}, log: slog.New(slog.DiscardHandler), engines: map[[16]byte]Engine{}}
 	e := &drainEngine{}
 	m.engines[u] = e
 	p := &ClusterPlan{Addresses: []string{"10.0.0.1"}}
@@ -47,35 +39,21 @@ func TestDrainEngine(t *testing.T) {
 	if _, err := m.x.withANA(ctx, exports, 0, 0, nil); err != nil {
 		t.Fatal(err)
 	}
-	// The device stays busy until the export is inaccessible and the
-	// test lets it go idle.
-	done := make(chan error, 1)
-	go func() { _, err := m.DrainEngine(ctx, u); done <- err }()
-	for len(b.anaCalls()) == 0 {
-		select {
-		case err := <-done:
-			t.Fatalf("drained before the ANA state changed: %v", err)
-		default:
+	b.setHook = func(req backend.ANARequest) error {
+		if len(e.calls) != 0 {
+			t.Errorf("ANA state set after engine calls %q", e.calls)
 		}
+		return nil
 	}
-	if got := b.anaCalls(); got[0].State != ANAInaccessible || got[0].NQN != volid.NQN(u) {
-		t.Fatalf("first ANA call %+v, want %s inaccessible", got[0], volid.NQN(u))
-	}
-	if len(e.calls) != 0 {
-		t.Fatalf("engine calls %q while the device was busy", e.calls)
-	}
-	// Renamed into place: DrainEngine polls the file, and a rewrite in
-	// place can be read empty between truncate and write.
-	tmp := inflight + ".new"
-	os.WriteFile(tmp, []byte("       0        0\n"), 0o644)
-	if err := os.Rename(tmp, inflight); err != nil {
+	if _, err := m.DrainEngine(ctx, u); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	b.setHook = nil
+	if got := b.anaCalls(); len(got) != 1 || got[0].State != ANAInaccessible || got[0].NQN != volid.NQN(u) {
+		t.Fatalf("ANA calls %+v, want %s inaccessible", got, volid.NQN(u))
 	}
-	if !slices.Equal(e.calls, []string{"flush", "freeze"}) {
-		t.Fatalf("engine calls %q, want flush, freeze", e.calls)
+	if !slices.Equal(e.calls, []string{"freeze", "handoff", "flush"}) {
+		t.Fatalf("engine calls %q, want freeze, handoff, flush", e.calls)
 	}
 	// Drain forces inaccessible even when SetANAState says otherwise;
 	// the other volume keeps optimized.
