@@ -218,6 +218,9 @@ func printClusterStatus(out io.Writer, s api.ClusterStatus) {
 		if !n.Alive {
 			st = "DEAD"
 		}
+		if n.Drained {
+			st += ",drained"
+		}
 		var drives []string
 		for _, d := range n.Drives {
 			drives = append(drives, fmt.Sprintf("%s(%s)", d.ID, humanBytes(d.Size)))

@@ -42,6 +42,7 @@ func newRootCmd() *cobra.Command {
 		newDriveCmd(),
 		newVolumeCmd(),
 		newClusterCmd(),
+		newNodeCmd(),
 		newNsdCmd(),
 		newWaitCmd(),
 		newUdevProbeCmd(),

@@ -15,8 +15,9 @@ func newVolumeMoveCmd() *cobra.Command {
 		Short: "Move a volume to another owner node without an I/O error (a cluster)",
 		Long: `Make NODE the owner of VOLUME: the node that runs its engine and exports it.
 The consumers' I/O pauses and resumes on NODE's path, without an error: the old
-owner turns its export inaccessible (the hosts queue their I/O), flushes and
-freezes its engine and gives the owner key up; NODE takes the key at a newer
+owner turns its export inaccessible (the hosts queue their I/O), freezes its
+engine, hands the requests it holds back to the hosts, flushes its members and
+gives the owner key up; NODE takes the key at a newer
 epoch, fences the old owner from the drives, assembles and exports; the old owner
 removes its export once every node has a live path to NODE (docs/cluster.md,
 "Planned move"). Any node may be asked. Refused when NODE is unknown, down or the

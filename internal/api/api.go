@@ -144,6 +144,36 @@ type MoveReply struct {
 	PauseSeconds float64 `json:"pause_seconds,omitempty"`
 }
 
+// DrainRequest is the body of POST /v1/nodes/{name}/drain.
+type DrainRequest struct {
+	// Wait: answer when the node owns no volume any more (or a move
+	// failed), not when the drain was recorded.
+	Wait bool `json:"wait,omitempty"`
+}
+
+// DrainReply says what a drained node still owns.
+type DrainReply struct {
+	Node    string `json:"node"`
+	Drained bool   `json:"drained"`
+	// Owned are the volumes whose record still names the node as owner,
+	// Moves their move records (if any).
+	Owned []string    `json:"owned,omitempty"`
+	Moves []MoveReply `json:"moves,omitempty"`
+	// Stuck says why a volume cannot move away (no other node may own it).
+	Stuck []string `json:"stuck,omitempty"`
+}
+
+// Drain marks node drained (it owns no volume: the ones it owns move to
+// other nodes) or, with drained false, not any more (a cluster).
+func (c *Client) Drain(node string, drained bool, r DrainRequest) (DrainReply, error) {
+	var out DrainReply
+	method := "POST"
+	if !drained {
+		method = "DELETE"
+	}
+	return out, c.do(method, "/v1/nodes/"+url.PathEscape(node)+"/drain", r, &out)
+}
+
 // Move asks for the move of volume ref to node (a cluster).
 func (c *Client) Move(ref string, r MoveRequest) (MoveReply, error) {
 	var out MoveReply

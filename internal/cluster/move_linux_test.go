@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,13 +26,16 @@ import (
 //     of its consumer device (O_DIRECT, each write followed by fsync) and
 //     records per block the data of the last write whose flush completed.
 //   - c asks "volume move v b --wait": a turns its export inaccessible,
-//     drains, flushes and freezes its engine and resigns; b acquires a
+//     freezes its engine, hands its held requests off, flushes and resigns; b acquires a
 //     newer epoch, fences, assembles and exports; c's head gets b's path;
 //     a removes its export once every node has a live path to b. No write
 //     or flush fails; the longest gap between completed writes is the
 //     pause (VMBENCH {"name":"move",...}). a runs no ublk device after.
-//   - c moves v back to a the same way (VMBENCH "move-back"); b runs no
-//     ublk device after. Every flushed write reads back.
+//   - c drains b ("node drain b --wait"): b, drained, moves v to the node
+//     plan.ChooseOwner picks (a: every node holds members and owns
+//     nothing else, a sorts first) the same way (VMBENCH "move-back"); b
+//     runs no ublk device after; "node undrain b". Every flushed write
+//     reads back.
 func TestIntegrationMove(t *testing.T) {
 	vmtest.Run(t, vmtest.Options{Guests: clusterVolumeGuests(t, nil), Timeout: 900 * time.Second}, moveGuest)
 }
@@ -94,14 +98,14 @@ func moveVerifier(t *testing.T, g *vmtest.Env, start time.Time) {
 	defer f.Close()
 	w := startBlockWriter(f)
 	time.Sleep(3 * time.Second)
-	move := func(to, name, signal string) {
+	move := func(to, name, signal string, cmd ...string) {
 		t.Helper()
 		if err := w.failed(); err != nil {
 			t.Fatalf("I/O error before the move to %s: %v", to, err)
 		}
 		step(t, start, "moving v to %s under the writer (%d flushed writes so far)", to, w.count())
 		t0 := time.Now()
-		out := mustFabraid(t, "volume", "move", "v", to, "--wait")
+		out := mustFabraid(t, cmd...)
 		moved := time.Since(t0)
 		step(t, start, "%s (%.1f s)", out, moved.Seconds())
 		if in := showVolume(t); in.Owner != to {
@@ -127,10 +131,14 @@ func moveVerifier(t *testing.T, g *vmtest.Env, start time.Time) {
 			name, gap.Seconds(), moved.Seconds(), total)
 		g.Signal(t, signal)
 	}
-	move("b", "move", "moved")
+	move("b", "move", "moved", "volume", "move", "v", "b", "--wait")
 	g.Wait(t, "a", "released")
-	move("a", "move-back", "moved-back")
+	move("a", "move-back", "moved-back", "node", "drain", "b", "--wait")
 	g.Wait(t, "b", "released")
+	if out := mustFabraid(t, "cluster", "status"); !strings.Contains(out, "alive,drained") {
+		t.Errorf("cluster status after the drain of b shows no drained node:\n%s", out)
+	}
+	step(t, start, "%s", strings.TrimSpace(mustFabraid(t, "node", "undrain", "b")))
 	acked, err := w.stop()
 	if err != nil {
 		t.Fatalf("I/O error through %s: %v", head, err)

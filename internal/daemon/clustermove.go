@@ -116,6 +116,8 @@ func checkMove(vol model.Volume, nodes []model.NodeStatus, target, keyNode strin
 		return fmt.Errorf("volume %s: node %s is not in the cluster (nodes: %s)", vol.Name, target, strings.Join(names, ", "))
 	case !to.Alive:
 		return fmt.Errorf("volume %s: node %s is down: a volume moves only to a live node", vol.Name, target)
+	case to.Drained:
+		return fmt.Errorf("volume %s: node %s is drained: it owns no volume until fabraid node undrain %s", vol.Name, target, target)
 	case vol.Owner == "" || from == nil || !from.Alive:
 		return fmt.Errorf("volume %s: its owner %q is not running: failover, not a move, brings it back", vol.Name, vol.Owner)
 	case keyNode != vol.Owner:

@@ -54,6 +54,8 @@ func TestCheckMove(t *testing.T) {
 	creating.State = model.VolumeCreating
 	noAddr := moveNodes()
 	noAddr[2].StorageAddresses = nil
+	drained := moveNodes()
+	drained[2].Drained = true
 	for _, c := range []struct {
 		name   string
 		vol    model.Volume
@@ -70,6 +72,7 @@ func TestCheckMove(t *testing.T) {
 		{"owner down", deadOwner, nodes, "node2", "", `owner "node4" is not running: failover`},
 		{"owner does not hold it", vol, nodes, "node2", "", "does not hold it now"},
 		{"no address", vol, noAddr, "node2", "node1", "no storage address"},
+		{"drained node", vol, drained, "node2", "node1", "node node2 is drained"},
 	} {
 		err := checkMove(c.vol, c.nodes, c.target, c.key, nil, now)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

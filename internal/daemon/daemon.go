@@ -335,7 +335,8 @@ func (d *Daemon) Handler() http.Handler {
 	})
 	d.clusterRoutes(mux, reply, decode)
 	d.udevRoutes(mux, reply, decode)
-	d.moveRoutes(mux, reply, decode) // clustermove.go
+	d.moveRoutes(mux, reply, decode)  // clustermove.go
+	d.drainRoutes(mux, reply, decode) // clusterdrain.go
 	mux.HandleFunc("GET /v1/volumes", func(w http.ResponseWriter, r *http.Request) {
 		if d.inCluster() {
 			v, err := d.clusterList(r.Context())

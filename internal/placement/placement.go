@@ -27,6 +27,9 @@ type Node struct {
 	// Owned is the number of volumes the node owns now (their engines run
 	// there); the new volume goes to the least-loaded allowed node.
 	Owned int
+	// NoOwner: the node may hold members but not own the volume (a
+	// drained node).
+	NoOwner bool
 }
 
 func (n Node) domain() string {
@@ -121,7 +124,9 @@ func Place(nodes []Node, req Request) (Placement, error) {
 			return Placement{}, err
 		}
 		p := Placement{Name: req.Name, K: req.K, M: req.M, Groups: req.Groups, Members: members, MemberSize: sizes[i]}
-		p.Owner = owner(allowed, members)
+		if p.Owner = owner(allowed, members); p.Owner == "" {
+			return Placement{}, fmt.Errorf("%w: volume %q: every allowed node is drained: none may own it", ErrNoPlacement, req.Name)
+		}
 		return p, nil
 	}
 	return Placement{}, refusal(allowed, req)
@@ -326,18 +331,26 @@ func (s *state) take(d string) Member {
 	return Member{Node: c.node, Domain: d, DriveID: c.drive.ID, Serial: c.drive.Serial, Size: c.drive.Size}
 }
 
-// owner picks the allowed node with the fewest owned volumes, then the
-// most members of this volume, then the first name.
+// owner picks the allowed node that may own (not NoOwner) with the fewest
+// owned volumes, then the most members of this volume, then the first
+// name; "" when every allowed node is NoOwner.
 func owner(allowed []Node, members []Member) string {
 	local := map[string]int{}
 	for _, m := range members {
 		local[m.Node]++
 	}
-	best := allowed[0]
-	for _, n := range allowed[1:] {
-		if k := cmp.Or(cmp.Compare(n.Owned, best.Owned), cmp.Compare(local[best.Name], local[n.Name])); k < 0 {
+	var best *Node
+	for i := range allowed {
+		n := &allowed[i]
+		if n.NoOwner {
+			continue
+		}
+		if best == nil || cmp.Or(cmp.Compare(n.Owned, best.Owned), cmp.Compare(local[best.Name], local[n.Name])) < 0 {
 			best = n
 		}
+	}
+	if best == nil {
+		return ""
 	}
 	return best.Name
 }

@@ -39,6 +39,12 @@ func TestPlace(t *testing.T) {
 	}
 	loaded := uniform(3, 2, tb)
 	loaded[0].Owned, loaded[1].Owned, loaded[2].Owned = 2, 1, 1
+	drainedA := uniform(3, 2, tb)
+	drainedA[0].NoOwner = true
+	allDrained := uniform(3, 2, tb)
+	for i := range allDrained {
+		allDrained[i].NoOwner = true
+	}
 	racks := []Node{
 		{Name: "n1", Domain: "rack1", Free: []Drive{{ID: "x1", Size: tb}, {ID: "x2", Size: tb}}},
 		{Name: "n2", Domain: "rack1", Free: []Drive{{ID: "y1", Size: tb}, {ID: "y2", Size: tb}}},
@@ -55,6 +61,10 @@ func TestPlace(t *testing.T) {
 	}{
 		{name: "4+2 over 3 nodes x 2", nodes: uniform(3, 2, tb), req: Request{Name: "v", K: 4, M: 2},
 			members: "a:a0 b:b0 c:c0 a:a1 b:b1 c:c1", owner: "a", size: tb},
+		{name: "a drained node holds members but does not own", nodes: drainedA, req: Request{Name: "v", K: 4, M: 2},
+			members: "a:a0 b:b0 c:c0 a:a1 b:b1 c:c1", owner: "b", size: tb},
+		{name: "every node drained: no owner", nodes: allDrained, req: Request{Name: "v", K: 4, M: 2},
+			err: "drained"},
 		{name: "4+2 over 6 nodes spreads one per node", nodes: uniform(6, 2, tb), req: Request{Name: "v", K: 4, M: 2},
 			members: "a:a0 b:b0 c:c0 d:d0 e:e0 f:f0", owner: "a", size: tb},
 		{name: "4+2 refused on 2 nodes", nodes: uniform(2, 3, tb), req: Request{Name: "v", K: 4, M: 2},

@@ -42,6 +42,9 @@ const (
 	TokensPrefix = Prefix + "tokens/"
 	// CntlIDBlocksPrefix holds the claims of the controller-ID blocks.
 	CntlIDBlocksPrefix = Prefix + "cntlid-blocks/"
+	// DrainsPrefix holds the drained nodes (fabraid node drain): one key
+	// per node, written by the node that served the command.
+	DrainsPrefix = Prefix + "drains/"
 )
 
 // The volume prefixes and the host key prefix.
@@ -66,6 +69,9 @@ func CntlIDBlock(b int) string { return CntlIDBlocksPrefix + strconv.Itoa(b) }
 
 // Alive is a node's liveness key.
 func Alive(name string) string { return AlivePrefix + name }
+
+// Drain is the key that marks node name drained.
+func Drain(name string) string { return DrainsPrefix + name }
 
 // Token is a join token's record.
 func Token(id string) string { return TokensPrefix + id }

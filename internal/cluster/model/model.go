@@ -78,12 +78,29 @@ type Alive struct {
 	Lease   string    `json:"lease"` // hex lease ID
 }
 
-// NodeStatus is a node with its liveness.
+// Drain is the value of a drained node's key (keys.Drain): the node owns
+// no volume while it is there (fabraid node drain).
+type Drain struct {
+	Version int       `json:"version"`
+	Since   time.Time `json:"since"`
+}
+
+// NodeStatus is a node with its liveness and drain.
 type NodeStatus struct {
 	Node
 	Alive      bool      `json:"alive"`
 	AliveSince time.Time `json:"alive_since,omitzero"`
+	// Drained: an administrator drained the node (fabraid node drain):
+	// it is chosen as no volume's owner (placement, takeover, move
+	// target) and hands the volumes it owns over to other nodes. Its
+	// drives still serve as members.
+	Drained      bool      `json:"drained,omitempty"`
+	DrainedSince time.Time `json:"drained_since,omitzero"`
 }
+
+// MayOwn says whether the node may be chosen as a volume's owner: alive,
+// exporting and not drained.
+func (n NodeStatus) MayOwn() bool { return n.Alive && !n.CannotExport() && !n.Drained }
 
 // MemberStatus is one etcd member as seen by Members.
 type MemberStatus struct {

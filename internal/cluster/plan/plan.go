@@ -103,7 +103,7 @@ func PlacementNodes(v View) []placement.Node {
 		if !n.Alive || n.CannotExport() {
 			continue
 		}
-		pn := placement.Node{Name: n.Name, Domain: n.Domain, Owned: owned[n.Name]}
+		pn := placement.Node{Name: n.Name, Domain: n.Domain, Owned: owned[n.Name], NoOwner: n.Drained}
 		for _, d := range n.Drives {
 			if !used[[2]string{n.Name, d.ID}] {
 				pn.Free = append(pn.Free, placement.Drive{ID: d.ID, Serial: d.Serial, Size: d.Size})
@@ -347,7 +347,7 @@ func ChooseOwner(v View, vol model.Volume) string {
 	}
 	best := ""
 	for _, n := range v.Nodes {
-		if !n.Alive || n.Name == vol.Owner || len(n.StorageAddresses) == 0 || n.CannotExport() {
+		if !n.MayOwn() || n.Name == vol.Owner || len(n.StorageAddresses) == 0 {
 			continue
 		}
 		if best == "" {

@@ -248,4 +248,14 @@ func TestChooseOwner(t *testing.T) {
 	if got := ChooseOwner(v, model.Volume{UUID: us(9), Owner: "a"}); got != "" {
 		t.Errorf("only the owner and a dead node: %q, want none", got)
 	}
+	// A drained node is never chosen (fabraid node drain).
+	v.Nodes = []model.NodeStatus{node("a", true), node("b", true), node("c", true)}
+	v.Nodes[1].Drained = true
+	if got := ChooseOwner(v, model.Volume{UUID: us(9), Owner: "a"}); got != "c" {
+		t.Errorf("b drained: %q, want c", got)
+	}
+	v.Nodes[2].Drained = true
+	if got := ChooseOwner(v, model.Volume{UUID: us(9), Owner: "a"}); got != "" {
+		t.Errorf("b and c drained: %q, want none", got)
+	}
 }

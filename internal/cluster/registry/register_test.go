@@ -154,3 +154,61 @@ func modRevision(t *testing.T, cli *clientv3.Client, key string) int64 {
 	}
 	return resp.Kvs[0].ModRevision
 }
+
+// TestSetDrained: a registered node is drained and undrained, List says
+// so (with the first drain's time kept by a second drain), an unknown node
+// cannot be drained, and Delete removes the drain with the node.
+func TestSetDrained(t *testing.T) {
+	cli := etcdtest.Start(t)
+	ctx := context.Background()
+	t0 := time.Date(2026, 12, 5, 8, 0, 0, 0, time.UTC)
+	for _, name := range []string{"s1", "s2"} {
+		if _, err := registry.Register(ctx, cli, registry.Node{Name: name}, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drained := func() map[string]time.Time {
+		t.Helper()
+		ns, err := registry.List(ctx, cli)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]time.Time{}
+		for _, n := range ns {
+			if n.Drained {
+				out[n.Name] = n.DrainedSince
+			}
+		}
+		return out
+	}
+	if err := registry.SetDrained(ctx, cli, "s1", true, t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := registry.SetDrained(ctx, cli, "s1", true, t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if got := drained(); len(got) != 1 || !got["s1"].Equal(t0) {
+		t.Fatalf("drained %v, want s1 since %v", got, t0)
+	}
+	if err := registry.SetDrained(ctx, cli, "nope", true, t0); !errors.Is(err, registry.ErrUnknownNode) {
+		t.Fatalf("drain of an unknown node: %v, want %v", err, registry.ErrUnknownNode)
+	}
+	if n, _ := cli.Get(ctx, keys.Drain("nope")); n.Count != 0 {
+		t.Fatal("an unknown node's drain key was written")
+	}
+	if err := registry.SetDrained(ctx, cli, "s1", false, t0); err != nil {
+		t.Fatal(err)
+	}
+	if got := drained(); len(got) != 0 {
+		t.Fatalf("drained after undrain: %v", got)
+	}
+	if err := registry.SetDrained(ctx, cli, "s2", true, t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := registry.Delete(ctx, cli, "s2"); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := cli.Get(ctx, keys.Drain("s2")); n.Count != 0 {
+		t.Fatal("drain key left after Delete")
+	}
+}

@@ -36,6 +36,7 @@ import (
 const (
 	NodeVersion  = 1
 	AliveVersion = 1
+	DrainVersion = 1
 )
 
 // The record types live in package model (no etcd dependency), so the
@@ -81,9 +82,18 @@ func List(ctx context.Context, kv clientv3.KV) ([]Status, error) {
 	resp, err := kv.Txn(ctx).Then(
 		clientv3.OpGet(keys.NodesPrefix, clientv3.WithPrefix()),
 		clientv3.OpGet(keys.AlivePrefix, clientv3.WithPrefix()),
+		clientv3.OpGet(keys.DrainsPrefix, clientv3.WithPrefix()),
 	).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("registry: list: %w", err)
+	}
+	drains := map[string]model.Drain{}
+	for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
+		var d model.Drain
+		if err := decode(kv.Value, &d.Version, &d, DrainVersion); err != nil {
+			return nil, fmt.Errorf("registry: %s: %w", kv.Key, err)
+		}
+		drains[string(kv.Key[len(keys.DrainsPrefix):])] = d
 	}
 	alive := map[string]Alive{}
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
@@ -100,7 +110,8 @@ func List(ctx context.Context, kv clientv3.KV) ([]Status, error) {
 			return nil, fmt.Errorf("registry: %s: %w", kv.Key, err)
 		}
 		a, ok := alive[n.Name]
-		out = append(out, Status{Node: n, Alive: ok, AliveSince: a.Since})
+		d, drained := drains[n.Name]
+		out = append(out, Status{Node: n, Alive: ok, AliveSince: a.Since, Drained: drained, DrainedSince: d.Since})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
@@ -123,7 +134,8 @@ func Delete(ctx context.Context, kv clientv3.KV, name string) error {
 	if err != nil {
 		return fmt.Errorf("registry: delete node %s: %w", name, err)
 	}
-	ops := []clientv3.Op{clientv3.OpDelete(keys.Node(name)), clientv3.OpDelete(keys.Alive(name)), clientv3.OpDelete(keys.HostKey(name))}
+	ops := []clientv3.Op{clientv3.OpDelete(keys.Node(name)), clientv3.OpDelete(keys.Alive(name)), clientv3.OpDelete(keys.HostKey(name)),
+		clientv3.OpDelete(keys.Drain(name))}
 	for b, c := range claims {
 		if c == name {
 			ops = append(ops, clientv3.OpDelete(keys.CntlIDBlock(b)))
@@ -131,6 +143,35 @@ func Delete(ctx context.Context, kv clientv3.KV, name string) error {
 	}
 	if _, err := kv.Txn(ctx).Then(ops...).Commit(); err != nil {
 		return fmt.Errorf("registry: delete node %s: %w", name, err)
+	}
+	return nil
+}
+
+// ErrUnknownNode is returned by SetDrained for a node without a record.
+var ErrUnknownNode = errors.New("no such node")
+
+// SetDrained marks node name drained (since now) or not. A node is drained
+// only while its record exists; marking a drained node drained again
+// keeps its first time.
+func SetDrained(ctx context.Context, kv clientv3.KV, name string, drained bool, now time.Time) error {
+	if !drained {
+		if _, err := kv.Delete(ctx, keys.Drain(name)); err != nil {
+			return fmt.Errorf("registry: undrain node %s: %w", name, err)
+		}
+		return nil
+	}
+	b, _ := json.Marshal(model.Drain{Version: DrainVersion, Since: now.UTC()})
+	resp, err := kv.Txn(ctx).If(
+		clientv3.Compare(clientv3.CreateRevision(keys.Node(name)), ">", 0),
+		clientv3.Compare(clientv3.CreateRevision(keys.Drain(name)), "=", 0),
+	).Then(clientv3.OpPut(keys.Drain(name), string(b))).Else(
+		clientv3.OpGet(keys.Node(name), clientv3.WithCountOnly()),
+	).Commit()
+	if err != nil {
+		return fmt.Errorf("registry: drain node %s: %w", name, err)
+	}
+	if !resp.Succeeded && resp.Responses[0].GetResponseRange().Count == 0 {
+		return fmt.Errorf("registry: drain node %s: %w", name, ErrUnknownNode)
 	}
 	return nil
 }
