@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -60,6 +61,9 @@ type clusterLoop struct {
 	req       requestWorker // clusterreq.go
 	// exports, exportsWhy: this node's export state (clusterauth.go).
 	exports, exportsWhy string
+	// leaderMoved: when this node last handed its etcd leadership away
+	// (clusterleader.go).
+	leaderMoved time.Time
 }
 
 func newClusterLoop() *clusterLoop {

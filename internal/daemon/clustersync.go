@@ -89,6 +89,7 @@ func (d *Daemon) reconcileCluster(ctx context.Context) error {
 	}
 	errs = append(errs, d.owners.afterReconcile(ctx, cli, v, own, d.mgr)...) // hand-overs (clustermove.go)
 	errs = append(errs, d.drainOwned(ctx, cli, v, own.Held)...)              // a drained node's moves (clusterdrain.go)
+	d.balanceEtcdLeader(ctx, v)                                              // clusterleader.go
 	wctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 	defer cancel()
 	if err := d.publishPaths(wctx, cli, res.Paths); err != nil {
