@@ -20,6 +20,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fabraid/fabraid/internal/cluster/pki"
+	"github.com/fabraid/fabraid/internal/cluster/rbac"
 	"github.com/fabraid/fabraid/internal/cluster/registry"
 	"github.com/fabraid/fabraid/internal/cluster/store"
 	"github.com/fabraid/fabraid/internal/cluster/token"
@@ -213,6 +214,9 @@ func checkJoinRequest(q JoinRequest, remote string) (net.IP, error) {
 	if err := config.CheckNodeName(q.Node); err != nil {
 		return nil, fmt.Errorf("join request: node name %w", err)
 	}
+	if err := rbac.CheckName(q.Node); err != nil {
+		return nil, fmt.Errorf("join request: %w", err)
+	}
 	if q.PeerPort <= 0 || q.PeerPort > 65535 || q.ClientPort <= 0 || q.ClientPort > 65535 {
 		return nil, fmt.Errorf("join request: ports %d and %d, want 1..65535", q.PeerPort, q.ClientPort)
 	}
@@ -247,13 +251,27 @@ func (n *Node) admitRedeemed(ctx context.Context, cli *clientv3.Client, ca *pki.
 			rep.Endpoints = append(rep.Endpoints, m.ClientURLs...)
 		}
 	}
+	// The joiner's etcd user (its certificate's CN) gets its role before
+	// the joiner has its certificate: a member's is etcd's root role
+	// (it promotes itself and will run a join service), a client's is
+	// package rbac's node roles. This is done whether or not etcd's
+	// authentication is on yet (a cluster made before it), so that
+	// enabling it later finds every node's user.
 	if target := n.members(st); voting < target {
+		if err := rbac.AddMember(ctx, cli, q.Node); err != nil {
+			return nil, err
+		}
 		peer := "https://" + net.JoinHostPort(q.Address, strconv.Itoa(q.PeerPort))
 		id, initial, err := store.AddLearner(ctx, cli, q.Node, peer)
 		if err != nil {
+			if rerr := rbac.RemoveNode(ctx, cli, q.Node); rerr != nil {
+				n.o.Log.Warn("cluster: etcd user of a failed member join not removed", "node", q.Node, "err", rerr)
+			}
 			return nil, &httpError{http.StatusConflict, err}
 		}
 		rep.MemberID, rep.InitialCluster, rep.CAKey, rep.EtcdMembers = fmt.Sprintf("%x", id), initial, string(ca.KeyPEM), target
+	} else if err := rbac.AddClient(ctx, cli, q.Node); err != nil {
+		return nil, err
 	}
 	return rep, nil
 }
@@ -435,7 +453,7 @@ func (n *Node) becomeMember(ctx context.Context, rep *JoinReply) error {
 	// round-trips, so the member bound covers the promotion too.
 	pctx, cancel := context.WithTimeout(ctx, n.o.ReadyTimeout)
 	defer cancel()
-	if err := store.Promote(pctx, peers, id); err != nil {
+	if err := store.Promote(pctx, peers, t, n.o.Log, id); err != nil {
 		return fail(err)
 	}
 	return nil

@@ -20,6 +20,7 @@ import (
 
 	"github.com/fabraid/fabraid/internal/cluster/keys"
 	"github.com/fabraid/fabraid/internal/cluster/pki"
+	"github.com/fabraid/fabraid/internal/cluster/rbac"
 	"github.com/fabraid/fabraid/internal/cluster/registry"
 	"github.com/fabraid/fabraid/internal/cluster/store"
 	"github.com/fabraid/fabraid/internal/cluster/token"
@@ -548,6 +549,15 @@ func (n *Node) bootstrap(ctx context.Context, rec Record) error {
 	if err := n.step(ctx, "write the cluster record", func(ctx context.Context) error {
 		_, err := n.cli.Put(ctx, keys.Cluster, string(b))
 		return err
+	}); err != nil {
+		return err
+	}
+	// Least privilege in etcd (package rbac): this member's user is
+	// etcd's root, every later node gets its user from the join
+	// service, and authentication goes on before any other node has a
+	// certificate.
+	if err := n.step(ctx, "enable etcd authentication", func(ctx context.Context) error {
+		return rbac.Enable(ctx, n.cli, []string{n.o.Name}, nil)
 	}); err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fabraid/fabraid/internal/cluster/etcdtest"
@@ -28,8 +29,11 @@ import (
 )
 
 // These tests (issue 28) play a node that holds only a client
-// certificate and, like every node until etcd RBAC, may write all of
-// etcd.
+// certificate. Since etcd RBAC (package rbac, TestClientWritesOnlyItsOwn)
+// such a node may write only its own keys and the shared volume
+// prefixes; TestClientCannotTakeCAKey turns authentication off to check
+// the second line of defense, for clusters that have no RBAC (made
+// before it, external etcd).
 
 // clientNode joins a client-only node n4 to the three members.
 func clientNode(t *testing.T, c *clock, via *Node) (n4 *Node, tok string) {
@@ -45,12 +49,14 @@ func clientNode(t *testing.T, c *clock, via *Node) (n4 *Node, tok string) {
 	return n4, tok
 }
 
-// TestClientCannotTakeCAKey: a client-only node makes its own join
-// token records, raises etcd_members in the cluster record, sets its own
-// used token back to unused and even removes a member so that the
-// cluster is below its target, then joins through a member's join
-// service: it never gets the CA key. A member's own token still makes a
-// member, and the target stays the members' (3), not the record's (5).
+// TestClientCannotTakeCAKey: etcd refuses the client-only node's writes
+// below (RBAC). With authentication turned off (a cluster without RBAC),
+// a client-only node makes its own join token records, raises
+// etcd_members in the cluster record, sets its own used token back to
+// unused and even removes a member so that the cluster is below its
+// target, then joins through a member's join service: it never gets the
+// CA key. A member's own token still makes a member, and the target
+// stays the members' (3), not the record's (5).
 func TestClientCannotTakeCAKey(t *testing.T) {
 	ctx := ctxT(t)
 	var c clock
@@ -58,6 +64,15 @@ func TestClientCannotTakeCAKey(t *testing.T) {
 	n4, own := clientNode(t, &c, n1)
 	cli := n4.Client()
 	fp := n4.st.CAFingerprint
+	if _, err := cli.Put(ctx, keys.Cluster, "{}"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Fatalf("client-only n4 writes the cluster record: %v, want permission denied", err)
+	}
+	if _, err := cli.Put(ctx, keys.Token("000000000000"), "{}"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Fatalf("client-only n4 writes a token record: %v, want permission denied", err)
+	}
+	if _, err := n1.Client().AuthDisable(ctx); err != nil {
+		t.Fatal(err)
+	}
 
 	put := func(k string, v any) {
 		t.Helper()

@@ -37,6 +37,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,6 +46,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/fabraid/fabraid/internal/cluster/model"
 	"github.com/fabraid/fabraid/internal/cluster/pki"
@@ -80,7 +82,45 @@ const DefaultReadyTimeout = 2 * time.Minute
 
 // Server is a running embedded member.
 type Server struct {
-	e *embed.Etcd
+	e  *embed.Etcd
+	gs *servers
+}
+
+// servers are a member's client gRPC servers. They are stopped (every
+// connection closed, and, with grpc.WaitForHandlers, every handler
+// returned) before the member itself: with etcd's authentication on,
+// a request's permission check reads the member's backend (a lease
+// keepalive's too, in LeaseRenew), and one that arrives after
+// EtcdServer.Stop closed the backend panics in bbolt and takes the whole
+// daemon down (seen in this package's tests). embed.Etcd.Close stops
+// them first as well, but waits up to etcd's request timeout for the
+// open watch and keepalive streams of other nodes; Stop ends them at
+// once. When etcd stops the member by itself (it was removed), the
+// servers are stopped when it begins to stop, racing its backend's
+// close: narrower, not closed.
+type servers struct {
+	mu      sync.Mutex
+	gs      []*grpc.Server
+	stopped bool
+}
+
+func (s *servers) add(g *grpc.Server) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gs = append(s.gs, g)
+	if s.stopped {
+		go g.Stop()
+	}
+}
+
+func (s *servers) stop() {
+	s.mu.Lock()
+	s.stopped = true
+	gs := s.gs
+	s.mu.Unlock()
+	for _, g := range gs {
+		g.Stop()
+	}
 }
 
 // Start starts the member and waits until it serves, at most
@@ -134,11 +174,26 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	}
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(EtcdLogger(log))
 	cfg.Logger = "zap"
+	// The client gRPC servers are stopped before the member (see
+	// servers): embed calls ServiceRegister with each one it makes.
+	gs := &servers{}
+	cfg.ServiceRegister = gs.add
+	cfg.GRPCAdditionalServerOptions = []grpc.ServerOption{grpc.WaitForHandlers(true)}
 	began := time.Now()
 	e, err := startEtcd(cfg, log)
 	if err != nil {
 		return nil, fmt.Errorf("store: start etcd member %s: %w", c.Name, err)
 	}
+	go func() {
+		// etcd stops a member by itself too (its removal): stop the
+		// client servers as soon as it begins.
+		select {
+		case <-e.Server.StoppingNotify():
+			gs.stop()
+		case <-e.Server.StopNotify():
+		}
+	}()
+	halt := func(e *embed.Etcd) { gs.stop(); stop(e) }
 	timeout, every := c.ReadyTimeout, c.ProgressEvery
 	if timeout <= 0 {
 		timeout = DefaultReadyTimeout
@@ -154,18 +209,18 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 		select {
 		case <-e.Server.ReadyNotify():
 			log.Info("cluster: etcd member serving", "member", c.Name, "took", time.Since(began).Round(time.Millisecond).String())
-			return &Server{e: e}, nil
+			return &Server{e: e, gs: gs}, nil
 		case err := <-e.Err():
-			stop(e)
+			halt(e)
 			return nil, fmt.Errorf("store: etcd member %s: %w", c.Name, err)
 		case <-tick.C:
 			log.Warn("cluster: etcd member not serving yet", append([]any{"member", c.Name, "waited", time.Since(began).Round(time.Second).String()}, progress(e)...)...)
 		case <-deadline.C:
 			p := progress(e)
-			stop(e)
+			halt(e)
 			return nil, fmt.Errorf("store: etcd member %s not serving after %s (%s): %w", c.Name, timeout, describe(p), ErrNotReady)
 		case <-ctx.Done():
-			stop(e)
+			halt(e)
 			return nil, fmt.Errorf("store: etcd member %s not serving: %w", c.Name, ctx.Err())
 		}
 	}
@@ -268,7 +323,10 @@ func (s *Server) ID() uint64 { return uint64(s.e.Server.MemberID()) }
 func (s *Server) Err() <-chan error { return s.e.Err() }
 
 // Close stops the member.
-func (s *Server) Close() { stop(s.e) }
+func (s *Server) Close() {
+	s.gs.stop()
+	stop(s.e)
+}
 
 // Connect returns a client of endpoints that presents the node
 // certificate; its warnings go to log (rate-limited; nil: none).
@@ -340,22 +398,65 @@ func AddLearner(ctx context.Context, cli *clientv3.Client, name, peerURL string)
 }
 
 // Promote promotes the learner id to a voting member, retrying while etcd
-// says its log has not caught up, until ctx ends.
-func Promote(ctx context.Context, cli *clientv3.Client, id uint64) error {
+// says its log has not caught up (or a leader change got in the way),
+// until ctx ends.
+//
+// The request goes to the leader's client URL, dialled with t: a member
+// that is not the leader forwards a promote to the leader over the peer
+// API without the caller's identity, and with etcd's authentication on
+// (package rbac) the leader refuses it ("user name is empty") until the
+// request times out (etcd #20757; its fix forwards a password token, not
+// the identity of a client certificate).
+func Promote(ctx context.Context, cli *clientv3.Client, t *tls.Config, log *slog.Logger, id uint64) error {
 	for {
-		_, err := cli.MemberPromote(ctx, id)
+		err := promoteAtLeader(ctx, cli, t, log, id)
 		if err == nil {
 			return nil
 		}
-		if !isErr(err, rpctypes.ErrMemberLearnerNotReady) {
+		if !isErr(err, rpctypes.ErrMemberLearnerNotReady) && !isErr(err, rpctypes.ErrTimeout) &&
+			!isErr(err, rpctypes.ErrLeaderChanged) && !isErr(err, rpctypes.ErrNoLeader) && !isErr(err, rpctypes.ErrNotLeader) {
 			return fmt.Errorf("store: promote %x: %w", id, err)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("store: promote %x: learner not in sync: %w", id, ctx.Err())
+			return fmt.Errorf("store: promote %x: %w (%v)", id, ctx.Err(), err)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// promoteAtLeader sends one promote of id to the leader (found by asking
+// each voting member's status), or through cli when no member says it
+// leads.
+func promoteAtLeader(ctx context.Context, cli *clientv3.Client, t *tls.Config, log *slog.Logger, id uint64) error {
+	ml, err := cli.MemberList(ctx)
+	if err != nil {
+		return err
+	}
+	leader := ""
+	for _, m := range ml.Members {
+		if m.IsLearner || len(m.ClientURLs) == 0 {
+			continue
+		}
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		st, err := cli.Status(sctx, m.ClientURLs[0])
+		cancel()
+		if err == nil && st.Leader == m.ID {
+			leader = m.ClientURLs[0]
+			break
+		}
+	}
+	if leader == "" || t == nil {
+		_, err := cli.MemberPromote(ctx, id)
+		return err
+	}
+	lc, err := Connect([]string{leader}, t, log)
+	if err != nil {
+		return err
+	}
+	defer lc.Close()
+	_, err = lc.MemberPromote(ctx, id)
+	return err
 }
 
 // ErrShrink is wrapped by CheckRemove and Remove when the change would
