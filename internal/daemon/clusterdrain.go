@@ -148,46 +148,74 @@ func (d *Daemon) clusterDrain(ctx context.Context, name string, drained bool, q 
 	defer cancel()
 	for {
 		out, err := d.drainReply(wctx, name)
-		if err == nil && len(out.Owned) == 0 {
-			return out, nil
-		}
 		if err == nil {
-			for _, m := range out.Moves {
-				if m.Phase == model.MoveFailed {
-					return out, &ownerError{code: http.StatusConflict, msg: fmt.Sprintf("node %s: move of %s to %s failed: %s", name, m.Volume, m.To, m.Error)}
-				}
+			done, failed := drainEnded(out)
+			if done {
+				return out, nil
+			}
+			if failed != nil {
+				return out, &ownerError{code: http.StatusConflict, msg: fmt.Sprintf("node %s: move of %s to %s failed: %s", name, failed.Volume, failed.To, failed.Error)}
 			}
 		}
 		select {
 		case <-wctx.Done():
-			return out, fmt.Errorf("node %s still owns %v after %s; the drain goes on: fabraid node drain %s shows it", name, out.Owned, drainWait, name)
+			return out, fmt.Errorf("node %s still owns %v (moves under way: %d) after %s; the drain goes on: fabraid node drain %s shows it",
+				name, out.Owned, len(out.Moves), drainWait, name)
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
 }
 
-// drainReply says what node name owns now, and its moves.
+// drainReply says what node name owns now and the moves away from it
+// asked since its drain began (all of them for a node not drained).
 func (d *Daemon) drainReply(ctx context.Context, name string) (api.DrainReply, error) {
 	v, err := d.currentView(ctx)
 	if err != nil {
 		return api.DrainReply{}, err
 	}
-	out := api.DrainReply{Node: name}
 	n, _ := v.nodeStatus(name)
-	out.Drained = n.Drained
+	return drainState(v, n, time.Now()), nil
+}
+
+// drainState is DrainReply for node n in view v: Owned are the volumes
+// whose record names n, Moves the moves from n asked since its drain
+// began that are under way (moveUnderWay) or failed; Stuck what
+// drainMoves cannot move. Pure.
+func drainState(v *clusterView, n model.NodeStatus, now time.Time) api.DrainReply {
+	out := api.DrainReply{Node: n.Name, Drained: n.Drained}
 	held := map[string]uint64{}
 	for _, vol := range v.Volumes {
-		if vol.Owner != name {
+		if vol.Owner == n.Name {
+			out.Owned = append(out.Owned, vol.Name)
+			held[vol.UUID] = 0
+		}
+		m, ok := v.Moves[vol.UUID]
+		if !ok || m.From != n.Name || m.Asked.Before(n.DrainedSince.Add(-drainClockSkew)) {
 			continue
 		}
-		out.Owned = append(out.Owned, vol.Name)
-		held[vol.UUID] = 0
-		if m, ok := v.Moves[vol.UUID]; ok && m.From == name {
-			out.Moves = append(out.Moves, moveReply(m.Move))
+		if moveUnderWay(&m.Move, vol, v.Nodes, now) || m.Phase == model.MoveFailed {
+			r := moveReply(m.Move)
+			r.Volume = vol.Name
+			out.Moves = append(out.Moves, r)
 		}
 	}
 	w := *v
-	w.Self = name
-	_, out.Stuck = drainMoves(&w, held, time.Now())
-	return out, nil
+	w.Self = n.Name
+	_, out.Stuck = drainMoves(&w, held, now)
+	return out
+}
+
+// drainClockSkew: a move asked this long before the drain's time (set by
+// another node's clock) still counts as the drain's.
+const drainClockSkew = time.Minute
+
+// drainEnded says whether a drain has ended: the node owns nothing and no
+// move away from it is under way; failed names a failed move.
+func drainEnded(out api.DrainReply) (done bool, failed *api.MoveReply) {
+	for i, m := range out.Moves {
+		if m.Phase == model.MoveFailed {
+			return false, &out.Moves[i]
+		}
+	}
+	return len(out.Owned) == 0 && len(out.Moves) == 0, nil
 }

@@ -63,3 +63,42 @@ func TestDrainMoves(t *testing.T) {
 		}
 	}
 }
+
+// drainState and drainEnded: a drain --wait ends when the node owns no
+// volume and no move away from it (asked since the drain) is under way;
+// a failed move ends it with the failure; a move from before the drain
+// does not count.
+func TestDrainEnded(t *testing.T) {
+	now := time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)
+	nodes := moveNodes()
+	for i := range nodes {
+		if nodes[i].Name == "node1" {
+			nodes[i].Drained, nodes[i].DrainedSince = true, now.Add(-time.Minute)
+		}
+	}
+	vol := model.Volume{UUID: "u1", Name: "v1", Owner: "node2", State: model.VolumeReady}
+	move := func(phase string, asked time.Time) map[string]volumes.StoredMove {
+		return map[string]volumes.StoredMove{"u1": {Move: model.Move{From: "node1", To: "node2", Phase: phase, Asked: asked, Updated: now, Error: "x"}}}
+	}
+	for _, c := range []struct {
+		name   string
+		owner  string
+		moves  map[string]volumes.StoredMove
+		done   bool
+		failed bool
+	}{
+		{"still the record owner", "node1", nil, false, false},
+		{"moved, old owner still draining", "node2", move(model.MoveResigned, now), false, false},
+		{"moved and done", "node2", move(model.MoveDone, now), true, false},
+		{"move failed", "node2", move(model.MoveFailed, now), false, true},
+		{"a failed move from before the drain", "node2", move(model.MoveFailed, now.Add(-time.Hour)), true, false},
+	} {
+		v := vol
+		v.Owner = c.owner
+		out := drainState(&clusterView{View: plan.View{Self: "node3", Nodes: nodes, Volumes: []model.Volume{v}}, Moves: c.moves}, nodes[1], now)
+		done, failed := drainEnded(out)
+		if done != c.done || (failed != nil) != c.failed {
+			t.Errorf("%s: done %v failed %+v, want %v, %v (%+v)", c.name, done, failed, c.done, c.failed, out)
+		}
+	}
+}
