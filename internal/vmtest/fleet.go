@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 )
 
@@ -36,6 +37,10 @@ type power struct {
 	stop    context.CancelCauseFunc // kills the running boot; nil while off
 	done    chan struct{}           // closed when the running boot ended
 	results []*guestResult          // one per ended boot
+	// reboot is the boot that asked for a clean reboot of itself
+	// (Env.Reboot): when it ends by restarting the machine, the guest is
+	// booted again at once.
+	reboot int
 }
 
 // powerCut is the cause a killed boot ends with.
@@ -78,12 +83,18 @@ func (f *fleet) start(i int) {
 		if res.err != nil && errors.As(res.err, &cut) {
 			res.cutBy = cut.by
 		}
-		if res.cutBy == "" && res.verdict == "" {
+		f.mu.Lock()
+		res.rebooted = res.cutBy == "" && p.reboot == boot && res.restarted()
+		f.mu.Unlock()
+		if res.cutBy == "" && res.verdict == "" && !res.rebooted {
 			f.markEnded(i, res)
 		}
 		f.mu.Lock()
 		p.results = append(p.results, res)
 		p.stop = nil
+		if res.rebooted && f.ctx.Err() == nil {
+			f.rebootLocked(i, res)
+		}
 		f.running--
 		if f.running == 0 {
 			close(f.idle)
@@ -106,6 +117,36 @@ func (f *fleet) markEnded(i int, res *guestResult) {
 	}
 	os.Link(tmp, filepath.Join(f.shared, name+".status")) // whole when seen; fails if the guest wrote one
 	os.Remove(tmp)
+}
+
+// requestReboot records that guest i's running boot is about to reboot
+// itself cleanly (Env.Reboot).
+func (f *fleet) requestReboot(i int) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p := f.power[i]
+	if p.stop == nil {
+		return fmt.Errorf("guest %s is not running", f.guests[i].name)
+	}
+	p.reboot = p.boot
+	return nil
+}
+
+// rebootLocked boots guest i again after its boot res ended with the
+// clean reboot it asked for: that boot's console is kept in the share as
+// <guest>.console.<boot> (Env.BootConsole), its per-boot files are
+// removed. f.mu is held.
+func (f *fleet) rebootLocked(i int, res *guestResult) {
+	name := f.guests[i].name
+	os.WriteFile(filepath.Join(f.shared, fmt.Sprintf("%s.console.%d", name, res.boot)),
+		[]byte(strings.Join(res.console, "\n")+"\n"), 0o644)
+	if err := f.resetShare(name); err != nil && f.log != nil {
+		f.log(name, "vmtest: "+err.Error())
+	}
+	f.start(i)
+	if f.log != nil {
+		f.log(name, fmt.Sprintf("vmtest: clean reboot, boot %d", f.power[i].boot))
+	}
 }
 
 // index returns the index of the named guest.
@@ -218,7 +259,7 @@ func outcome(name string, boots []*guestResult) GuestOutcome {
 		o.Console = append(o.Console, r.console...)
 	}
 	for _, r := range boots[:len(boots)-1] {
-		if r.cutBy == "" && !r.ok() && !r.skipped() {
+		if r.cutBy == "" && !r.rebooted && !r.ok() && !r.skipped() {
 			o.Reason = fmt.Sprintf("%s (boot %d of %d)", r.describe(name), r.boot, len(boots))
 			return o
 		}

@@ -293,3 +293,43 @@ func (f *fakeT) Fatalf(format string, a ...any) {
 	f.msg = fmt.Sprintf(format, a...)
 	runtime.Goexit()
 }
+
+// A guest that asks for a clean reboot (Env.Reboot) and restarts is booted
+// again at once, also as the only guest; that boot is no failure and its
+// console is kept in the share. One that crashes instead is not booted
+// again and fails.
+func TestFleetReboot(t *testing.T) {
+	for _, end := range []string{"restart", "panic"} {
+		t.Run(end, func(t *testing.T) {
+			f := fakeFleet(t, []string{"a"}, func(ctx context.Context, f *fleet, name string, boot int) *guestResult {
+				if boot > 1 {
+					return passed()
+				}
+				if err := f.requestReboot(0); err != nil {
+					return failed(err.Error())
+				}
+				last := "reboot: Restarting system"
+				if end == "panic" {
+					last = "Kernel panic - not syncing: Attempted to kill init!"
+				}
+				return &guestResult{exit: 0, console: []string{"vmtest: clean reboot of boot 1", last}}
+			})
+			f.startAll()
+			a := outcomes(f)["a"]
+			console, err := os.ReadFile(filepath.Join(f.shared, "a.console.1"))
+			switch end {
+			case "restart":
+				if !a.Passed || a.Boots != 2 || a.PoweredOff {
+					t.Errorf("a: %+v", a)
+				}
+				if err != nil || !strings.Contains(string(console), "reboot: Restarting system") {
+					t.Errorf("console of boot 1: %q, %v", console, err)
+				}
+			case "panic":
+				if a.Passed || a.Boots != 1 || !strings.Contains(a.Reason, "without a verdict") {
+					t.Errorf("a: %+v", a)
+				}
+			}
+		})
+	}
+}

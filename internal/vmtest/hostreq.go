@@ -189,6 +189,8 @@ func (f *fleet) handleHostRequest(i int, req string) error {
 		return f.kill(g.name, arg)
 	case "boot":
 		return f.boot(arg)
+	case "reboot":
+		return f.requestReboot(i)
 	case "partition", "heal":
 		return f.partition(verb == "partition", args)
 	case "partition_ports":

@@ -52,6 +52,8 @@ run_payload() {
 	rm -f /mnt/host/$FABRAID_VMTEST_GUEST.status
 	"$@" </dev/null 2>&1
 	rc=$?
+	# A clean reboot (Env.Reboot) stops the payload: no verdict.
+	[ -n "$VMTEST_SYSTEMD" ] && [ -e /run/vmtest-reboot ] && exit 0
 	status=$(cat /mnt/host/$FABRAID_VMTEST_GUEST.status 2>/dev/null)
 	if [ -n "$VMTEST_RAW" ]; then
 		[ $rc -eq 0 ] && verdict pass "" || verdict fail "command exited $rc"
@@ -70,6 +72,7 @@ vmtest-payload)
 	;;
 vmtest-payload-died)
 	. /etc/vmtest/guest.conf
+	[ -e /run/vmtest-reboot ] && exit 0
 	verdict fail "vmtest-payload.service ended without a verdict ($SERVICE_RESULT, $EXIT_CODE $EXIT_STATUS)"
 	;;
 esac

@@ -133,6 +133,26 @@ type guestResult struct {
 	err     error  // harness-level error: timeout, qemu failed to start, ...
 	boot    int    // which boot of the guest this was, from 1
 	cutBy   string // the guest that killed this boot (Env.Kill), if any
+	// rebooted: the boot asked for a clean reboot (Env.Reboot) and ended
+	// by restarting the machine; the guest was booted again.
+	rebooted bool
+}
+
+// restarted reports whether the guest ended by restarting the machine
+// (the kernel's "reboot: Restarting system"; qemu exits 0 because of
+// -no-reboot) without a verdict, a kernel crash or a harness error.
+func (r *guestResult) restarted() bool {
+	if r.err != nil || r.verdict != "" || r.exit != 0 {
+		return false
+	}
+	restart := false
+	for _, l := range r.console {
+		if strings.Contains(l, "Kernel panic") || strings.Contains(l, "Oops:") || strings.Contains(l, "BUG:") {
+			return false
+		}
+		restart = restart || strings.Contains(l, "reboot: Restarting system")
+	}
+	return restart
 }
 
 // ok reports whether the guest passed: pass marker AND pass exit code.
