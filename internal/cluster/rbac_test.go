@@ -25,7 +25,8 @@ import (
 // etcd's user and role API; everything its own work needs succeeds:
 // its own record and host key, a volume over other nodes' drives with
 // their drive claims, owner keys on its own lease, fence acks, status
-// and paths on a lease it then revokes, requests, and its own leave.
+// and paths on a lease it then revokes, requests, drains of any node and
+// its own leave (which deletes its drain mark).
 // The member still removes a dead node.
 func TestClientWritesOnlyItsOwn(t *testing.T) {
 	ctx := ctxT(t)
@@ -134,6 +135,9 @@ func TestClientWritesOnlyItsOwn(t *testing.T) {
 	allowed("update the volume record", err)
 	allowed("submit a request", volumes.Submit(ctx, cli, model.Request{Volume: v.UUID, ID: volumes.NewRequestID(), Op: "scrub", RequestedBy: "n2", Created: c.now()}, nil))
 	allowed("delete the volume", volumes.Delete(ctx, cli, v.UUID))
+	allowed("drain n1 (node drain is served by any node)", registry.SetDrained(ctx, cli, "n1", true, c.now()))
+	allowed("undrain n1", registry.SetDrained(ctx, cli, "n1", false, c.now()))
+	allowed("drain itself", registry.SetDrained(ctx, cli, "n2", true, c.now()))
 
 	// n2 cannot remove n3; n1 (a member) can once n3 is dead; n2 leaves.
 	n3.Close()

@@ -86,6 +86,7 @@ var shared = []string{
 	keys.OwnersPrefix,
 	keys.FencePrefix,
 	keys.MovesPrefix,
+	keys.DrainsPrefix,
 }
 
 // NodePerms are NodeRole's permissions: read all of fabraid's keys
@@ -140,6 +141,7 @@ var Table = []Write{
 	{keys.OwnersPrefix + "<uuid>", "Grant, Txn put on the owner lease, Txn delete, Revoke", "owner.Acquire/Resign, Session", false, "any volume"},
 	{keys.FencePrefix + "<uuid>/<node>", "Put on the node lease", "fence.Ack (drive exporter)", false, "any (the node is the last part of the key)"},
 	{keys.MovesPrefix + "<uuid>", "Txn put; delete with the record", "volumes.StartMove/UpdateMove/Delete", false, "any"},
+	{keys.DrainsPrefix + "<node>", "Txn put if absent; Delete (undrain, and with the record)", "registry.SetDrained (node drain on any node), registry.Delete", false, "any node's (node drain NODE is served by any node)"},
 }
 
 // CheckName refuses node names that would be etcd's root user.

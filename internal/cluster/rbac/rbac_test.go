@@ -1,6 +1,10 @@
 package rbac
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -61,5 +65,59 @@ func TestTable(t *testing.T) {
 	}
 	if err := CheckName(RootUser); err == nil {
 		t.Error("node name root accepted")
+	}
+}
+
+// TestEveryPrefixInTable: every key and prefix package keys declares
+// (its string constants, read from keys.go) has a row in Table, so a new
+// prefix cannot be added without deciding who may write it (a prefix
+// that is in no role is refused to every client-only node).
+func TestEveryPrefixInTable(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "../keys/keys.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	consts := map[string]string{}
+	ast.Inspect(f, func(n ast.Node) bool {
+		vs, ok := n.(*ast.ValueSpec)
+		if !ok || len(vs.Values) != len(vs.Names) {
+			return true
+		}
+		for i, v := range vs.Values {
+			// "lit" or Prefix + "lit"
+			var lit *ast.BasicLit
+			switch e := v.(type) {
+			case *ast.BasicLit:
+				lit = e
+			case *ast.BinaryExpr:
+				lit, _ = e.Y.(*ast.BasicLit)
+			}
+			if lit == nil || lit.Kind != token.STRING {
+				continue
+			}
+			s, _ := strconv.Unquote(lit.Value)
+			if _, ok := v.(*ast.BinaryExpr); ok {
+				s = keys.Prefix + s
+			}
+			consts[vs.Names[i].Name] = s
+		}
+		return true
+	})
+	if len(consts) < 10 {
+		t.Fatalf("read %d constants from keys.go: %v", len(consts), consts)
+	}
+	for name, k := range consts {
+		if k == keys.Prefix {
+			continue
+		}
+		found := false
+		for _, w := range Table {
+			if strings.HasPrefix(w.Key, k) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("keys.%s (%s) has no row in rbac.Table: decide who may write it", name, k)
+		}
 	}
 }
