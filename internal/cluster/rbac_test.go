@@ -3,6 +3,8 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -142,11 +144,15 @@ func TestClientWritesOnlyItsOwn(t *testing.T) {
 	// n2 cannot remove n3; n1 (a member) can once n3 is dead; n2 leaves.
 	n3.Close()
 	waitDead(t, n1.Client(), "n3")
-	if err := n2.Remove(ctx, "n3"); err == nil {
-		t.Error("client n2 removed n3")
+	if err := n2.Remove(ctx, "n3"); err == nil || !strings.Contains(err.Error(), "run fabraid cluster remove on a member") {
+		t.Errorf("client n2 removes n3: %v, want a refusal that says to run it on a member", err)
 	}
 	if err := n1.Remove(ctx, "n3"); err != nil {
 		t.Errorf("member n1 removes dead n3: %v", err)
+	}
+	// n3's certificate can do nothing in etcd any more: its user is gone.
+	if u, err := n1.Client().UserList(ctx); err != nil || slices.Contains(u.Users, "n3") {
+		t.Errorf("etcd users after n3's removal: %v (%v), want no n3", u, err)
 	}
 	allowed("leave", n2.Leave(ctx, false))
 	if _, ok, err := registry.Get(ctx, n1.Client(), "n2"); err != nil || ok {

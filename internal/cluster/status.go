@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fabraid/fabraid/internal/cluster/model"
+	"github.com/fabraid/fabraid/internal/cluster/rbac"
 	"github.com/fabraid/fabraid/internal/cluster/registry"
 	"github.com/fabraid/fabraid/internal/cluster/store"
 	"github.com/fabraid/fabraid/internal/cluster/volumes"
@@ -183,7 +186,7 @@ func (n *Node) Remove(ctx context.Context, name string) error {
 	for _, m := range ml.Members {
 		if m.Name == name || (ok && fmt.Sprintf("%x", m.ID) == ns.EtcdMember) {
 			if err := store.Remove(ctx, cli, m.ID, false); err != nil {
-				return err
+				return memberOnly(name, err)
 			}
 			ok = true
 		}
@@ -192,7 +195,12 @@ func (n *Node) Remove(ctx context.Context, name string) error {
 		return fmt.Errorf("cluster: no node %s", name)
 	}
 	if err := registry.Delete(ctx, cli, name); err != nil {
-		return err
+		return memberOnly(name, err)
+	}
+	// Its certificate stays valid: without its etcd user it can do
+	// nothing in etcd any more (package rbac).
+	if err := rbac.RemoveNode(ctx, cli, name); err != nil {
+		n.o.Log.Warn("cluster: node removed, but its etcd user was not (its certificate may still read etcd)", "node", name, "err", err)
 	}
 	n.o.Log.Info("cluster: node removed", "node", name)
 	return nil
@@ -227,4 +235,13 @@ func (n *Node) removeSelf(ctx context.Context, id uint64, force bool) error {
 		return err
 	}
 	return nil
+}
+
+// memberOnly says, when etcd refused the removal of node name for the
+// caller's role (package rbac), that only a member may remove a node.
+func memberOnly(name string, err error) error {
+	if errors.Is(err, rpctypes.ErrPermissionDenied) || strings.Contains(err.Error(), rpctypes.ErrPermissionDenied.Error()) {
+		return fmt.Errorf("cluster: remove %s: %w (only an etcd member may remove another node: run fabraid cluster remove on a member)", name, err)
+	}
+	return err
 }
