@@ -41,7 +41,7 @@ type drainMove struct {
 // (held: uuid -> epoch), with no move under way, to plan.ChooseOwner's
 // node; stuck names the volumes no other node may own. Pure.
 func drainMoves(v *clusterView, held map[string]uint64, now time.Time) (moves []drainMove, stuck []string) {
-	self, ok := v.nodeStatus(v.Self)
+	self, ok := v.node(v.Self)
 	if !ok || !self.Drained {
 		return nil, nil
 	}
@@ -61,16 +61,6 @@ func drainMoves(v *clusterView, held map[string]uint64, now time.Time) (moves []
 		moves = append(moves, drainMove{Vol: vol, To: to, Epoch: e})
 	}
 	return moves, stuck
-}
-
-// nodeStatus returns the registry entry of node name.
-func (v *clusterView) nodeStatus(name string) (model.NodeStatus, bool) {
-	for _, n := range v.Nodes {
-		if n.Name == name {
-			return n, true
-		}
-	}
-	return model.NodeStatus{}, false
 }
 
 // drainOwned asks for the moves drainMoves gives (this node is drained).
@@ -173,7 +163,7 @@ func (d *Daemon) drainReply(ctx context.Context, name string) (api.DrainReply, e
 	if err != nil {
 		return api.DrainReply{}, err
 	}
-	n, _ := v.nodeStatus(name)
+	n, _ := v.node(name)
 	return drainState(v, n, time.Now()), nil
 }
 
