@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -179,10 +180,8 @@ func (c *clusterLoop) watch(cli *clientv3.Client, kick func()) {
 		for resp := range cli.Watch(clientv3.WithRequireLeader(context.Background()), keys.Prefix, clientv3.WithPrefix()) {
 			for _, ev := range resp.Events {
 				k := string(ev.Kv.Key)
-				for _, p := range []string{keys.VolumesPrefix, keys.NodesPrefix, keys.AlivePrefix, keys.HostKeysPrefix, keys.OwnersPrefix} {
-					if strings.HasPrefix(k, p) {
-						kick()
-					}
+				if kicks(k) {
+					kick()
 				}
 			}
 		}
@@ -192,6 +191,19 @@ func (c *clusterLoop) watch(cli *clientv3.Client, kick func()) {
 		}
 		c.mu.Unlock()
 	}()
+}
+
+// kickPrefixes are the keys whose change asks for a reconcile: what the
+// view and the ownership decisions read and other nodes write (a drain
+// is acted on by the drained node, a fence acknowledgement by the node
+// taking a volume over). Statuses and paths are left out: every node
+// rewrites its own as it reconciles.
+var kickPrefixes = []string{keys.VolumesPrefix, keys.NodesPrefix, keys.AlivePrefix, keys.HostKeysPrefix, keys.OwnersPrefix,
+	keys.DrainsPrefix, keys.FencePrefix}
+
+// kicks says whether a change of key k asks for a reconcile.
+func kicks(k string) bool {
+	return slices.ContainsFunc(kickPrefixes, func(p string) bool { return strings.HasPrefix(k, p) })
 }
 
 // localDrives are this node's claimed drives: by claim id for the

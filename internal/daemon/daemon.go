@@ -257,10 +257,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	var (
 		running time.Time // start of the running reconcile; zero: none
 		again   bool      // a tick or kick came while one ran
+		logged  bool      // the running reconcile's stacks were logged
 		done    = make(chan struct{}, 1)
 	)
 	start := func() {
-		running = time.Now()
+		running, logged = time.Now(), false
 		go func() {
 			d.reconcile(ctx)
 			d.convergeHeadNames(ctx) // the API answers name lookups by now
@@ -293,6 +294,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 				start()
 			}
 		case <-tick.C:
+			if !running.IsZero() && !logged && time.Since(running) >= stuckAfter {
+				logged = true
+				d.logStuck(time.Since(running))
+			}
 			trigger()
 		case <-d.kick:
 			trigger()
