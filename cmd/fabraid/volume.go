@@ -216,6 +216,9 @@ func newVolumeShowCmd() *cobra.Command {
 			if v.Error != "" {
 				fmt.Fprintf(w, "error:    %s\n", v.Error)
 			}
+			if v.Reprotect != "" {
+				fmt.Fprintf(w, "reprotect: %s\n", v.Reprotect)
+			}
 			if v.State != "stopped" && v.State != "waiting" && v.State != "unknown" {
 				fmt.Fprintf(w, "journal:  %s\n", journalText(v.Journal))
 				if v.OwnerJournal > 0 {

@@ -48,6 +48,9 @@ type Volume struct {
 	Task      string      `json:"task,omitempty"`
 	LastTask  *TaskResult `json:"last_task,omitempty"`
 	Error     string      `json:"error,omitempty"`
+	// Reprotect (in a cluster) says what re-protection of members on
+	// down nodes waits for, or why it cannot run.
+	Reprotect string `json:"reprotect,omitempty"`
 	// IO are the engine's request counters since it started (reset when
 	// the engine process restarts).
 	IO *engine.IOStats `json:"io,omitempty"`

@@ -133,14 +133,21 @@ const tcgClusterConf = "owner_lease_ttl = 15\netcd_heartbeat_ms = 200\netcd_elec
 // with another lease (clusterVolumeGuests passes it).
 const ownerTTLFile = "/etc/fabraid-test-owner-ttl"
 
-// clusterConf is tcgClusterConf with the owner lease of ownerTTLFile, if
-// the guest has one.
+// downOutFile, in a guest, sets down_out_interval (seconds): the
+// re-protection test's short interval.
+const downOutFile = "/etc/fabraid-test-down-out"
+
+// clusterConf is tcgClusterConf with the owner lease of ownerTTLFile and
+// the down_out_interval of downOutFile, if the guest has them.
 func clusterConf() string {
-	b, err := os.ReadFile(ownerTTLFile)
-	if err != nil {
-		return tcgClusterConf
+	conf := tcgClusterConf
+	if b, err := os.ReadFile(ownerTTLFile); err == nil {
+		conf = strings.Replace(conf, "owner_lease_ttl = 15\n", "owner_lease_ttl = "+strings.TrimSpace(string(b))+"\n", 1)
 	}
-	return strings.Replace(tcgClusterConf, "owner_lease_ttl = 15\n", "owner_lease_ttl = "+strings.TrimSpace(string(b))+"\n", 1)
+	if b, err := os.ReadFile(downOutFile); err == nil {
+		conf += "down_out_interval = " + strings.TrimSpace(string(b)) + "\n"
+	}
+	return conf
 }
 
 // startDaemonClaiming is startDaemon claiming only the given disks (none

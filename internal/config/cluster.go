@@ -48,12 +48,18 @@ type Cluster struct {
 	// allowing its hosts by host NQN alone. False is the conscious
 	// opt-out (docs/cluster.md, "Security").
 	RequireAuth bool
+	// DownOutInterval is how long, in seconds, a node is down before the
+	// owners of volumes with members on it replace them on other nodes'
+	// free drives (down_out_interval, default 600, Ceph's
+	// mon_osd_down_out_interval; 0: never, the admin runs volume
+	// replace). A node back before then resyncs its members partially.
+	DownOutInterval int
 }
 
-const clusterKeys = "cluster_address, failure_domain, etcd_peer_port, etcd_client_port, join_port, etcd_members, node_lease_ttl, owner_lease_ttl, etcd_heartbeat_ms, etcd_election_ms, etcd_endpoints, etcd_ca_file, etcd_cert_file, etcd_key_file, require_auth"
+const clusterKeys = "cluster_address, failure_domain, etcd_peer_port, etcd_client_port, join_port, etcd_members, node_lease_ttl, owner_lease_ttl, etcd_heartbeat_ms, etcd_election_ms, etcd_endpoints, etcd_ca_file, etcd_cert_file, etcd_key_file, require_auth, down_out_interval"
 
 func defaultCluster() Cluster {
-	return Cluster{PeerPort: 2380, ClientPort: 2379, JoinPort: 9437, Members: 3, LeaseTTL: 10, OwnerLeaseTTL: 6, HeartbeatMs: 100, ElectionMs: 1000, RequireAuth: true}
+	return Cluster{PeerPort: 2380, ClientPort: 2379, JoinPort: 9437, Members: 3, LeaseTTL: 10, OwnerLeaseTTL: 6, HeartbeatMs: 100, ElectionMs: 1000, RequireAuth: true, DownOutInterval: 600}
 }
 
 // set parses one cluster key; ok is false for keys that are not.
@@ -147,6 +153,12 @@ func (c *Cluster) set(key, val string) (ok bool, err error) {
 		default:
 			return true, fmt.Errorf("%q: want true or false (false exports by host NQN alone when the target has no DH-HMAC-CHAP)", val)
 		}
+	case "down_out_interval":
+		n, err := strconv.Atoi(val)
+		if err != nil || n != 0 && (n < 10 || n > 7*24*3600) {
+			return true, fmt.Errorf("%q: want seconds, 10..604800, or 0 (never re-protect automatically)", val)
+		}
+		c.DownOutInterval = n
 	default:
 		return false, nil
 	}

@@ -195,6 +195,7 @@ node_lease_ttl = 20
 owner_lease_ttl = 10
 etcd_heartbeat_ms = 250
 etcd_election_ms = 2500
+down_out_interval = 0
 `
 	c, err := Parse(strings.NewReader(in), "t.conf")
 	if err != nil {
@@ -208,7 +209,7 @@ etcd_election_ms = 2500
 	if err != nil || len(ext.Cluster.Endpoints) != 2 || ext.Cluster.KeyFile != "/etc/e/k" {
 		t.Fatalf("external: %+v %v", ext.Cluster, err)
 	}
-	if d := Default().Cluster; d.PeerPort != 2380 || d.ClientPort != 2379 || d.JoinPort != 9437 || d.Members != 3 || d.LeaseTTL != 10 || d.OwnerLeaseTTL != 6 || d.HeartbeatMs != 100 || d.ElectionMs != 1000 {
+	if d := Default().Cluster; d.PeerPort != 2380 || d.ClientPort != 2379 || d.JoinPort != 9437 || d.Members != 3 || d.LeaseTTL != 10 || d.OwnerLeaseTTL != 6 || d.HeartbeatMs != 100 || d.ElectionMs != 1000 || d.DownOutInterval != 600 {
 		t.Fatalf("defaults %+v", d)
 	}
 	for _, tc := range []struct{ in, want string }{
@@ -227,6 +228,7 @@ etcd_election_ms = 2500
 		{"etcd_endpoints = ,", "t.conf:1: etcd_endpoints: empty"},
 		{"node_name = a\netcd_endpoints = https://e:2379\netcd_ca_file = /ca", "t.conf:2: etcd_endpoints: needs etcd_cert_file"},
 		{"\n\netcd_key_file = /k", "t.conf:3: etcd_key_file: only used with etcd_endpoints"},
+		{"down_out_interval = 5", "t.conf:1: down_out_interval: \"5\": want seconds, 10..604800, or 0"},
 		{"etcd_ca_file = rel", "t.conf:1: etcd_ca_file: \"rel\": want an absolute path"},
 	} {
 		_, err := Parse(strings.NewReader(tc.in), "t.conf")

@@ -65,6 +65,9 @@ type clusterLoop struct {
 	// leaderMoved: when this node last handed its etcd leadership away
 	// (clusterleader.go).
 	leaderMoved time.Time
+	// downSince, reprotectWhy: re-protection (clusterreprotect.go).
+	downSince    map[string]time.Time
+	reprotectWhy map[string]string
 }
 
 func newClusterLoop() *clusterLoop {

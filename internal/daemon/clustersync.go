@@ -89,6 +89,7 @@ func (d *Daemon) reconcileCluster(ctx context.Context) error {
 	}
 	errs = append(errs, d.owners.afterReconcile(ctx, cli, v, own, d.mgr)...) // hand-overs (clustermove.go)
 	errs = append(errs, d.drainOwned(ctx, cli, v, own.Held)...)              // a drained node's moves (clusterdrain.go)
+	errs = append(errs, d.reprotect(ctx, cli, v)...)                         // members of down nodes (clusterreprotect.go)
 	d.balanceEtcdLeader(ctx, v)                                              // clusterleader.go
 	wctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 	defer cancel()
@@ -171,6 +172,9 @@ func (d *Daemon) publishStatus(ctx context.Context, cli *clientv3.Client, v *clu
 			continue
 		}
 		s := d.volumeStatus(vol)
+		c.mu.Lock()
+		s.Reprotect = c.reprotectWhy[vol.UUID]
+		c.mu.Unlock()
 		if u, err := volid.ParseUUID(vol.UUID); err == nil && d.mgr.Running(u) && s.State != "stopped" && s.State != "waiting" {
 			s.Epoch, s.Exported = v.Held[vol.UUID], d.mgr.Exported(u)
 		}

@@ -169,7 +169,7 @@ func remoteInfo(vol model.Volume, st model.VolumeStatus, has bool, head string, 
 		if st.Error != "" {
 			in.Error = st.Error
 		}
-		in.Task = st.Task
+		in.Task, in.Reprotect = st.Task, st.Reprotect
 		if len(st.LastTask) > 0 {
 			json.Unmarshal(st.LastTask, &in.LastTask)
 		}

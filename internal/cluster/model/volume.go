@@ -99,10 +99,14 @@ type VolumeStatus struct {
 	Exported bool   `json:"exported,omitempty"`
 	// ChunkSize, Journal and OwnerJournal are the engine's (api.Volume):
 	// what the other nodes show of the volume.
-	ChunkSize    int       `json:"chunk_size,omitempty"`
-	Journal      bool      `json:"journal,omitempty"`
-	OwnerJournal int       `json:"owner_journal,omitempty"`
-	Updated      time.Time `json:"updated"`
+	ChunkSize    int  `json:"chunk_size,omitempty"`
+	Journal      bool `json:"journal,omitempty"`
+	OwnerJournal int  `json:"owner_journal,omitempty"`
+	// Reprotect says what re-protection of members on down nodes waits
+	// for, or why it cannot run (plan.Reprotect); "" when no member's
+	// node is down.
+	Reprotect string    `json:"reprotect,omitempty"`
+	Updated   time.Time `json:"updated"`
 }
 
 // VolumeMemberStatus is one member slot as the owner sees it.

@@ -1,0 +1,124 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fabraid/fabraid/internal/cluster/model"
+	"github.com/fabraid/fabraid/internal/cluster/plan"
+	"github.com/fabraid/fabraid/internal/cluster/volumes"
+)
+
+// Re-protection (docs/cluster.md, "Re-protection")
+//
+// The owner of a volume decides it, as it decides every engine operation
+// of the volume: in each reconcile, for each volume it owns and runs, a
+// member whose node has been down for down_out_interval moves to a free
+// drive (plan.Reprotect: placement's failure-domain rule), by the same
+// etcd transaction as `fabraid volume replace` (volumes.SubmitReplace:
+// the record's slot names the new drive, with no member UUID until the
+// engine has replaced it); the owner's own reconcile then imports the
+// drive and replaces and rebuilds the slot (replaceMembers). A member
+// the engine still counts active (no I/O reached it since) is failed
+// first. One slot at a time. The clock is this node's: it starts when this node's reconcile
+// first sees the node down, so a new owner (or a restarted fabraidd)
+// waits a whole interval again, never less. A node back before then
+// resyncs partially as after any outage; one back after it finds its old
+// drives in no volume (free again, never wiped: placement formats them
+// when it uses them). What re-protection waits for, or why it cannot
+// run, is in the volume's status (volume show, cluster status).
+
+// reprotect runs re-protection for the volumes this node owns and holds,
+// and keeps each one's reason for the status.
+func (d *Daemon) reprotect(ctx context.Context, cli *clientv3.Client, v *clusterView) []error {
+	c := d.loop
+	now := time.Now()
+	c.mu.Lock()
+	c.downSince = downSinceUpdate(c.downSince, v.Nodes, now)
+	down := maps.Clone(c.downSince)
+	c.mu.Unlock()
+	interval := time.Duration(d.opts.Config.Cluster.DownOutInterval) * time.Second
+	why := map[string]string{}
+	var errs []error
+	for _, vol := range v.owned() {
+		if _, held := v.Held[vol.UUID]; !held {
+			continue
+		}
+		r := plan.Reprotect(v.View, vol, d.volumeStatus(vol), down, now, interval)
+		why[vol.UUID] = r.Why
+		if r.Fail {
+			if err := d.mgr.Fail(vol.UUID, r.Member.Slot, false); err != nil {
+				errs = append(errs, fmt.Errorf("volume %s: re-protection: fail slot %d (node %s down): %w", vol.Name, r.Member.Slot, r.Member.Node, err))
+				why[vol.UUID] = r.Why + ": " + err.Error()
+				continue
+			}
+			d.log.Warn("re-protecting: failed a member of a down node before its replace", "volume", vol.Name, "slot", r.Member.Slot,
+				"member", r.Member.Node+":"+r.Member.Drive, "down_for", now.Sub(down[r.Member.Node]).Round(time.Second).String())
+			d.Kick()
+			continue
+		}
+		if !r.Replace {
+			continue
+		}
+		if err := d.submitReprotect(ctx, cli, v, vol, r.Member, now.Sub(down[vol.Members[r.Member.Slot].Node])); err != nil {
+			errs = append(errs, err)
+			why[vol.UUID] = err.Error()
+		}
+	}
+	c.mu.Lock()
+	c.reprotectWhy = why
+	c.mu.Unlock()
+	return errs
+}
+
+// downSinceUpdate returns since with every node of nodes that is not
+// alive mapped to when it was first seen so (now for a node new to the
+// map) and every alive or unknown node removed.
+func downSinceUpdate(since map[string]time.Time, nodes []model.NodeStatus, now time.Time) map[string]time.Time {
+	out := map[string]time.Time{}
+	for _, n := range nodes {
+		if n.Alive {
+			continue
+		}
+		t, ok := since[n.Name]
+		if !ok {
+			t = now
+		}
+		out[n.Name] = t
+	}
+	return out
+}
+
+// submitReprotect moves slot m.Slot of vol to m's drive in etcd (the
+// record's slot must still be what this reconcile read, and this node
+// its owner) with a replace request, which this node's reconcile then
+// carries out.
+func (d *Daemon) submitReprotect(ctx context.Context, cli *clientv3.Client, v *clusterView, vol model.Volume, m model.VolumeMember, downFor time.Duration) error {
+	old := vol.Members[m.Slot]
+	r := model.Request{ID: volumes.NewRequestID(), Volume: vol.UUID, Op: "replace", Slot: m.Slot, Node: m.Node, Drive: m.Drive,
+		RequestedBy: v.Self, Created: time.Now().UTC()}
+	sctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+	defer cancel()
+	_, err := volumes.SubmitReplace(sctx, cli, r, func(cur *model.Volume) error {
+		switch {
+		case cur.Owner != v.Self:
+			return fmt.Errorf("%w: volume %q is owned by %s now", errVolumeState, cur.Name, cur.Owner)
+		case m.Slot >= len(cur.Members) || cur.Members[m.Slot] != old:
+			return fmt.Errorf("%w: volume %q slot %d changed meanwhile", errVolumeState, cur.Name, m.Slot)
+		}
+		cur.Members[m.Slot] = m
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("volume %s: re-protection of slot %d (node %s down): %w", vol.Name, m.Slot, old.Node, err)
+	}
+	d.log.Warn("re-protecting: a member of a down node moves to a free drive; the slot is rebuilt there",
+		"volume", vol.Name, "slot", m.Slot, "old", old.Node+":"+old.Drive, "new", m.Node+":"+m.Drive,
+		"down_for", downFor.Round(time.Second).String(), "request", r.ID)
+	d.Kick()
+	return nil
+}
