@@ -52,7 +52,7 @@ func Reprotect(v View, vol model.Volume, st model.VolumeStatus, downSince map[st
 		}
 	}
 	if st.Task != "" {
-		return Reprotection{Why: fmt.Sprintf("waits for the running %s (%.0f %%)", st.Task, st.Progress)}
+		return Reprotection{Why: fmt.Sprintf("waits for the running %s", st.Task)}
 	}
 	var why []string
 	for _, m := range down {

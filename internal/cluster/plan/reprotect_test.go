@@ -55,7 +55,7 @@ func TestReprotect(t *testing.T) {
 		}, why: "slot 2 is being replaced (e:e-d1)"},
 		{name: "rebuild runs", interval: iv, change: func(_ *View, _ *model.Volume, st *model.VolumeStatus, _ map[string]time.Time) {
 			st.Task, st.Progress = "rebuild", 42
-		}, why: "waits for the running rebuild (42 %)"},
+		}, why: "waits for the running rebuild"},
 		{name: "slot 2 replaced: slot 3 to e next", interval: iv, change: func(v *View, vol *model.Volume, st *model.VolumeStatus, _ map[string]time.Time) {
 			vol.Members[2] = model.VolumeMember{Slot: 2, Node: "e", Domain: "e", Drive: "e-d1", UUID: us(40)}
 			v.Volumes = []model.Volume{*vol}
