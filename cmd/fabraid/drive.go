@@ -52,7 +52,7 @@ func newDriveCmd() *cobra.Command {
 		Short: "List local drives and claim them for fabraid",
 	}
 	cmd.PersistentFlags().String("config", config.DefaultPath, "configuration file (for state_dir)")
-	cmd.AddCommand(newDriveListCmd(), newDriveClaimCmd(), newDriveReleaseCmd())
+	cmd.AddCommand(newDriveListCmd(), newDriveClaimCmd(), newDriveSpareCmd(), newDriveReleaseCmd())
 	return cmd
 }
 
@@ -82,7 +82,11 @@ func newDriveListCmd() *cobra.Command {
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "DEVICE\tID\tMODEL\tSIZE\tSTATE\tREASONS")
 			for _, d := range ds {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", d.Path, d.ID, d.Model, humanSize(d.Size), d.State, strings.Join(d.Reasons, "; "))
+				state := d.State
+				if d.Spare {
+					state += " (spare)"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", d.Path, d.ID, d.Model, humanSize(d.Size), state, strings.Join(d.Reasons, "; "))
 			}
 			return tw.Flush()
 		},
@@ -92,7 +96,7 @@ func newDriveListCmd() *cobra.Command {
 }
 
 func newDriveClaimCmd() *cobra.Command {
-	var force bool
+	var force, spare bool
 	cmd := &cobra.Command{
 		Use:   "claim DEV...",
 		Short: "Claim drives for fabraid (wipes their first and last MiB)",
@@ -113,17 +117,55 @@ Exit codes: 0 all claimed, 1 a drive was refused or an error occurred.`,
 			h := drive.System(c.StateDir)
 			var errs []error
 			for _, dev := range args {
-				cl, err := h.Claim(dev, force)
+				cl, err := h.ClaimSpare(dev, force, spare)
 				if err != nil {
 					errs = append(errs, err)
 					continue
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "claimed %s (id %s, %s)\n", cl.Path, cl.ID, humanSize(cl.Size))
+				what := ""
+				if cl.Spare {
+					what = ", spare"
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "claimed %s (id %s, %s%s)\n", cl.Path, cl.ID, humanSize(cl.Size), what)
 			}
 			return errors.Join(errs...)
 		},
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "claim a drive even with signatures, partitions, holders or openers (never a mounted one)")
+	cmd.Flags().BoolVar(&spare, "spare", false, "keep the drive as a spare: no new volume's member, taken first by replacements (see drive spare)")
+	return cmd
+}
+
+func newDriveSpareCmd() *cobra.Command {
+	var off bool
+	cmd := &cobra.Command{
+		Use:   "spare ID... [--off]",
+		Short: "Keep claimed drives as spares (or, with --off, as ordinary free drives)",
+		Long: `Mark claimed drives as spares. In a cluster a spare is never placed as a new
+volume's member; a replacement takes a fitting spare before any other free drive,
+and the owner of a volume replaces a member that failed for good (an I/O error,
+volume fail) with a fitting spare at once, as mdadm does, and the members of a
+node down for down_out_interval likewise. A spare that is a volume member
+already stays one; it becomes a spare when it is free again.`,
+		Example: `  fabraid drive spare S4EWNX0R123456
+  fabraid drive spare --off S4EWNX0R123456`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			h := drive.System(c.StateDir)
+			var errs []error
+			for _, id := range args {
+				if err := h.SetSpare(id, !off); err != nil {
+					errs = append(errs, err)
+				}
+			}
+			return errors.Join(errs...)
+		},
+	}
+	cmd.Flags().BoolVar(&off, "off", false, "make the drives ordinary free drives again")
 	return cmd
 }
 

@@ -105,7 +105,7 @@ func claimedDrives(stateDir string) []registry.Drive {
 	}
 	out := make([]registry.Drive, 0, len(ds))
 	for _, d := range ds {
-		out = append(out, registry.Drive{ID: d.ID, Serial: d.Serial, Model: d.Model, Size: d.Size})
+		out = append(out, registry.Drive{ID: d.ID, Serial: d.Serial, Model: d.Model, Size: d.Size, Spare: d.Spare})
 	}
 	return out
 }

@@ -45,6 +45,8 @@ type Drive struct {
 	// reason to refuse it) or "in-use" (see Reasons).
 	State   string   `json:"state"`
 	Reasons []string `json:"reasons,omitempty"`
+	// Spare: a claimed drive kept for replacements (Claim.Spare).
+	Spare bool `json:"spare,omitempty"`
 }
 
 // Claim is the record of a claimed drive.
@@ -56,6 +58,9 @@ type Claim struct {
 	Size    int64     `json:"size"`
 	Forced  bool      `json:"forced,omitempty"`
 	Claimed time.Time `json:"claimed"`
+	// Spare: the drive is kept for replacements (a failed member's, a
+	// down node's) and gets no new volume's member.
+	Spare bool `json:"spare,omitempty"`
 }
 
 // ErrRefused is wrapped by Claim when a drive may not be claimed.
@@ -117,7 +122,7 @@ func (h Host) Inventory() ([]Drive, error) {
 		d.Reasons = h.reasons(d, mounts)
 		switch {
 		case claims[d.ID] != nil:
-			d.State = "claimed"
+			d.State, d.Spare = "claimed", claims[d.ID].Spare
 		case len(d.Reasons) == 0:
 			d.State = "available"
 		default:
@@ -279,13 +284,22 @@ func (h Host) Find(dev string) (Drive, error) {
 
 // Claim claims the drive dev for fabraid. See the package documentation.
 func (h Host) Claim(dev string, force bool) (Claim, error) {
+	return h.ClaimSpare(dev, force, false)
+}
+
+// ClaimSpare is Claim, recording the drive as a spare when spare. A drive
+// claimed already keeps its claim (SetSpare changes it).
+func (h Host) ClaimSpare(dev string, force, spare bool) (Claim, error) {
 	d, err := h.Find(dev)
 	if err != nil {
 		return Claim{}, err
 	}
 	if d.State == "claimed" {
 		c, err := h.claim(d.ID)
-		return *c, err
+		if err != nil {
+			return Claim{}, err
+		}
+		return *c, nil
 	}
 	if len(d.Reasons) > 0 {
 		if strings.HasPrefix(d.Reasons[0], "mounted") {
@@ -298,7 +312,8 @@ func (h Host) Claim(dev string, force bool) (Claim, error) {
 	if err := wipe(d.Path, d.Size, force); err != nil {
 		return Claim{}, fmt.Errorf("claim %s: %w", d.Path, err)
 	}
-	c := Claim{ID: d.ID, Path: d.Path, Serial: d.Serial, Model: d.Model, Size: d.Size, Forced: force && len(d.Reasons) > 0, Claimed: time.Now().UTC()}
+	c := Claim{ID: d.ID, Path: d.Path, Serial: d.Serial, Model: d.Model, Size: d.Size, Forced: force && len(d.Reasons) > 0, Claimed: time.Now().UTC(),
+		Spare: spare}
 	b, _ := json.MarshalIndent(c, "", "  ")
 	dir := filepath.Join(h.StateDir, "drives")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -375,6 +390,28 @@ func (h Host) Claims() (map[string]*Claim, error) {
 		out[id] = c
 	}
 	return out, nil
+}
+
+// SetSpare marks claimed drive id as a spare (on) or as an ordinary free
+// drive (off). A spare is never placed as a new volume's member; a
+// replacement takes it first.
+func (h Host) SetSpare(id string, on bool) error {
+	c, err := h.claim(id)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("drive %s is not claimed (fabraid drive claim --spare DEV)", id)
+	}
+	if err != nil {
+		return err
+	}
+	if c.Spare == on {
+		return nil
+	}
+	c.Spare = on
+	b, _ := json.MarshalIndent(c, "", "  ")
+	if err := durable.WriteFile(filepath.Join(h.StateDir, "drives", id+".json"), b, 0o600); err != nil {
+		return fmt.Errorf("drive %s: spare: %w", id, err)
+	}
+	return nil
 }
 
 // Release removes the claim of drive id (the drive's data is left alone).

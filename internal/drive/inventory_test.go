@@ -104,3 +104,32 @@ func TestInventoryAndClaim(t *testing.T) {
 		t.Fatal("found nope")
 	}
 }
+
+// TestSpare: a drive claimed as a spare says so in the inventory, and
+// SetSpare turns it into an ordinary claimed drive and back; an
+// unclaimed drive cannot be a spare.
+func TestSpare(t *testing.T) {
+	h := fakeHost(t)
+	if c, err := h.ClaimSpare("vda", false, true); err != nil || !c.Spare {
+		t.Fatalf("claim --spare vda: %+v %v", c, err)
+	}
+	spare := func() bool {
+		cd, err := h.ClaimedDrives()
+		if err != nil || len(cd) != 1 {
+			t.Fatalf("claimed: %+v %v", cd, err)
+		}
+		return cd[0].Spare
+	}
+	if !spare() {
+		t.Error("vda claimed as a spare is not one in the inventory")
+	}
+	if err := h.SetSpare("SER-vda", false); err != nil || spare() {
+		t.Errorf("spare --off: %v, spare %v", err, spare())
+	}
+	if err := h.SetSpare("SER-vda", true); err != nil || !spare() {
+		t.Errorf("spare: %v, spare %v", err, spare())
+	}
+	if err := h.SetSpare("SER-vdc", true); err == nil || !strings.Contains(err.Error(), "not claimed") {
+		t.Errorf("spare of an unclaimed drive: %v", err)
+	}
+}

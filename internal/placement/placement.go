@@ -16,6 +16,9 @@ type Drive struct {
 	ID     string // stable drive id, unique in the cluster (internal/drive: serial, else wwid)
 	Serial string
 	Size   int64 // bytes
+	// Spare: kept for replacements (plan.Replacement); plan never passes
+	// one to Place.
+	Spare bool
 }
 
 // Node is one node of the cluster as placement sees it.

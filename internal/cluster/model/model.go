@@ -12,6 +12,9 @@ type Drive struct {
 	Serial string `json:"serial,omitempty"`
 	Model  string `json:"model,omitempty"`
 	Size   int64  `json:"size"`
+	// Spare: kept for replacements; no new volume's member (drive claim
+	// --spare, drive spare).
+	Spare bool `json:"spare,omitempty"`
 }
 
 // Node is a node's durable record.

@@ -89,8 +89,13 @@ func (v View) used() map[[2]string]bool {
 // PlacementNodes returns the alive nodes that can export (not
 // model.Node.CannotExport: such a node's drives could serve no other
 // owner and it could serve the volume to nobody) with their free drives
-// and the number of volumes each owns, by name.
-func PlacementNodes(v View) []placement.Node {
+// (spares left out: new volumes never take them) and the number of
+// volumes each owns, by name.
+func PlacementNodes(v View) []placement.Node { return placementNodes(v, false) }
+
+// placementNodes is PlacementNodes, with the free spares too (marked
+// Spare) when spares.
+func placementNodes(v View, spares bool) []placement.Node {
 	used := v.used()
 	owned := map[string]int{}
 	for _, vol := range v.Volumes {
@@ -105,8 +110,8 @@ func PlacementNodes(v View) []placement.Node {
 		}
 		pn := placement.Node{Name: n.Name, Domain: n.Domain, Owned: owned[n.Name], NoOwner: n.Drained}
 		for _, d := range n.Drives {
-			if !used[[2]string{n.Name, d.ID}] {
-				pn.Free = append(pn.Free, placement.Drive{ID: d.ID, Serial: d.Serial, Size: d.Size})
+			if !used[[2]string{n.Name, d.ID}] && (spares || !d.Spare) {
+				pn.Free = append(pn.Free, placement.Drive{ID: d.ID, Serial: d.Serial, Size: d.Size, Spare: d.Spare})
 			}
 		}
 		out = append(out, pn)

@@ -15,7 +15,7 @@ import (
 var ErrNoReplacement = errors.New("no replacement drive")
 
 // Replacement picks the new member of slot of vol among the free drives
-// of v (PlacementNodes: alive nodes, claimed, in no volume) of at least
+// of v (alive nodes, claimed, in no volume; spares included) of at least
 // vol.MemberSize bytes, and returns the slot's member with the new node,
 // domain and drive (UUID empty: the owner formats it). node and drive,
 // when not empty, restrict the choice (--node, --drive).
@@ -27,9 +27,20 @@ var ErrNoReplacement = errors.New("no replacement drive")
 // keeps the slot's domain through a replace, and owner-domain journaling
 // (which members die with the owner) is fixed by it.
 //
-// Preference: the old member's node, then its domain, then the domain
-// with the fewest members of the group, then node name and drive id.
+// Preference: a spare, then the old member's node, then its domain, then
+// the domain with the fewest members of the group, then node name and
+// drive id.
 func Replacement(v View, vol model.Volume, slot int, node, drive string) (model.VolumeMember, error) {
+	return replacement(v, vol, slot, node, drive, false)
+}
+
+// SpareReplacement is Replacement among the spares only: what replaces a
+// failed member at once.
+func SpareReplacement(v View, vol model.Volume, slot int) (model.VolumeMember, error) {
+	return replacement(v, vol, slot, "", "", true)
+}
+
+func replacement(v View, vol model.Volume, slot int, node, drive string, spareOnly bool) (model.VolumeMember, error) {
 	w := vol.K + vol.M
 	if slot < 0 || slot >= len(vol.Members) || w <= 0 {
 		return model.VolumeMember{}, fmt.Errorf("%w: volume %q has slots 0..%d, not %d", ErrNoReplacement, vol.Name, len(vol.Members)-1, slot)
@@ -51,14 +62,14 @@ func Replacement(v View, vol model.Volume, slot int, node, drive string) (model.
 	}
 	var fit []cand
 	var free []string
-	for _, n := range PlacementNodes(v) {
+	for _, n := range placementNodes(v, true) {
 		dom := n.Domain
 		if dom == "" {
 			dom = n.Name
 		}
 		n.Domain = dom
 		for _, d := range n.Free {
-			if (node != "" && n.Name != node) || (drive != "" && d.ID != drive) {
+			if (node != "" && n.Name != node) || (drive != "" && d.ID != drive) || (spareOnly && !d.Spare) {
 				continue
 			}
 			why := ""
@@ -70,6 +81,9 @@ func Replacement(v View, vol model.Volume, slot int, node, drive string) (model.
 			case dom != old.Domain && (dom == ownerDomain || old.Domain == ownerDomain):
 				why = fmt.Sprintf("domain %s: a member moves into or out of the owner's domain %s only by a new volume (the engine keeps the slot's domain)", dom, ownerDomain)
 			}
+			if why != "" && d.Spare {
+				why = "spare; " + why
+			}
 			if why != "" {
 				free = append(free, fmt.Sprintf("%s:%s (%s)", n.Name, d.ID, why))
 				continue
@@ -79,6 +93,9 @@ func Replacement(v View, vol model.Volume, slot int, node, drive string) (model.
 	}
 	if len(fit) == 0 {
 		what := "free drives"
+		if spareOnly {
+			what = "spares"
+		}
 		if node != "" || drive != "" {
 			what = fmt.Sprintf("free drives matching node %q drive %q", node, drive)
 		}
@@ -90,13 +107,17 @@ func Replacement(v View, vol model.Volume, slot int, node, drive string) (model.
 			ErrNoReplacement, vol.Name, slot, vol.K, vol.M, vol.M, what, have)
 	}
 	rank := func(c cand) int {
+		r := 0
+		if !c.d.Spare {
+			r = 3
+		}
 		switch {
 		case c.n.Name == old.Node:
-			return 0
+			return r
 		case c.n.Domain == old.Domain:
-			return 1
+			return r + 1
 		}
-		return 2
+		return r + 2
 	}
 	slices.SortFunc(fit, func(a, b cand) int {
 		return cmp.Or(cmp.Compare(rank(a), rank(b)), cmp.Compare(inGroup[a.n.Domain], inGroup[b.n.Domain]),

@@ -27,24 +27,26 @@ type Reprotection struct {
 // or a task (rebuild, resync, scrub) runs, so that one rebuild follows
 // the other. A member the engine still counts active (no I/O has reached
 // it since its node went down) is failed first, as an admin would before
-// a replace. interval <= 0 turns re-protection off. Why names instants, not
+// a replace. A member that failed for a reason that does not bring it
+// back (an I/O error, an admin's fail) on a live node is replaced at once
+// when a spare fits (SpareReplacement), whatever the interval. interval
+// <= 0 turns re-protection of down nodes off. Why names instants, not
 // durations, so that it stays the same from one reconcile to the next
 // (the owner publishes its status only when it changes). Pure.
 func Reprotect(v View, vol model.Volume, st model.VolumeStatus, downSince map[string]time.Time, now time.Time, interval time.Duration) Reprotection {
 	if vol.State != model.VolumeReady {
 		return Reprotection{}
 	}
-	var down []model.VolumeMember
+	var down, failed []model.VolumeMember
 	for _, m := range vol.Members {
 		if n, ok := v.node(m.Node); !ok || !n.Alive {
 			down = append(down, m)
+		} else if staysFailed(st, m.Slot) {
+			failed = append(failed, m)
 		}
 	}
-	if len(down) == 0 {
+	if len(down) == 0 && len(failed) == 0 {
 		return Reprotection{}
-	}
-	if interval <= 0 {
-		return Reprotection{Why: "re-protection is off (down_out_interval 0): replace the down node's members with fabraid volume replace"}
 	}
 	for _, m := range vol.Members {
 		if m.UUID == "" {
@@ -55,6 +57,17 @@ func Reprotect(v View, vol model.Volume, st model.VolumeStatus, downSince map[st
 		return Reprotection{Why: fmt.Sprintf("waits for the running %s", st.Task)}
 	}
 	var why []string
+	for _, m := range failed {
+		r, err := SpareReplacement(v, vol, m.Slot)
+		if err == nil {
+			return Reprotection{Replace: true, Member: r}
+		}
+		why = append(why, fmt.Sprintf("slot %d failed (%s): no spare fits; fabraid volume replace picks any free drive", m.Slot, failureOf(st, m.Slot)))
+	}
+	if len(down) > 0 && interval <= 0 {
+		why = append(why, "re-protection of down nodes is off (down_out_interval 0): replace their members with fabraid volume replace")
+		down = nil
+	}
 	for _, m := range down {
 		since, ok := downSince[m.Node]
 		if !ok {
@@ -77,6 +90,33 @@ func Reprotect(v View, vol model.Volume, st model.VolumeStatus, downSince map[st
 		return Reprotection{Replace: true, Member: r}
 	}
 	return Reprotection{Why: strings.Join(why, "; ")}
+}
+
+// staysFailed says whether slot failed in st for a reason that does not
+// bring it back by itself (superblock.FailReason.Returns: an I/O error,
+// an admin's fail, an unrecorded reason), so that a spare replaces it at
+// once, as mdadm's spares do. A missing or unreachable member returns
+// with a partial resync when its device is back: its node's
+// down_out_interval decides.
+func staysFailed(st model.VolumeStatus, slot int) bool {
+	if roleOf(st, slot) != "failed" {
+		return false
+	}
+	switch failureOf(st, slot) {
+	case "missing", "unreachable":
+		return false
+	}
+	return true
+}
+
+// failureOf is slot's failure reason in st.
+func failureOf(st model.VolumeStatus, slot int) string {
+	for _, m := range st.Members {
+		if m.Slot == slot {
+			return m.Failure
+		}
+	}
+	return ""
 }
 
 // roleOf is slot's role in st ("" when st does not list it).

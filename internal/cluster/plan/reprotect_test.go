@@ -16,7 +16,7 @@ func TestReprotect(t *testing.T) {
 	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
 	const iv = 10 * time.Minute
 	failedB := model.VolumeStatus{State: "degraded", Members: []model.VolumeMemberStatus{
-		{Slot: 0, Role: "active"}, {Slot: 1, Role: "active"}, {Slot: 2, Role: "failed"}, {Slot: 3, Role: "failed"},
+		{Slot: 0, Role: "active"}, {Slot: 1, Role: "active"}, {Slot: 2, Role: "failed", Failure: "unreachable"}, {Slot: 3, Role: "failed", Failure: "unreachable"},
 		{Slot: 4, Role: "active"}, {Slot: 5, Role: "active"}}}
 	// base: 4+2 on a, b, c (two each, owner a), node e alive with three
 	// free drives, b down since 11 minutes.
@@ -49,7 +49,31 @@ func TestReprotect(t *testing.T) {
 		{name: "b first seen down now", interval: iv, change: func(_ *View, _ *model.Volume, _ *model.VolumeStatus, d map[string]time.Time) {
 			delete(d, "b")
 		}, why: "node b down since 2026-12-05T12:00:00Z; replaced at 2026-12-05T12:10:00Z"},
-		{name: "off", interval: 0, why: "re-protection is off (down_out_interval 0)"},
+		{name: "off", interval: 0, why: "re-protection of down nodes is off (down_out_interval 0)"},
+		{name: "down node: a spare first", interval: iv, change: func(v *View, _ *model.Volume, _ *model.VolumeStatus, _ map[string]time.Time) {
+			v.Nodes[3].Drives[2].Spare = true
+		}, want: model.VolumeMember{Slot: 2, Node: "e", Domain: "e", Drive: "e-d3"}},
+		{name: "io-error on live c: its spare at once", interval: iv, change: func(v *View, _ *model.Volume, st *model.VolumeStatus, _ map[string]time.Time) {
+			v.Nodes[1].Alive = true
+			st.Members[2], st.Members[3] = model.VolumeMemberStatus{Slot: 2, Role: "active"}, model.VolumeMemberStatus{Slot: 3, Role: "active"}
+			st.Members[4] = model.VolumeMemberStatus{Slot: 4, Role: "failed", Failure: "io-error"}
+			v.Nodes[3].Drives[1].Spare = true
+		}, want: model.VolumeMember{Slot: 4, Node: "e", Domain: "e", Drive: "e-d2"}},
+		{name: "admin fail, interval off: a spare all the same", interval: 0, change: func(v *View, _ *model.Volume, st *model.VolumeStatus, _ map[string]time.Time) {
+			v.Nodes[1].Alive = true
+			st.Members[2], st.Members[3] = model.VolumeMemberStatus{Slot: 2, Role: "active"}, model.VolumeMemberStatus{Slot: 3, Role: "active"}
+			st.Members[4] = model.VolumeMemberStatus{Slot: 4, Role: "failed", Failure: "admin"}
+			v.Nodes[3].Drives[0].Spare = true
+		}, want: model.VolumeMember{Slot: 4, Node: "e", Domain: "e", Drive: "e-d1"}},
+		{name: "io-error, free drives but no spare", interval: iv, change: func(v *View, _ *model.Volume, st *model.VolumeStatus, _ map[string]time.Time) {
+			v.Nodes[1].Alive = true
+			st.Members[2], st.Members[3] = model.VolumeMemberStatus{Slot: 2, Role: "active"}, model.VolumeMemberStatus{Slot: 3, Role: "active"}
+			st.Members[4] = model.VolumeMemberStatus{Slot: 4, Role: "failed", Failure: "io-error"}
+		}, why: "slot 4 failed (io-error): no spare fits; fabraid volume replace picks any free drive"},
+		{name: "unreachable on a live node: no spare (it returns)", interval: iv, change: func(v *View, _ *model.Volume, st *model.VolumeStatus, _ map[string]time.Time) {
+			v.Nodes[1].Alive = true
+			v.Nodes[3].Drives[0].Spare = true
+		}},
 		{name: "slot 2's replace pending", interval: iv, change: func(_ *View, vol *model.Volume, _ *model.VolumeStatus, _ map[string]time.Time) {
 			vol.Members[2] = model.VolumeMember{Slot: 2, Node: "e", Domain: "e", Drive: "e-d1"}
 		}, why: "slot 2 is being replaced (e:e-d1)"},
@@ -92,5 +116,30 @@ func TestReprotect(t *testing.T) {
 				t.Errorf("Why = %q, want %q", got.Why, tc.why)
 			}
 		})
+	}
+}
+
+// TestSpares: a spare is no new volume's member, and a replacement takes
+// a fitting spare before any other free drive, the old member's node
+// included; SpareReplacement takes spares only.
+func TestSpares(t *testing.T) {
+	v, vol := replaceView(true)
+	v.Nodes[3].Drives[1].Spare = true // e-d2
+	for _, n := range PlacementNodes(v) {
+		for _, d := range n.Free {
+			if d.ID == "e-d2" {
+				t.Errorf("PlacementNodes offers spare e-d2 to new volumes")
+			}
+		}
+	}
+	if m, err := Replacement(v, vol, 3, "", ""); err != nil || m.Drive != "e-d2" {
+		t.Errorf("slot 3 (b-d2) with b-d3 free and spare e-d2: %+v, %v; want the spare", m, err)
+	}
+	if m, err := Replacement(v, vol, 3, "b", ""); err != nil || m.Drive != "b-d3" {
+		t.Errorf("--node b: %+v, %v", m, err)
+	}
+	v.Nodes[3].Drives[1].Spare = false
+	if _, err := SpareReplacement(v, vol, 3); err == nil || !strings.Contains(err.Error(), "spares: none") {
+		t.Errorf("SpareReplacement with no spare: %v", err)
 	}
 }
