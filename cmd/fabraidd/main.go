@@ -93,6 +93,7 @@ func newEngineCmd(log *slog.Logger) *cobra.Command {
 	var uuid, members, socket, volume, cfgPath, ownerDomain string
 	var ublkID, queues int
 	var epoch uint64
+	var noZeroCopy bool
 	cmd := &cobra.Command{
 		Use: "engine (--volume NAME [--config PATH] | --uuid U --members A,B,... --ublk-id N --socket PATH)",
 		Short: "Serve one volume's engine (run by fabraidd: a systemd unit fabraid-engine@NAME with --volume, " +
@@ -110,7 +111,7 @@ func newEngineCmd(log *slog.Logger) *cobra.Command {
 			}
 			dropControlPlaneBoost(log)
 			return volmgr.ServeEngine(ctx, volmgr.ServeOptions{Members: strings.Split(members, ","), UblkID: ublkID, Socket: socket,
-				OwnerDomain: ownerDomain, Epoch: epoch, Queues: queues, Version: version, Log: log.With("engine", uuid, "pid", os.Getpid())})
+				OwnerDomain: ownerDomain, Epoch: epoch, Queues: queues, NoZeroCopy: noZeroCopy, Version: version, Log: log.With("engine", uuid, "pid", os.Getpid())})
 		},
 	}
 	f := cmd.Flags()
@@ -123,6 +124,7 @@ func newEngineCmd(log *slog.Logger) *cobra.Command {
 	f.StringVar(&ownerDomain, "owner-domain", "", "failure domain of this node: journal the data chunks on its members (owner-domain journaling); empty: off")
 	f.Uint64Var(&epoch, "epoch", 0, "owner epoch of the assembly (the cluster's owner key); 0: one more than on disk")
 	f.IntVar(&queues, "queues", 0, "ublk queues (0: one per CPU the engine may run on)")
+	f.BoolVar(&noZeroCopy, "no-zero-copy", false, "keep the ublk copy path where the kernel offers zero copy (AUTO_BUF_REG)")
 	return cmd
 }
 

@@ -66,6 +66,9 @@ type ServeOptions struct {
 	// Queues is the number of ublk queues (0: one per CPU this process may
 	// run on).
 	Queues int
+	// NoZeroCopy keeps the ublk copy path where the kernel offers zero
+	// copy (LocalOptions.NoZeroCopy).
+	NoZeroCopy bool
 	// Ready, when set, is called once the socket answers.
 	Ready func(ublkPath string)
 	Log   *slog.Logger
@@ -179,7 +182,7 @@ func ServeEngine(ctx context.Context, o ServeOptions) error {
 		closeExecutor(exec)
 		return fmt.Errorf("assemble: %w", err)
 	}
-	l, err := StartLocal(vol, o.UblkID, log, LocalOptions{Executor: exec, Queues: o.Queues})
+	l, err := StartLocal(vol, o.UblkID, log, LocalOptions{Executor: exec, Queues: o.Queues, NoZeroCopy: o.NoZeroCopy})
 	if err != nil {
 		vol.Close()
 		closeExecutor(exec)

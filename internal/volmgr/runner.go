@@ -101,6 +101,9 @@ type LocalOptions struct {
 	Queues int
 	// Depth is the number of requests in flight per queue (default 128).
 	Depth int
+	// NoZeroCopy keeps the copy path where the kernel offers zero copy
+	// (ublk.Config.NoZeroCopy).
+	NoZeroCopy bool
 }
 
 // ublkConfig is the device configuration for a volume with geometry g:
@@ -119,7 +122,7 @@ func ublkConfig(ublkID, blockSize int, g layout.Geometry, o LocalOptions) *ublk.
 	maxIO := max(1<<20, stripe)
 	maxIO = (maxIO + stripe - 1) / stripe * stripe
 	return &ublk.Config{ID: ublkID, Queues: queues, Depth: o.Depth, Async: true, MaxIOBytes: maxIO,
-		LogicalBlockSize: blockSize, IOMin: g.ChunkSize, IOOpt: stripe}
+		LogicalBlockSize: blockSize, IOMin: g.ChunkSize, IOOpt: stripe, NoZeroCopy: o.NoZeroCopy}
 }
 
 // StartLocal serves vol as a ublk device: it re-attaches to device ublkID
@@ -169,7 +172,8 @@ func StartLocal(vol *engine.Volume, ublkID int, log *slog.Logger, o LocalOptions
 		log.Info("created ublk device", "volume", vol.Name(), "ublk", dev.BlockPath())
 	}
 	ok = true // the device uses ctl until it is closed
-	log.Info("serving", "volume", vol.Name(), "queues", cfg.Queues, "depth", dev.Depth(), "max_io_bytes", cfg.MaxIOBytes)
+	log.Info("serving", "volume", vol.Name(), "queues", cfg.Queues, "depth", dev.Depth(), "max_io_bytes", cfg.MaxIOBytes,
+		"zero_copy", dev.ZeroCopy())
 	return &Local{vol: vol, exec: o.Executor, dev: dev, ctl: ctl, started: time.Now(), log: log}, nil
 }
 

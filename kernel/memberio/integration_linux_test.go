@@ -26,18 +26,22 @@ import (
 // with two vCPUs, in one boot: integrity of an engine volume on six virtio
 // disks served by ublk with two async queues under concurrent O_DIRECT
 // writers, and attribution of a member write error (null_blk bad blocks)
-// to the right member before the write is acknowledged.
-func TestIntegrationMemberIO(t *testing.T) { memberIOGuest(t, vmtest.Kernel612, "mio") }
+// to the right member before the write is acknowledged. 6.12 has no
+// automatic buffer registration: the devices take the copy path.
+func TestIntegrationMemberIO(t *testing.T) { memberIOGuest(t, vmtest.Kernel612, "mio", false) }
 
 // TestIntegrationMemberIOKernel7 runs the same checks on Debian sid's 7.x
 // kernel (7.2.13 in December 2026): io_uring, O_DIRECT on virtio and
-// null_blk, and ublk there are newer than on 6.12.
+// null_blk, and ublk there are newer than on 6.12. The devices are
+// zero-copy there (AUTO_BUF_REG with USER_COPY): healthy reads go from the
+// members into the requests' pages with READ_FIXED, writes, degraded reads
+// and reads redone after a member error through user copy.
 func TestIntegrationMemberIOKernel7(t *testing.T) {
 	vmtest.RequireCaps(t, vmtest.Kernel7, "Ublk", "NullBlk", "IOUring")
-	memberIOGuest(t, vmtest.Kernel7, "mio7")
+	memberIOGuest(t, vmtest.Kernel7, "mio7", true)
 }
 
-func memberIOGuest(t *testing.T, series, name string) {
+func memberIOGuest(t *testing.T, series, name string, zeroCopy bool) {
 	disks := make([]vmtest.Disk, 6)
 	for i := range disks {
 		disks[i] = vmtest.Disk{Size: 48 << 20}
@@ -52,9 +56,10 @@ func memberIOGuest(t *testing.T, series, name string) {
 			t.Fatal(err)
 		}
 		defer ctl.Close()
-		t.Run("integrity", func(t *testing.T) { testIntegrity(t, ctl, g.Disks) })
-		t.Run("error-attribution", func(t *testing.T) { testErrorAttribution(t, ctl) })
-		t.Run("read-error", func(t *testing.T) { testReadError(t, ctl) })
+		t.Run("add-flags", func(t *testing.T) { testAddFlags(t, ctl, zeroCopy) })
+		t.Run("integrity", func(t *testing.T) { testIntegrity(t, ctl, g.Disks, zeroCopy) })
+		t.Run("error-attribution", func(t *testing.T) { testErrorAttribution(t, ctl, zeroCopy) })
+		t.Run("read-error", func(t *testing.T) { testReadError(t, ctl, zeroCopy) })
 	})
 }
 
@@ -84,7 +89,38 @@ func fill(b []byte, seed uint64) {
 	}
 }
 
-func testIntegrity(t *testing.T, ctl *ublk.Control, disks []string) {
+// testAddFlags records which zero-copy flag combinations ADD_DEV accepts
+// and what it grants; with zeroCopy the one fabraid uses (AUTO_BUF_REG,
+// USER_COPY and the recovery flags) must be granted whole.
+func testAddFlags(t *testing.T, ctl *ublk.Control, zeroCopy bool) {
+	t.Logf("GET_FEATURES: %s", ctl.Features())
+	rec := ublk.FeatureUserRecovery | ublk.FeatureRecoveryReissue
+	used := ublk.FeatureAutoBufReg | ublk.FeatureUserCopy | rec
+	for _, f := range []ublk.Features{
+		ublk.FeatureAutoBufReg,
+		ublk.FeatureAutoBufReg | rec,
+		ublk.FeatureAutoBufReg | ublk.FeatureUserCopy,
+		used,
+		ublk.FeatureAutoBufReg | ublk.FeatureZeroCopy | rec,
+		ublk.FeatureZeroCopy | ublk.FeatureUserCopy | rec,
+	} {
+		got, err := ctl.TryAdd(f)
+		t.Logf("ADD_DEV %s: granted %s, err %v", f, got, err)
+		if zeroCopy && f == used && (err != nil || got&used != used) {
+			t.Errorf("ADD_DEV %s: granted %s, err %v; want all of it", f, got, err)
+		}
+	}
+}
+
+// checkZeroCopy fails unless dev runs with zero copy exactly when want.
+func checkZeroCopy(t *testing.T, dev *ublk.Device, want bool) {
+	t.Helper()
+	if dev.ZeroCopy() != want {
+		t.Fatalf("%s: zero copy %v (flags %s), want %v", dev.BlockPath(), dev.ZeroCopy(), dev.Flags(), want)
+	}
+}
+
+func testIntegrity(t *testing.T, ctl *ublk.Control, disks []string, zeroCopy bool) {
 	exec, err := memberio.NewExecutor(memberio.ExecutorConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -102,6 +138,7 @@ func testIntegrity(t *testing.T, ctl *ublk.Control, disks []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkZeroCopy(t, dev, zeroCopy)
 	f, err := os.OpenFile(dev.BlockPath(), os.O_RDWR|unix.O_DIRECT, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -274,7 +311,7 @@ func (l *logRecorder) find(sub ...string) string {
 // on members opened buffered shows what O_DIRECT fixes: the write lands in
 // the page cache, nothing is failed when it is acknowledged, and the error
 // comes only with the next flush.
-func testErrorAttribution(t *testing.T, ctl *ublk.Control) {
+func testErrorAttribution(t *testing.T, ctl *ublk.Control, zeroCopy bool) {
 	paths := nullBlk(t, 0, 12, 32)
 	for _, tc := range []struct {
 		name     string
@@ -303,6 +340,7 @@ func testErrorAttribution(t *testing.T, ctl *ublk.Control) {
 				t.Fatal(err)
 			}
 			defer dev.Close()
+			checkZeroCopy(t, dev, zeroCopy)
 			// Bad blocks over member 3's data area, to its end (512-byte
 			// sectors): metadata stays writable, every data I/O fails.
 			bad := tc.paths[3]
@@ -363,7 +401,7 @@ func testErrorAttribution(t *testing.T, ctl *ublk.Control) {
 // read through ublk (planned by the Backend, submitted by the queue thread)
 // gets EIO from member 2; the engine fails member 2 before the read returns
 // and the data comes back reconstructed.
-func testReadError(t *testing.T, ctl *ublk.Control) {
+func testReadError(t *testing.T, ctl *ublk.Control, zeroCopy bool) {
 	paths := nullBlk(t, 12, 6, 32)
 	exec, err := memberio.NewExecutor(memberio.ExecutorConfig{})
 	if err != nil {
@@ -386,6 +424,7 @@ func testReadError(t *testing.T, ctl *ublk.Control) {
 		t.Fatal(err)
 	}
 	defer dev.Close()
+	checkZeroCopy(t, dev, zeroCopy)
 	f, err := os.OpenFile(dev.BlockPath(), os.O_RDWR|unix.O_DIRECT, 0)
 	if err != nil {
 		t.Fatal(err)

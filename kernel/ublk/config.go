@@ -40,6 +40,15 @@ type Config struct {
 	// (UBLK_F_USER_COPY, Linux 6.5) instead of the kernel copying into
 	// per-tag buffers.
 	UserCopy bool
+	// NoZeroCopy keeps the copy path on kernels with automatic buffer
+	// registration. By default a device whose backend is a DirectReader is
+	// created with UBLK_F_AUTO_BUF_REG and UBLK_F_USER_COPY where
+	// GET_FEATURES reports both (Linux 6.16+): planned reads then go from
+	// the members straight into the request's pages (IORING_OP_READ_FIXED
+	// on the queue's ring), and every other request moves its data with
+	// user copy (pread/pwrite of /dev/ublkcN). Elsewhere, and with this
+	// set, the kernel copies between the request and per-tag buffers.
+	NoZeroCopy bool
 	// Async serves each request in its own goroutine instead of in the
 	// queue thread, so one queue keeps many requests in flight in the
 	// backend. Use it for backends that wait on devices (the engine volume);
@@ -76,8 +85,11 @@ func (c *Config) withDefaults() Config {
 
 func log2(n int) uint8 { return uint8(bits.Len(uint(n)) - 1) }
 
-// params builds SET_PARAMS for a backend of size bytes.
-func (c *Config) params(size int64, maxIO int, b Backend) (*ublksys.Params, error) {
+// params builds SET_PARAMS for a backend of size bytes. With zeroCopy the
+// request buffers are aligned to the logical block size in memory too
+// (UBLK_PARAM_TYPE_DMA_ALIGN), as O_DIRECT member reads into them require;
+// the result is then sent whole (ParamsDMASize), else as Params only.
+func (c *Config) params(size int64, maxIO int, b Backend, zeroCopy bool) (*ublksys.ParamsDMA, error) {
 	lbs := c.LogicalBlockSize
 	if lbs&(lbs-1) != 0 || lbs < 512 || lbs > os.Getpagesize() {
 		return nil, fmt.Errorf("logical block size %d: must be a power of two from 512 to the page size", lbs)
@@ -85,7 +97,7 @@ func (c *Config) params(size int64, maxIO int, b Backend) (*ublksys.Params, erro
 	if size <= 0 || size%int64(lbs) != 0 {
 		return nil, fmt.Errorf("backend size %d: must be a positive multiple of the logical block size %d", size, lbs)
 	}
-	p := &ublksys.Params{
+	p := &ublksys.ParamsDMA{Params: ublksys.Params{
 		Len:   uint32(ublksys.ParamsSize),
 		Types: ublksys.UBLK_PARAM_TYPE_BASIC | ublksys.UBLK_PARAM_TYPE_DISCARD,
 		Basic: ublksys.ParamBasic{
@@ -101,6 +113,11 @@ func (c *Config) params(size int64, maxIO int, b Backend) (*ublksys.Params, erro
 			DiscardGranularity:    uint32(lbs),
 			MaxWriteZeroesSectors: uint32(maxIO >> 9),
 		},
+	}}
+	if zeroCopy {
+		p.Len = ublksys.ParamsDMASize
+		p.Types |= ublksys.UBLK_PARAM_TYPE_DMA_ALIGN
+		p.DMA.Alignment = uint32(lbs - 1)
 	}
 	if _, ok := b.(Discarder); ok {
 		p.Discard.MaxDiscardSectors = uint32(maxIO >> 9)

@@ -245,8 +245,10 @@ func (c *Control) addDev(info *ublksys.DevInfo) error {
 	return err
 }
 
-func (c *Control) setParams(id int, p *ublksys.Params) error {
-	return c.cmdBuf(ublksys.UBLK_CMD_SET_PARAMS, opSetParams, uint32(id), unsafe.Pointer(p), int(unsafe.Sizeof(*p)))
+// setParams sends p.Len bytes of p: Params alone, or with the DMA
+// alignment (ParamsDMASize) on a zero-copy device.
+func (c *Control) setParams(id int, p *ublksys.ParamsDMA) error {
+	return c.cmdBuf(ublksys.UBLK_CMD_SET_PARAMS, opSetParams, uint32(id), unsafe.Pointer(p), int(p.Len))
 }
 
 func (c *Control) getParams(id int) (*ublksys.Params, error) {
@@ -321,4 +323,19 @@ func HaveFeatures(want Features) error {
 		return missingError(want, have)
 	}
 	return nil
+}
+
+// TryAdd adds a device with one queue of depth 1 and the given flags,
+// deletes it again and returns the flags the kernel granted, or ADD_DEV's
+// error: it tells which flag combinations a kernel accepts (zero copy's
+// did change between releases) without serving anything.
+func (c *Control) TryAdd(flags Features) (Features, error) {
+	info := ublksys.DevInfo{NrHwQueues: 1, QueueDepth: 1, MaxIOBufBytes: 64 << 10, DevID: ^uint32(0), UblksrvPid: -1, Flags: uint64(flags)}
+	if err := c.addDev(&info); err != nil {
+		return 0, err
+	}
+	if err := c.deleteDev(int(info.DevID)); err != nil {
+		return Features(info.Flags), fmt.Errorf("delete probe device %d: %w", info.DevID, err)
+	}
+	return Features(info.Flags), nil
 }

@@ -46,7 +46,8 @@ func Create(ctl *Control, b Backend, cfg *Config) (*Device, error) {
 	if c.UserCopy {
 		want |= FeatureUserCopy
 	}
-	if have := ctl.Features(); have != 0 {
+	have := ctl.Features()
+	if have != 0 {
 		if err := missingError(want, have); err != nil {
 			return nil, fmt.Errorf("create ublk device: %w", err)
 		}
@@ -63,15 +64,31 @@ func Create(ctl *Control, b Backend, cfg *Config) (*Device, error) {
 		UblksrvPid:    -1,
 		Flags:         uint64(want),
 	}
-	if err := ctl.addDev(&info); err != nil {
-		return nil, fmt.Errorf("create ublk device: %w", err)
+	err := errors.New("not added")
+	if zeroCopyWanted(&c, b, have) {
+		zinfo := info
+		zinfo.Flags |= uint64(zeroCopyFlags)
+		if err = ctl.addDev(&zinfo); err == nil {
+			info = zinfo
+		}
 	}
+	// A kernel that refuses the zero-copy flags gets the copy path.
+	if err != nil {
+		if err := ctl.addDev(&info); err != nil {
+			return nil, fmt.Errorf("create ublk device: %w", err)
+		}
+	}
+	zc := Features(info.Flags)&zeroCopyFlags == zeroCopyFlags
 	d := &Device{ctl: ctl, backend: b, cfg: c, info: info, size: b.Size(), done: make(chan struct{}), failed: make(chan struct{})}
 	if err := missingError(want, Features(info.Flags)); err != nil {
 		d.abort()
 		return nil, fmt.Errorf("create ublk device %d: kernel dropped a flag: %w", info.DevID, err)
 	}
-	p, err := c.params(b.Size(), int(info.MaxIOBufBytes), b)
+	if !zc && Features(info.Flags)&FeatureAutoBufReg != 0 {
+		d.abort()
+		return nil, fmt.Errorf("create ublk device %d: kernel granted AUTO_BUF_REG without USER_COPY (flags %s)", info.DevID, Features(info.Flags))
+	}
+	p, err := c.params(b.Size(), int(info.MaxIOBufBytes), b, zc)
 	if err == nil {
 		err = ctl.setParams(d.ID(), p)
 	}
@@ -89,6 +106,19 @@ func Create(ctl *Control, b Backend, cfg *Config) (*Device, error) {
 		return nil, fmt.Errorf("create ublk device %d: %w", d.ID(), err)
 	}
 	return d, nil
+}
+
+// zeroCopyFlags are the flags of a zero-copy device: AUTO_BUF_REG for the
+// planned reads, USER_COPY for every other request, whose data the kernel
+// no longer copies into per-tag buffers once buffers are registered.
+const zeroCopyFlags = FeatureAutoBufReg | FeatureUserCopy
+
+// zeroCopyWanted reports whether a device for b is created zero-copy: b
+// plans reads (DirectReader), the kernel reports both zeroCopyFlags, and
+// c does not turn it off.
+func zeroCopyWanted(c *Config, b Backend, have Features) bool {
+	_, direct := b.(DirectReader)
+	return direct && !c.NoZeroCopy && have&zeroCopyFlags == zeroCopyFlags
 }
 
 // Recover re-attaches this process to device id, whose previous server has
@@ -117,6 +147,9 @@ func Recover(ctl *Control, id int, b Backend, cfg *Config) (*Device, error) {
 	}
 	c.Queues, c.Depth, c.MaxIOBytes = int(raw.NrHwQueues), int(raw.QueueDepth), int(raw.MaxIOBufBytes)
 	c.UserCopy = flags&FeatureUserCopy != 0
+	if flags&FeatureAutoBufReg != 0 && flags&zeroCopyFlags != zeroCopyFlags {
+		return nil, fmt.Errorf("recover ublk device %d: it has AUTO_BUF_REG without USER_COPY (flags %s), which this server cannot serve", id, flags)
+	}
 	c.NoRecovery = false
 	c.LogicalBlockSize = 1 << p.Basic.LogicalBsShift
 
@@ -157,6 +190,10 @@ func (d *Device) CharPath() string { return fmt.Sprintf("/dev/ublkc%d", d.ID()) 
 // Flags returns the feature flags the device runs with, as the kernel
 // granted them.
 func (d *Device) Flags() Features { return Features(d.info.Flags) }
+
+// ZeroCopy reports whether the device runs with automatic buffer
+// registration: planned reads go straight into the requests' pages.
+func (d *Device) ZeroCopy() bool { return Features(d.info.Flags)&zeroCopyFlags == zeroCopyFlags }
 
 // Queues and Depth return the negotiated queue count and depth.
 func (d *Device) Queues() int { return int(d.info.NrHwQueues) }

@@ -115,7 +115,7 @@ func TestParams(t *testing.T) {
 	if c.Queues != 1 || c.Depth != 128 || c.MaxIOBytes != 512<<10 || c.LogicalBlockSize != 4096 {
 		t.Fatalf("defaults: %+v", c)
 	}
-	p, err := c.params(1<<30, 512<<10, NewMem(4096))
+	p, err := c.params(1<<30, 512<<10, NewMem(4096), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func TestParams(t *testing.T) {
 		t.Errorf("discard params %+v", p.Discard)
 	}
 	// A backend without Discard gets write-zeroes only.
-	p, _ = c.params(1<<30, 512<<10, NewNull(1<<30))
+	p, _ = c.params(1<<30, 512<<10, NewNull(1<<30), false)
 	if p.Discard.MaxDiscardSectors != 0 || p.Discard.MaxWriteZeroesSectors != 1024 {
 		t.Errorf("null backend discard params %+v", p.Discard)
 	}
@@ -138,7 +138,7 @@ func TestParams(t *testing.T) {
 		size int64
 	}{{3000, 1 << 20}, {256, 1 << 20}, {4096, 1<<20 + 512}, {4096, 0}} {
 		c := (&Config{LogicalBlockSize: bad.lbs}).withDefaults()
-		if _, err := c.params(bad.size, 512<<10, NewNull(bad.size)); err == nil {
+		if _, err := c.params(bad.size, 512<<10, NewNull(bad.size), false); err == nil {
 			t.Errorf("block size %d, size %d accepted", bad.lbs, bad.size)
 		}
 	}

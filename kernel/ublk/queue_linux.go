@@ -24,6 +24,10 @@ type queue struct {
 	fd       int
 	bufSize  int
 	userCopy bool
+	// zeroCopy: the kernel registers each request's pages at index tag of
+	// this queue's ring (AUTO_BUF_REG) before delivering it; direct reads
+	// read into them with READ_FIXED. zeroCopy implies userCopy.
+	zeroCopy bool
 
 	fetchOp, commitOp uint32
 
@@ -55,6 +59,11 @@ type pendingRead struct {
 	res  []int32
 	left int
 	n    int32 // request length
+	// buf is the request's user buffer, which PlanRead was given. On a
+	// zero-copy queue the file reads went to the request's pages instead,
+	// so a read redone by Finish (into buf) is copied there (user copy).
+	buf []byte
+	tag int
 }
 
 // memberFlag marks a direct read's file read in user_data:
@@ -78,10 +87,11 @@ func newQueue(d *Device, qid int, encoded bool) (*queue, error) {
 		d: d, id: qid, depth: int(d.info.QueueDepth), fd: int(d.cdev.Fd()),
 		bufSize:  int(d.info.MaxIOBufBytes),
 		userCopy: Features(d.info.Flags)&FeatureUserCopy != 0,
+		zeroCopy: Features(d.info.Flags)&zeroCopyFlags == zeroCopyFlags,
 		async:    d.cfg.Async,
 		efd:      -1,
 	}
-	if dr, ok := d.backend.(DirectReader); ok && !q.userCopy {
+	if dr, ok := d.backend.(DirectReader); ok && (!q.userCopy || q.zeroCopy) {
 		q.direct = dr
 		q.pend = make([]*pendingRead, q.depth)
 	}
@@ -141,6 +151,13 @@ func (q *queue) run(ready chan<- error) {
 		return
 	}
 	defer ring.Close()
+	if q.zeroCopy {
+		// Index tag holds tag's request pages while the server owns it.
+		if err := ring.RegisterSparseBuffers(uint32(q.depth)); err != nil {
+			ready <- fmt.Errorf("queue %d: %w", q.id, err)
+			return
+		}
+	}
 	if q.async {
 		// Blocking eventfd: io_uring polls it instead of failing the read.
 		q.efd, err = unix.Eventfd(0, unix.EFD_CLOEXEC)
@@ -250,12 +267,17 @@ func (q *queue) submitDirect(ring *uring.Ring, tag int, commit func(int, int32))
 	if err != nil || r.op != opRead {
 		return false
 	}
-	pr, ok := q.direct.PlanRead(q.buf(tag)[:r.len], r.off)
+	if q.zeroCopy && q.descs[tag].OpFlags&ublksys.UBLK_IO_F_NEED_REG_BUF != 0 {
+		// The automatic registration failed: serve goes through user copy.
+		return false
+	}
+	buf := q.buf(tag)[:r.len]
+	pr, ok := q.direct.PlanRead(buf, r.off)
 	if !ok {
 		return false
 	}
 	reads := pr.Reads()
-	p := &pendingRead{pr: pr, lens: make([]int, len(reads)), res: make([]int32, len(reads)), left: len(reads), n: int32(r.len)}
+	p := &pendingRead{pr: pr, lens: make([]int, len(reads)), res: make([]int32, len(reads)), left: len(reads), n: int32(r.len), buf: buf, tag: tag}
 	if len(reads) == 0 {
 		commit(tag, q.finishResult(p))
 		return true
@@ -283,7 +305,15 @@ func (q *queue) submitDirect(ring *uring.Ring, tag int, commit func(int, int32))
 			}
 			return true
 		}
-		sqe.PrepRead(fr.Fd, fr.Buf, fr.Off, memberFlag|uint64(tag)<<16|uint64(i))
+		ud := memberFlag | uint64(tag)<<16 | uint64(i)
+		if q.zeroCopy {
+			// fr.Buf lies inside buf (PlannedRead): its offset there is
+			// its offset in the request's registered pages.
+			at := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(fr.Buf))) - uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
+			sqe.PrepReadFixed(fr.Fd, uint16(tag), at, len(fr.Buf), fr.Off, ud)
+		} else {
+			sqe.PrepRead(fr.Fd, fr.Buf, fr.Off, ud)
+		}
 	}
 	return true
 }
@@ -303,11 +333,7 @@ func (q *queue) fileReadDone(ring *uring.Ring, tag, i int, res int32, commit fun
 		return
 	}
 	q.pend[tag] = nil
-	ok := true
-	for j, r := range p.res {
-		ok = ok && int(r) == p.lens[j]
-	}
-	if ok || !q.async {
+	if p.allRead() || !q.async {
 		commit(tag, q.finishResult(p))
 		return
 	}
@@ -324,7 +350,24 @@ func (q *queue) finishResult(p *pendingRead) int32 {
 	if err := p.pr.Finish(p.res); err != nil {
 		return q.errResult(err)
 	}
+	if q.zeroCopy && !p.allRead() {
+		// Finish redid the read into p.buf; the request's pages hold
+		// only what the file reads that succeeded put there.
+		if _, err := unix.Pwrite(q.fd, p.buf, ublksys.UserCopyOffset(uint16(q.id), uint16(p.tag), 0)); err != nil {
+			return q.errResult(fmt.Errorf("user copy of redone read, tag %d: %w", p.tag, err))
+		}
+	}
 	return p.n
+}
+
+// allRead reports whether every file read returned its full length.
+func (p *pendingRead) allRead() bool {
+	for j, r := range p.res {
+		if int(r) != p.lens[j] {
+			return false
+		}
+	}
+	return true
 }
 
 // armEventfd queues a read of the wake-up eventfd.
@@ -366,7 +409,13 @@ func (q *queue) submit(ring *uring.Ring, op uint32, tag int, result int32) error
 	cmd.QID = uint16(q.id)
 	cmd.Tag = uint16(tag)
 	cmd.Result = result
-	if !q.userCopy {
+	switch {
+	case q.zeroCopy:
+		// struct ublk_auto_buf_reg goes in sqe->addr, not in the command.
+		// With FALLBACK a failed registration delivers the request with
+		// UBLK_IO_F_NEED_REG_BUF (served by user copy) instead of failing it.
+		sqe.Addr = ublksys.AutoBufRegAddr(uint16(tag), ublksys.UBLK_AUTO_BUF_REG_FALLBACK)
+	case !q.userCopy:
 		cmd.Addr = uint64(uintptr(unsafe.Pointer(&q.bufMem[tag*q.bufSize])))
 	}
 	return nil

@@ -62,6 +62,7 @@ func (d *Device) ID() int               { return -1 }
 func (d *Device) BlockPath() string     { return "" }
 func (d *Device) CharPath() string      { return "" }
 func (d *Device) Flags() Features       { return 0 }
+func (d *Device) ZeroCopy() bool        { return false }
 func (d *Device) Queues() int           { return 0 }
 func (d *Device) Depth() int            { return 0 }
 func (d *Device) Done() <-chan struct{} { return nil }

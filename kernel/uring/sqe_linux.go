@@ -73,3 +73,19 @@ func (s *SQE) PrepURingCmd(fd int, cmdOp uint32, userData uint64) {
 func (s *SQE) CmdArea() unsafe.Pointer {
 	return unsafe.Add(unsafe.Pointer(s), ublksys.SQECmdOffset)
 }
+
+// OpReadFixed is IORING_OP_READ_FIXED.
+const OpReadFixed = ublksys.IORING_OP_READ_FIXED
+
+// PrepReadFixed prepares a read of n bytes at off into registered buffer
+// bufIndex, at addr within it. For a buffer the kernel registered (a ublk
+// request's pages), addr is the byte offset from the buffer's start.
+func (s *SQE) PrepReadFixed(fd int, bufIndex uint16, addr uint64, n int, off int64, userData uint64) {
+	s.Opcode = OpReadFixed
+	s.Fd = int32(fd)
+	s.Off = uint64(off)
+	s.Addr = addr
+	s.Len = uint32(n)
+	s.BufIndex = bufIndex
+	s.UserData = userData
+}

@@ -295,3 +295,18 @@ type Probe struct {
 
 // Supports reports whether opcode op is supported.
 func (p *Probe) Supports(op uint8) bool { return p.supported[op/64]&(1<<(op%64)) != 0 }
+
+// RegisterSparseBuffers gives the ring a fixed-buffer table of n empty
+// entries (IORING_REGISTER_BUFFERS2 with IORING_RSRC_REGISTER_SPARSE,
+// Linux 5.19), for buffers the kernel installs itself, such as ublk
+// requests' pages with automatic buffer registration.
+func (r *Ring) RegisterSparseBuffers(n uint32) error {
+	rr := &ublksys.RsrcRegister{Nr: n, Flags: ublksys.IORING_RSRC_REGISTER_SPARSE}
+	if _, err := ublksys.Register(r.fd, ublksys.IORING_REGISTER_BUFFERS2, unsafe.Pointer(rr), ublksys.RsrcRegisterSize); err != nil {
+		if errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("io_uring register %d sparse buffers: %w (requires Linux >= 5.19): %w", n, ErrNotSupported, err)
+		}
+		return fmt.Errorf("io_uring register %d sparse buffers: %w", n, err)
+	}
+	return nil
+}

@@ -122,3 +122,38 @@ func TestProbe(t *testing.T) {
 	}
 	t.Logf("last op %d, URING_CMD %v", p.LastOp, p.Supports(OpURingCmd))
 }
+
+// TestSparseBuffers: a sparse table is accepted, and a READ_FIXED naming
+// one of its entries fails (nothing is installed there), as does one
+// beyond the table; a ring without a table refuses READ_FIXED too.
+func TestSparseBuffers(t *testing.T) {
+	r := newRing(t, 4, nil)
+	if err := r.RegisterSparseBuffers(8); err != nil {
+		if errors.Is(err, ErrNotSupported) {
+			t.Skip(err)
+		}
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(t.TempDir(), "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(make([]byte, 8192)); err != nil {
+		t.Fatal(err)
+	}
+	for _, idx := range []uint16{3, 8} {
+		sqe, err := r.NextSQE()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sqe.PrepReadFixed(int(f.Fd()), idx, 0, 4096, 0, uint64(idx))
+		c, err := r.WaitCQE()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Res >= 0 {
+			t.Errorf("READ_FIXED into empty entry %d returned %d, want an error", idx, c.Res)
+		}
+	}
+}
