@@ -14,7 +14,6 @@ import (
 	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/cluster/model"
 	"github.com/fabraid/fabraid/internal/cluster/owner"
-	"github.com/fabraid/fabraid/internal/cluster/plan"
 	"github.com/fabraid/fabraid/internal/cluster/volumes"
 	"github.com/fabraid/fabraid/internal/volid"
 	"github.com/fabraid/fabraid/internal/volmgr"
@@ -293,45 +292,6 @@ func (d *Daemon) clusterMove(ctx context.Context, ref string, q api.MoveRequest)
 func moveReply(m model.Move) api.MoveReply {
 	return api.MoveReply{Volume: m.Volume, From: m.From, To: m.To, Phase: m.Phase, Epoch: m.Epoch, ToEpoch: m.ToEpoch,
 		Error: m.Error, PauseSeconds: m.PauseSeconds}
-}
-
-// mayTakeBack says whether this node, handing vol over, takes it back
-// instead: there is no owner key and failover's choice for the volume (its
-// record owner is dead) is this node.
-func (o *ownership) mayTakeBack(v *clusterView, vol model.Volume, hasKey bool) bool {
-	return !hasKey && vol.State == model.VolumeReady && o.ownerGone(v, vol) && plan.ChooseOwner(v.View, vol) == o.self
-}
-
-// handedOver decides for a frozen, resigned hand-over whether its export
-// may go now (mayUnexport), noting when the new owner was first seen
-// serving and asking for a reconcile soon while it waits.
-func (o *ownership) handedOver(v *clusterView, vol model.Volume, k owner.Key, hasKey bool, h *handover) bool {
-	f := handoverFacts{Self: o.self, RecordOwner: vol.Owner, Now: time.Now()}
-	if hasKey {
-		f.KeyNode, f.KeyEpoch = k.Node, uint64(k.Epoch)
-	}
-	if st, ok := v.Status[vol.UUID]; ok {
-		f.Status = &st
-	}
-	if servedElsewhere(*h, f) {
-		var addrs []string
-		if n, ok := v.node(o.self); ok {
-			addrs = n.StorageAddresses
-		}
-		f.Pending = pendingConsumers(v, vol.UUID, addrs)
-		if h.served.IsZero() {
-			h.served = f.Now
-			o.log.Info("hand-over: the new owner serves; waiting for every consumer's path to it", "volume", vol.Name,
-				"owner", vol.Owner, "epoch", f.KeyEpoch, "inaccessible_seconds", f.Now.Sub(h.since).Seconds(), "pending", f.Pending)
-		}
-	}
-	ok, why := mayUnexport(*h, f)
-	if ok {
-		o.log.Info("hand-over: removing this node's export", "volume", vol.Name, "why", why)
-		return true
-	}
-	time.AfterFunc(time.Second, o.kick) // statuses and paths do not kick the loop
-	return false
 }
 
 // manager is what the hand-over needs of the volume manager.

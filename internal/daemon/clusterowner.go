@@ -16,56 +16,33 @@ import (
 	"github.com/fabraid/fabraid/internal/cluster/owner"
 	"github.com/fabraid/fabraid/internal/cluster/plan"
 	"github.com/fabraid/fabraid/internal/cluster/volumes"
+	decision "github.com/fabraid/fabraid/internal/clusterplane/ownership"
 	"github.com/fabraid/fabraid/internal/volid"
 )
 
 // Volume ownership in fabraidd (docs/cluster.md, "Failover")
 //
 // Every node runs one owner.Session (lease owner_lease_ttl, default
-// owner.DefaultTTL) while it is
-// in a cluster; its OnFence freezes every engine of the node. Each
-// reconcile, before anything is imported or assembled, the node settles
-// the ownership of every volume record:
+// owner.DefaultTTL) while it is in a cluster; its OnFence freezes every
+// engine of the node. Each reconcile, before anything is imported or
+// assembled, the node settles the ownership of every volume record in
+// three steps, the shape of a controller:
 //
-//   - owner key on this node's current lease: held. Once the storage fence
-//     for its epoch is acknowledged (fence.Wait over the volume's other
-//     member nodes) the volume is planned at that epoch; before, it is not
-//     run. When the record names another, alive node as owner (a move, or
-//     a lost race), the node hands the volume over (clustermove.go): it
-//     drains (export inaccessible, engine flushed and frozen), resigns
-//     the key and keeps the export linked until the record owner serves
-//     and the consumers have its path; the record owner acquires next.
-//   - owner key of another node: not run here; an engine of it is
-//     unexported and stopped (volmgr ClusterPlan.Stop). Only then: without
-//     a key, or before the storage fence of a held key is acknowledged, an
-//     engine here is neither planned nor stopped (it stays frozen,
-//     exported, requests queued).
-//   - owner key of this node's previous, fenced lease (not expired at the
-//     server yet): not planned and not stopped: the frozen engine waits
-//     (exported, requests queued) until the key goes.
-//   - no owner key, record owner this node: Acquire, unless this node
-//     exports nothing (require_auth, clusterauth.go): then it acquires
-//     nothing and another node takes the volume over after ownerGrace.
-//   - no owner key, ready, record owner dead (no alive key) or the key has
-//     been absent for ownerGrace while this node watched: the takeover,
-//     by the one node plan.ChooseOwner picks (same answer on every node):
-//     CAS the record's owner to this node, Acquire, fence, then import,
-//     assemble degraded at the new epoch, ublk, export on its own address.
+//   - gather (facts): the owner keys (one list), the record, liveness
+//     (alive keys; lapsed owner sessions, noteLapses), this node's
+//     storage fence, export and hand-over state, the node failover
+//     picks (plan.ChooseOwner), how long the key has been absent;
+//   - decide: ownership.Decide (internal/clusterplane/ownership), pure,
+//     table-tested: acquire, take over, fence, keep, drain, resign,
+//     hold, stop, finish or wait, with the reason of a wait or hold;
+//   - execute: the etcd calls (Acquire, the takeover's record CAS, the
+//     storage fence's wait) and the plan for the volume manager
+//     (ownerPlan: Held, Stop, Keep, Drain, Resign, Finish, Undrain);
+//     the hand-over's drain, resign and finish run after the manager's
+//     reconcile (afterReconcile, clustermove.go).
 //
 // A node that holds no key for a volume never assembles it: plan's
 // ImporterInput imports only View.Held, and the manager plans only those.
-
-// ownerGrace is how long a ready volume may have no owner key while its
-// record owner is alive before another node takes it over (an owner that
-// keeps its node lease but cannot hold the volume: it cannot import its
-// members, or it was fenced and does not come back). A live owner
-// re-acquires within one reconcile of the deletion (the watch kicks it).
-// It is longer than the node lease TTL (node_lease_ttl, 10 s), so a dead
-// owner is taken over through its alive key's expiry, when its members
-// count as gone (the start gate does not wait for them, the importer
-// makes no connection to its dead address, which would block for the TCP
-// SYN retries), never through the grace.
-const ownerGrace = 15 * time.Second
 
 // fenceTimeout bounds one wait for the storage fence acknowledgements; the
 // next reconcile waits again (the volume is not run meanwhile).
@@ -96,13 +73,14 @@ type ownership struct {
 	// notAcquired: volumes whose record names this node as owner, not
 	// acquired because it exports nothing (logged once each).
 	notAcquired map[string]bool
+	decided     map[string]decision.Action // the last decision per volume (logged when it changes)
 }
 
 func newOwnership(self string, ttl time.Duration, log *slog.Logger, freeze func() error, kick func()) *ownership {
 	return &ownership{self: self, ttl: ttl, log: log, freeze: freeze, kick: kick, wait: fence.Wait,
 		fenced: map[string]owner.Epoch{}, absent: map[string]time.Time{},
 		seen: map[string]owner.Key{}, lapsed: map[string]time.Time{}, handing: map[string]*handover{},
-		notAcquired: map[string]bool{}}
+		notAcquired: map[string]bool{}, decided: map[string]decision.Action{}}
 }
 
 // session returns the current owner session, making a new one when there
@@ -176,7 +154,9 @@ type ownerPlan struct {
 }
 
 // reconcile settles the ownership of every volume of v (see the comment
-// at the top).
+// at the top): it gathers each volume's facts, asks decision.Decide and
+// carries the action out (execute). The reads before the loop (session,
+// owner keys, lapses) and the bookkeeping in facts are the only state.
 func (o *ownership) reconcile(ctx context.Context, cli *clientv3.Client, v *clusterView) (ownerPlan, error) {
 	p := ownerPlan{Held: map[string]uint64{}, Drain: map[string]owner.Epoch{}, Resign: map[string]owner.Epoch{}}
 	s, err := o.session(ctx, cli)
@@ -195,144 +175,177 @@ func (o *ownership) reconcile(ctx context.Context, cli *clientv3.Client, v *clus
 		errs = append(errs, err)
 	}
 	ov := o.ownershipView(v)
+	if o.canExport(v) {
+		clear(o.notAcquired)
+	}
 	records := map[string]bool{}
 	for i, vol := range v.Volumes {
 		records[vol.UUID] = true
-		u, perr := volid.ParseUUID(vol.UUID)
-		if perr != nil {
+		if _, perr := volid.ParseUUID(vol.UUID); perr != nil {
 			continue
 		}
-		k, has := ks[vol.UUID]
-		if !has || k.Lease != mine || k.Node != o.self {
-			o.forget(vol.UUID)
-		}
-		h := o.handing[vol.UUID]
-		mineNow := has && k.Lease == mine && k.Node == o.self
-		if h != nil && !h.frozen && !mineNow {
-			delete(o.handing, vol.UUID) // lost the key before the drain froze the engine
-			h = nil
-		}
-		switch {
-		case h != nil && h.frozen && mineNow:
-			// Frozen at this epoch, the key not resigned yet: a frozen
-			// engine never thaws at its own epoch, so the hand-over
-			// goes on whatever the record says now.
-			delete(o.absent, vol.UUID)
-			p.Resign[vol.UUID] = k.Epoch
-			p.Keep = append(p.Keep, u)
-			continue
-		case h != nil && h.frozen && vol.Owner != o.self && !o.mayTakeBack(v, vol, has):
-			delete(o.absent, vol.UUID)
-			if o.handedOver(v, vol, k, has, h) {
-				p.Stop = append(p.Stop, u)
-				p.Finish = append(p.Finish, vol.UUID)
-			} else {
-				p.Keep = append(p.Keep, u)
-			}
-			continue
-		case mineNow:
-			delete(o.absent, vol.UUID)
-			if vol.Owner != o.self && vol.State == model.VolumeReady && alive(v, vol.Owner) {
-				// The desired owner is another live node: hand it over.
-				// This pass still runs it; the drain follows the
-				// manager's reconcile (afterReconcile).
-				if h == nil {
-					o.handing[vol.UUID] = &handover{epoch: k.Epoch}
-				}
-				p.Drain[vol.UUID] = k.Epoch
-			} else if h != nil {
-				delete(o.handing, vol.UUID) // the record came back before the drain froze it
-			}
-			if err := o.fence(ctx, cli, vol, k.Epoch, ""); err != nil {
-				errs = append(errs, err) // not run yet; an engine stays as it is
-				continue
-			}
-			p.Held[vol.UUID] = uint64(k.Epoch)
-			continue
-		case has && k.Node == o.self:
-			// This node's previous lease, fenced here but not expired
-			// at the server yet: its engine stays as it is (frozen,
-			// exported, requests queued) until the key goes and this
-			// node acquires again (Thaw at the new epoch) or another
-			// node does (then it is stopped).
-			delete(o.absent, vol.UUID)
-			continue
-		case has:
-			delete(o.absent, vol.UUID)
-			p.Stop = append(p.Stop, u)
-			continue
-		}
-		// No owner key: nobody may run the volume, and an engine of it
-		// here (frozen by this node's self-fence) stays as it is, exported
-		// with its requests queued: stopping it would take its consumers'
-		// only path before another one exists.
-		var e owner.Epoch
-		skip := ""
-		switch {
-		case vol.Owner == o.self && o.cannotExport(v, vol):
-			continue // another node takes it over (ownerGone, plan.ChooseOwner)
-		case vol.Owner == o.self:
-			delete(o.absent, vol.UUID)
-			e, err = owner.Acquire(ctx, s, vol.UUID, o.self)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("volume %s: %w", vol.Name, err))
-				continue
-			}
-			o.log.Info("acquired volume", "volume", vol.Name, "epoch", e)
-		case vol.State == model.VolumeReady && o.ownerGone(ov, vol):
-			if plan.ChooseOwner(ov.View, vol) != o.self {
-				continue
-			}
-			if e, err = o.takeOver(ctx, cli, s, vol); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			if _, ok := o.lapsed[vol.Owner]; ok {
-				// The old owner's session ended: it froze before its
-				// key could expire, and only it writes its own drives.
-				skip = vol.Owner
-			}
-			// This pass's view has the record as written: the drive
-			// exporter unexports this node's own members (tearing
-			// down the old owner's controllers to them) before the
-			// importer opens them.
-			v.Volumes[i].Owner = o.self
-		default:
-			continue
-		}
-		if err := o.fence(ctx, cli, vol, e, skip); err != nil {
+		f := o.facts(v, ov, vol, ks, mine)
+		a := decision.Decide(f)
+		o.note(vol, f, a)
+		if err := o.execute(ctx, cli, s, v, i, f, a, &p); err != nil {
 			errs = append(errs, err)
-			continue
-		}
-		p.Held[vol.UUID] = uint64(e)
-		if h != nil {
-			// Held again at a newer epoch (failover chose this node,
-			// or the record came back): the frozen engine thaws at e.
-			delete(o.handing, vol.UUID)
-			p.Undrain = append(p.Undrain, vol.UUID)
 		}
 	}
-	// A frozen hand-over's export goes only through Finish (handedOver):
-	// whatever else put it in Stop (a failed Acquire, a stranger's key)
-	// keeps it linked and inaccessible.
-	p.Stop = slices.DeleteFunc(p.Stop, func(u [16]byte) bool {
-		uuid := volid.Format(u)
-		if h := o.handing[uuid]; h != nil && h.frozen && !slices.Contains(p.Finish, uuid) {
-			p.Keep = append(p.Keep, u)
-			return true
-		}
-		return false
-	})
 	// Keys of this lease whose volume record is gone (deleted here).
 	for uuid, k := range ks {
-		if !records[uuid] && k.Lease == mine {
-			if err := owner.Resign(ctx, cli, uuid, k.Epoch); err != nil {
+		if records[uuid] || k.Lease != mine {
+			continue
+		}
+		a := decision.Decide(decision.Facts{Self: o.self, Deleted: true, Key: decision.HeldHere, KeyNode: k.Node, KeyEpoch: uint64(k.Epoch)})
+		if a.Kind == decision.Resign {
+			if err := owner.Resign(ctx, cli, uuid, owner.Epoch(a.Epoch)); err != nil {
 				errs = append(errs, err)
 			}
-			o.forget(uuid)
 		}
+		o.forget(uuid)
 	}
 	return p, errors.Join(errs...)
+}
+
+// facts gathers what decision.Decide needs of vol: the record, its
+// owner key in ks (mine is this node's current lease), liveness in v and
+// in ov (the takeover's view: lapsed nodes dead), this node's fence,
+// export and hand-over state. It keeps the bookkeeping that belongs to
+// the observation: the fenced epoch is forgotten with the key, and the
+// key's absence under a live record owner is timed (OwnerGrace; a kick
+// is scheduled for its end).
+func (o *ownership) facts(v, ov *clusterView, vol model.Volume, ks map[string]owner.Key, mine string) decision.Facts {
+	f := decision.Facts{Self: o.self, RecordOwner: vol.Owner, Ready: vol.State == model.VolumeReady,
+		OwnerAlive: alive(v, vol.Owner), Now: time.Now(), CanExport: o.canExport(v)}
+	_, f.OwnerLapsed = o.lapsed[vol.Owner]
+	k, has := ks[vol.UUID]
+	switch {
+	case !has:
+	case k.Lease == mine && k.Node == o.self:
+		f.Key = decision.HeldHere
+	case k.Node == o.self:
+		f.Key = decision.HeldPrevious
+	default:
+		f.Key = decision.HeldElsewhere
+	}
+	if has {
+		f.KeyNode, f.KeyEpoch = k.Node, uint64(k.Epoch)
+	}
+	if f.Key == decision.HeldHere {
+		f.FencedEpoch = uint64(o.fenced[vol.UUID])
+	} else {
+		o.forget(vol.UUID)
+	}
+	switch {
+	case decision.WatchAbsence(f):
+		if _, ok := o.absent[vol.UUID]; !ok {
+			o.absent[vol.UUID] = f.Now
+			time.AfterFunc(decision.OwnerGrace, o.kick)
+		}
+		f.AbsentSince = o.absent[vol.UUID]
+	case f.Key != decision.NoKey || vol.Owner == o.self:
+		delete(o.absent, vol.UUID)
+	default:
+		f.AbsentSince = o.absent[vol.UUID] // owner dead or lapsed: gone whatever the clock says
+	}
+	f.FailoverChoice = plan.ChooseOwner(ov.View, vol)
+	if h := o.handing[vol.UUID]; h != nil {
+		f.Handover = decision.Draining
+		if h.frozen {
+			f.Handover = decision.Frozen
+			f.MayUnexport, _, _ = o.unexportFacts(v, vol, f.KeyNode, f.KeyEpoch, h, f.Now)
+		}
+	}
+	return f
+}
+
+// note logs a volume's decision when it changed since the last pass
+// (waits and holds with their reason).
+func (o *ownership) note(vol model.Volume, f decision.Facts, a decision.Action) {
+	last, ok := o.decided[vol.UUID]
+	o.decided[vol.UUID] = a
+	if ok && last.Kind == a.Kind && last.Why == a.Why {
+		return
+	}
+	o.log.Debug("ownership", "volume", vol.Name, "action", a.Kind.String(), "epoch", a.Epoch, "why", a.Why.String(),
+		"key", f.Key.String(), "key_node", f.KeyNode, "record_owner", f.RecordOwner)
+}
+
+// execute carries out a, the decision for v.Volumes[i] on facts f, into p
+// and against etcd.
+func (o *ownership) execute(ctx context.Context, cli *clientv3.Client, s *owner.Session, v *clusterView, i int, f decision.Facts, a decision.Action, p *ownerPlan) error {
+	vol := v.Volumes[i]
+	u, _ := volid.ParseUUID(vol.UUID)
+	if a.DropHandover {
+		delete(o.handing, vol.UUID)
+	}
+	e := owner.Epoch(a.Epoch)
+	switch a.Kind {
+	case decision.Wait:
+		if a.Why == decision.CannotExport && !o.notAcquired[vol.UUID] {
+			o.notAcquired[vol.UUID] = true
+			n, _ := v.node(o.self)
+			o.log.Error("volume names this node as owner, which exports nothing: not acquired; a node that can export takes it over",
+				"volume", vol.Name, "reason", n.ExportsWhy)
+		}
+		return nil
+	case decision.Stop:
+		p.Stop = append(p.Stop, u)
+		return nil
+	case decision.Resign:
+		p.Resign[vol.UUID] = e
+		p.Keep = append(p.Keep, u)
+		return nil
+	case decision.Hold, decision.Finish:
+		h := o.handing[vol.UUID]
+		if a.Why == decision.KeyElsewhere {
+			p.Keep = append(p.Keep, u)
+			return nil
+		}
+		o.handedOver(v, vol, f, h, a)
+		if a.Kind == decision.Finish {
+			p.Stop = append(p.Stop, u)
+			p.Finish = append(p.Finish, vol.UUID)
+		} else {
+			p.Keep = append(p.Keep, u)
+		}
+		return nil
+	case decision.Drain:
+		if a.BeginHandover {
+			o.handing[vol.UUID] = &handover{epoch: e}
+		}
+		p.Drain[vol.UUID] = e
+	case decision.Acquire:
+		var err error
+		if e, err = owner.Acquire(ctx, s, vol.UUID, o.self); err != nil {
+			return fmt.Errorf("volume %s: %w", vol.Name, err)
+		}
+		o.log.Info("acquired volume", "volume", vol.Name, "epoch", e)
+	case decision.TakeOver:
+		var err error
+		if e, err = o.takeOver(ctx, cli, s, vol); err != nil {
+			return err
+		}
+		// This pass's view has the record as written: the drive
+		// exporter unexports this node's own members (tearing down
+		// the old owner's controllers to them) before the importer
+		// opens them.
+		v.Volumes[i].Owner = o.self
+	}
+	// Acquire, TakeOver, Fence, Keep, Drain: run at e once fenced.
+	if a.Fence {
+		if err := o.fence(ctx, cli, vol, e, a.SkipAck); err != nil {
+			return err // not run yet; an engine stays as it is
+		}
+	}
+	p.Held[vol.UUID] = uint64(e)
+	if a.Undrain && o.handing[vol.UUID] != nil {
+		// Held again at a newer epoch (failover chose this node, or the
+		// record came back): the frozen engine thaws at e.
+		delete(o.handing, vol.UUID)
+		p.Undrain = append(p.Undrain, vol.UUID)
+	}
+	return nil
 }
 
 // lapseWindow is how long a node whose owner session ended counts as dead
@@ -447,43 +460,18 @@ func (o *ownership) unfenced(ctx context.Context, cli *clientv3.Client, v *clust
 	return out
 }
 
-// cannotExport says whether this node exports nothing (clusterauth.go),
-// so it must not acquire vol although the record names it: it could
-// serve vol to nobody. Logged once per volume until it can export.
-func (o *ownership) cannotExport(v *clusterView, vol model.Volume) bool {
+// canExport says whether this node exports volumes (clusterauth.go): one
+// that exports nothing must not acquire a volume although the record
+// names it: it could serve it to nobody.
+func (o *ownership) canExport(v *clusterView) bool {
 	n, ok := v.node(o.self)
-	if !ok || !n.CannotExport() {
-		clear(o.notAcquired)
-		return false
-	}
-	if !o.notAcquired[vol.UUID] {
-		o.notAcquired[vol.UUID] = true
-		o.log.Error("volume names this node as owner, which exports nothing: not acquired; a node that can export takes it over",
-			"volume", vol.Name, "reason", n.ExportsWhy)
-	}
-	return true
+	return !ok || !n.CannotExport()
 }
 
 // alive says whether node is alive in v.
 func alive(v *clusterView, node string) bool {
 	n, ok := v.node(node)
 	return ok && n.Alive
-}
-
-// ownerGone says whether vol (no owner key now) is to be taken over: its
-// record owner is dead or unset, or the key has been absent for
-// ownerGrace while this node watched (a kick is scheduled for then).
-func (o *ownership) ownerGone(v *clusterView, vol model.Volume) bool {
-	if vol.Owner == "" || !alive(v, vol.Owner) {
-		return true
-	}
-	since, ok := o.absent[vol.UUID]
-	if !ok {
-		o.absent[vol.UUID] = time.Now()
-		time.AfterFunc(ownerGrace, o.kick)
-		return false
-	}
-	return time.Since(since) >= ownerGrace
 }
 
 // takeOver makes this node vol's owner: the record's owner becomes this
@@ -542,3 +530,51 @@ func (o *ownership) fence(ctx context.Context, cli *clientv3.Client, vol model.V
 }
 
 func (o *ownership) forget(uuid string) { delete(o.fenced, uuid) }
+
+// unexportFacts decides for a frozen hand-over whether its export may go
+// now (mayUnexport), without side effects: servedNow says the new owner
+// was first seen serving in this pass.
+func (o *ownership) unexportFacts(v *clusterView, vol model.Volume, keyNode string, keyEpoch uint64, h *handover, now time.Time) (ok bool, why string, servedNow bool) {
+	f := handoverFacts{Self: o.self, RecordOwner: vol.Owner, KeyNode: keyNode, KeyEpoch: keyEpoch, Now: now}
+	if st, ok := v.Status[vol.UUID]; ok {
+		f.Status = &st
+	}
+	hh := *h
+	if servedElsewhere(hh, f) {
+		var addrs []string
+		if n, ok := v.node(o.self); ok {
+			addrs = n.StorageAddresses
+		}
+		f.Pending = pendingConsumers(v, vol.UUID, addrs)
+		if hh.served.IsZero() {
+			hh.served, servedNow = now, true
+		}
+	}
+	ok, why = mayUnexport(hh, f)
+	return ok, why, servedNow
+}
+
+// handedOver carries out the side of a frozen hand-over's Hold or Finish
+// that is not in the plan: notes when the new owner was first seen
+// serving, logs the export's removal, and asks for a reconcile soon
+// while it waits (statuses and paths do not kick the loop).
+func (o *ownership) handedOver(v *clusterView, vol model.Volume, f decision.Facts, h *handover, a decision.Action) {
+	if h == nil {
+		return
+	}
+	_, why, servedNow := o.unexportFacts(v, vol, f.KeyNode, f.KeyEpoch, h, f.Now)
+	if servedNow {
+		h.served = f.Now
+		var pending []string
+		if n, ok := v.node(o.self); ok {
+			pending = pendingConsumers(v, vol.UUID, n.StorageAddresses)
+		}
+		o.log.Info("hand-over: the new owner serves; waiting for every consumer's path to it", "volume", vol.Name,
+			"owner", vol.Owner, "epoch", f.KeyEpoch, "inaccessible_seconds", f.Now.Sub(h.since).Seconds(), "pending", pending)
+	}
+	if a.Kind == decision.Finish {
+		o.log.Info("hand-over: removing this node's export", "volume", vol.Name, "why", why)
+		return
+	}
+	time.AfterFunc(time.Second, o.kick)
+}
