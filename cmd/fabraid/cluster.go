@@ -25,7 +25,7 @@ first 1, 3 or 5 nodes, or external with etcd_endpoints). See docs/cluster.md.` +
 	cmd.PersistentFlags().String("config", config.DefaultPath, "configuration file (for api_socket)")
 	cmd.PersistentFlags().String("socket", "", "fabraidd API socket (default: api_socket from the configuration)")
 	cmd.AddCommand(newClusterInitCmd(), newClusterTokenCmd(), newClusterJoinCmd(), newClusterStatusCmd(),
-		newClusterLeaveCmd(), newClusterRemoveCmd())
+		newClusterLeaveCmd(), newClusterRemoveCmd(), newClusterEnableRBACCmd(), newClusterRotateKeysCmd())
 	return cmd
 }
 

@@ -64,6 +64,28 @@ func (c *Client) ClusterLeave(force bool) error {
 	return c.do("POST", "/v1/cluster/leave", LeaveRequest{Force: force}, nil)
 }
 
+// RotateKeysReply is the answer of POST /v1/cluster/rotate-keys.
+type RotateKeysReply struct {
+	// Rotated names the secrets rotated ("controller").
+	Rotated []string `json:"rotated"`
+	// Seconds from the rotation until this node's target presented the
+	// new key and it was published.
+	Seconds float64 `json:"seconds"`
+}
+
+// ClusterEnableRBAC turns on etcd RBAC in a cluster made before it
+// (idempotent; refused on a client-only node).
+func (c *Client) ClusterEnableRBAC() error {
+	return c.do("POST", "/v1/cluster/rbac", nil, nil)
+}
+
+// ClusterRotateKeys rotates this node's DH-HMAC-CHAP controller secret.
+func (c *Client) ClusterRotateKeys() (RotateKeysReply, error) {
+	var out RotateKeysReply
+	err := c.do("POST", "/v1/cluster/rotate-keys", nil, &out)
+	return out, err
+}
+
 // ClusterRemove removes a dead node.
 func (c *Client) ClusterRemove(node string) error {
 	return c.do("DELETE", "/v1/cluster/nodes/"+url.PathEscape(node), nil, nil)

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -47,6 +48,22 @@ func TestHostKeyAtRegistration(t *testing.T) {
 	if err != nil || len(m) != 1 || m["n1"].Reveal() != sec.Reveal() {
 		t.Fatalf("etcd host keys: %d, n1 matches %v, %v", len(m), m["n1"].Reveal() == sec.Reveal(), err)
 	}
+	// The controller secret (bidirectional authentication): its own
+	// 0600 file, in the same etcd record, different from the host secret.
+	ctrl, ok := n1.CtrlSecret()
+	if !ok || ctrl.Reveal() == sec.Reveal() {
+		t.Fatalf("controller secret after init: %v, equals the host secret: %v", ok, ctrl.Reveal() == sec.Reveal())
+	}
+	cpath := filepath.Join(n1.o.Dir, CtrlKeyFile)
+	if fi, err := os.Stat(cpath); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("%s: %v; want 0600", cpath, err)
+	}
+	if file, err := nvmf.LoadSecret(cpath); err != nil || file.Reveal() != ctrl.Reveal() {
+		t.Fatalf("controller key file and CtrlSecret differ (%v)", err)
+	}
+	if _, cm, err := volumes.AllNodeKeys(ctx, n1.cli); err != nil || cm["n1"].Reveal() != ctrl.Reveal() {
+		t.Fatalf("etcd controller key of n1 matches: %v, %v", cm["n1"].Reveal() == ctrl.Reveal(), err)
+	}
 	r1, _ := n1.cli.Get(ctx, keys.HostKey("n1"))
 
 	// Restart: the same secret, not written again.
@@ -56,6 +73,9 @@ func TestHostKeyAtRegistration(t *testing.T) {
 	}
 	if s, _ := n1.HostSecret(); s.Reveal() != sec.Reveal() {
 		t.Error("restart made a new secret")
+	}
+	if s, _ := n1.CtrlSecret(); s.Reveal() != ctrl.Reveal() {
+		t.Error("restart made a new controller secret")
 	}
 	if r2, _ := n1.cli.Get(ctx, keys.HostKey("n1")); r2.Kvs[0].ModRevision != r1.Kvs[0].ModRevision {
 		t.Error("restart rewrote an unchanged host key")
@@ -70,8 +90,11 @@ func TestHostKeyAtRegistration(t *testing.T) {
 	if m, _ := volumes.HostKeys(ctx, n1.cli); m["n1"].Reveal() != sec.Reveal() {
 		t.Error("refresh did not restore the host key")
 	}
-	if strings.Contains(logs.String(), sec.Reveal()[10:40]) {
-		t.Error("the log contains the host secret")
+	if strings.Contains(logs.String(), sec.Reveal()[10:40]) || strings.Contains(logs.String(), ctrl.Reveal()[10:40]) {
+		t.Error("the log contains the host or controller secret")
+	}
+	if out := fmt.Sprintf("%v %+v %#v %s", ctrl, ctrl, ctrl, ctrl); strings.Contains(out, ctrl.Reveal()[10:40]) {
+		t.Errorf("CtrlSecret prints the key: %s", out)
 	}
 
 	// A second node's key is removed with it.

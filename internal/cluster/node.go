@@ -112,6 +112,14 @@ type Node struct {
 	// secret is the node's DH-HMAC-CHAP host secret, published at
 	// registration (see hostKey); zero before.
 	secret nvmf.Secret
+	// ctrlSecret is its DH-HMAC-CHAP controller secret (CtrlKeyFile),
+	// published with the host secret; zero before.
+	ctrlSecret nvmf.Secret
+	// ctrlPending: RotateCtrlSecret made ctrlSecret, and etcd keeps
+	// ctrlPublished until PublishKeys (the hosts must not ask for the new
+	// key before this node's target presents it).
+	ctrlPending   bool
+	ctrlPublished string
 
 	loops sync.WaitGroup
 	// crash makes the heartbeat loop stop renewing without revoking
@@ -457,34 +465,114 @@ func (n *Node) Refresh(ctx context.Context) error {
 // in Options.Dir.
 const HostKeyFile = "dhchap.key"
 
-// publishHostKey makes the node's host secret once (a file in Dir, 0600)
-// and keeps it in etcd at keys.HostKey (volumes.EnsureHostKey): every
-// exporter that allows this node's host NQN, drive exports and volume
-// exports alike, takes the key from there, and the node presents it when
-// it connects. The secret is never logged.
+// CtrlKeyFile is the node's DH-HMAC-CHAP controller secret (DHHC-1 form,
+// 0600) in Options.Dir: what its nvmet presents to the hosts it exports
+// to (bidirectional authentication).
+const CtrlKeyFile = "dhchap_ctrl.key"
+
+// publishHostKey makes the node's host and controller secrets once
+// (files in Dir, 0600) and keeps them in etcd at keys.HostKey
+// (volumes.EnsureNodeKeys): every exporter that allows this node's host
+// NQN, drive exports and volume exports alike, takes the host key from
+// there, every host that connects to this node's exports the controller
+// key, and the node presents its host key when it connects and its
+// controller key when it is connected to. The secrets are never logged.
 func (n *Node) publishHostKey(ctx context.Context, cli *clientv3.Client) error {
-	path := filepath.Join(n.o.Dir, HostKeyFile)
-	var sec nvmf.Secret
-	local := func() (string, error) {
-		s, err := nvmf.LoadSecret(path)
-		if errors.Is(err, os.ErrNotExist) {
-			if s, err = nvmf.GenerateSecret(32); err == nil {
-				err = nvmf.SaveSecret(path, s)
-			}
+	var sec, ctrl nvmf.Secret
+	local := func() (volumes.NodeKeys, error) {
+		var err error
+		if sec, err = loadOrMakeSecret(filepath.Join(n.o.Dir, HostKeyFile)); err != nil {
+			return volumes.NodeKeys{}, err
 		}
-		if err != nil {
-			return "", err
+		if ctrl, err = loadOrMakeSecret(filepath.Join(n.o.Dir, CtrlKeyFile)); err != nil {
+			return volumes.NodeKeys{}, fmt.Errorf("controller secret: %w", err)
 		}
-		sec = s
-		return s.Reveal(), nil
+		k := volumes.NodeKeys{Host: sec.Reveal(), Ctrl: ctrl.Reveal()}
+		n.mu.Lock()
+		if n.ctrlPending && n.ctrlPublished != "" {
+			k.Ctrl = n.ctrlPublished // rotated, not presented yet
+		}
+		n.mu.Unlock()
+		return k, nil
 	}
-	if _, err := volumes.EnsureHostKey(ctx, cli, n.o.Name, local); err != nil {
+	k, err := volumes.EnsureNodeKeys(ctx, cli, n.o.Name, local)
+	if err != nil {
 		return err
 	}
 	n.mu.Lock()
-	n.secret = sec
+	n.secret, n.ctrlSecret, n.ctrlPublished = sec, ctrl, k.Ctrl
+	if k.Ctrl == ctrl.Reveal() {
+		n.ctrlPending = false
+	}
 	n.mu.Unlock()
 	return nil
+}
+
+// RotateCtrlSecret replaces the node's DH-HMAC-CHAP controller secret
+// with a new one (CtrlKeyFile, replaced atomically): CtrlSecret returns it
+// at once, so the next reconcile puts it on this node's nvmet host
+// entries, but etcd keeps the old one (CtrlPending) until PublishKeys,
+// which the daemon calls once its target presents the new key: a host
+// that re-authenticates with it before would be refused and reconnect
+// (docs/cluster.md, "Key rotation"). Live connections are not touched.
+func (n *Node) RotateCtrlSecret() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cli == nil || len(n.ctrlSecret.Key) == 0 {
+		return ErrNotInCluster
+	}
+	s, err := nvmf.GenerateSecret(32)
+	if err != nil {
+		return err
+	}
+	if err := nvmf.SaveSecret(filepath.Join(n.o.Dir, CtrlKeyFile), s); err != nil {
+		return fmt.Errorf("cluster: save the new controller secret: %w", err)
+	}
+	if !n.ctrlPending {
+		n.ctrlPublished = n.ctrlSecret.Reveal()
+	}
+	n.ctrlSecret, n.ctrlPending = s, true
+	n.o.Log.Info("cluster: DH-HMAC-CHAP controller secret rotated; published once the target presents it")
+	return nil
+}
+
+// CtrlPending reports whether a rotated controller secret is not in etcd
+// yet (RotateCtrlSecret).
+func (n *Node) CtrlPending() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.ctrlPending
+}
+
+// PublishKeys writes the node's current host and controller secrets to
+// etcd (a rotated controller secret included) and ends CtrlPending.
+func (n *Node) PublishKeys(ctx context.Context) error {
+	n.mu.Lock()
+	cli := n.cli
+	n.ctrlPending = false
+	n.mu.Unlock()
+	if cli == nil {
+		return ErrNotInCluster
+	}
+	if err := n.publishHostKey(ctx, cli); err != nil {
+		n.mu.Lock()
+		n.ctrlPending = true
+		n.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// loadOrMakeSecret loads the secret in path (0600, nvmf.LoadSecret) or,
+// when there is none, makes one and saves it.
+func loadOrMakeSecret(path string) (nvmf.Secret, error) {
+	s, err := nvmf.LoadSecret(path)
+	if errors.Is(err, os.ErrNotExist) {
+		if s, err = nvmf.GenerateSecret(32); err == nil {
+			err = nvmf.SaveSecret(path, s)
+		}
+	}
+	return s, err
 }
 
 // HostSecret is the node's DH-HMAC-CHAP host secret (ok false before the
@@ -494,6 +582,15 @@ func (n *Node) HostSecret() (nvmf.Secret, bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.secret, len(n.secret.Key) > 0
+}
+
+// CtrlSecret is the node's DH-HMAC-CHAP controller secret, what its nvmet
+// presents to the hosts (ok false before the node has registered). It
+// prints redacted.
+func (n *Node) CtrlSecret() (nvmf.Secret, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.ctrlSecret, len(n.ctrlSecret.Key) > 0
 }
 
 // Init makes a new cluster named name with this node as its first etcd
@@ -600,7 +697,7 @@ func (n *Node) shutdown() {
 	n.mu.Lock()
 	join, cli, srv := n.join, n.cli, n.srv
 	n.join, n.cli, n.srv = nil, nil, nil
-	n.secret = nvmf.Secret{}
+	n.secret, n.ctrlSecret = nvmf.Secret{}, nvmf.Secret{}
 	n.mu.Unlock()
 	if join != nil {
 		join.Close()

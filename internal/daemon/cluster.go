@@ -197,6 +197,7 @@ func (d *Daemon) clusterRoutes(mux *http.ServeMux, reply func(http.ResponseWrite
 	mux.HandleFunc("DELETE /v1/cluster/nodes/{name}", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, nil, d.cluster.Remove(r.Context(), r.PathValue("name")))
 	})
+	d.clusterAuthRoutes(mux, reply) // clusterauth.go
 }
 
 var errLocalVolumes = errors.New("this node has one-node volumes")

@@ -2,10 +2,151 @@ package daemon
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fabraid/fabraid/internal/api"
+	"github.com/fabraid/fabraid/internal/cluster"
 	"github.com/fabraid/fabraid/internal/cluster/model"
+	"github.com/fabraid/fabraid/internal/cluster/plan"
+	"github.com/fabraid/fabraid/internal/cluster/volumes"
 	"github.com/fabraid/fabraid/internal/exporter"
+	"github.com/fabraid/fabraid/internal/volid"
+	"github.com/fabraid/fabraid/internal/volmgr"
+	"github.com/fabraid/fabraid/kernel/nvmf"
 )
+
+// Bidirectional DH-HMAC-CHAP (docs/cluster.md "Security")
+//
+// Every node has a controller secret besides its host secret (both made
+// once, 0600 files, published together at /hostkeys/<node>). Its nvmet
+// puts its controller secret on every host entry that has a host key
+// (dhchap_ctrl_key), drive exports (exporter.Input.CtrlSecret) and volume
+// exports (volmgr.ClusterPlan.CtrlSecret) alike; a host connecting to a
+// node's export passes that node's controller secret (dhchap_ctrl_secret:
+// member imports, importer.Remote.CtrlSecret; consumer connections,
+// volmgr.Consumer.CtrlSecret), and its kernel refuses a target that cannot
+// answer the host's challenge with it.
+
+// clusterAuthRoutes adds POST /v1/cluster/rbac (etcd RBAC on a cluster
+// made before it) and POST /v1/cluster/rotate-keys (a new controller
+// secret for this node).
+func (d *Daemon) clusterAuthRoutes(mux *http.ServeMux, reply func(http.ResponseWriter, any, error)) {
+	mux.HandleFunc("POST /v1/cluster/rbac", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, nil, enableRBACError(d.cluster.EnableRBAC(r.Context())))
+	})
+	mux.HandleFunc("POST /v1/cluster/rotate-keys", func(w http.ResponseWriter, r *http.Request) {
+		out, err := d.rotateKeys(r.Context())
+		reply(w, out, err)
+	})
+}
+
+// enableRBACError gives EnableRBAC's refusals their HTTP status and say
+// what to do instead.
+func enableRBACError(err error) error {
+	switch {
+	case errors.Is(err, cluster.ErrNotMember):
+		return &ownerError{code: http.StatusConflict, msg: "this node is a client-only node (no etcd member): run fabraid cluster enable-rbac on an etcd member (fabraid cluster status lists them)"}
+	case errors.Is(err, cluster.ErrExternal):
+		return &ownerError{code: http.StatusConflict, msg: "the cluster uses external etcd: its users, roles and authentication are its operator's (docs/cluster.md, \"etcd RBAC\")"}
+	}
+	return err
+}
+
+// rotateWait bounds how long rotate-keys waits for this node's target to
+// present the new controller key and for its publication.
+const rotateWait = 60 * time.Second
+
+// rotateKeys rotates this node's controller secret: a new one is kept
+// (cluster.Node.RotateCtrlSecret), the next reconcile puts it on every
+// host entry of this node's target (drive and volume exports), and once
+// the target presents it (publishRotatedKey, at the end of that
+// reconcile) it goes to etcd; every host then re-keys its live
+// controllers to this node at its next reconcile (nvmf.ConnectionPlan.Rekey:
+// the kernel re-authenticates them, I/O flows on).
+func (d *Daemon) rotateKeys(ctx context.Context) (api.RotateKeysReply, error) {
+	if err := d.cluster.RotateCtrlSecret(); err != nil {
+		return api.RotateKeysReply{}, err
+	}
+	start := time.Now()
+	d.Kick()
+	ctx, cancel := context.WithTimeout(ctx, rotateWait)
+	defer cancel()
+	for d.cluster.CtrlPending() {
+		select {
+		case <-ctx.Done():
+			return api.RotateKeysReply{}, fmt.Errorf("the new controller key is kept but not presented by this node's target after %s (it is published by the first reconcile that applies it; see the log)", rotateWait)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return api.RotateKeysReply{Rotated: []string{"controller"}, Seconds: time.Since(start).Seconds()}, nil
+}
+
+// publishRotatedKey publishes a rotated controller secret
+// (cluster.Node.CtrlPending) once every host entry with a host key on
+// this node's target, drive and volume exports alike, has it as its
+// controller key: only then may the hosts ask for it. Called at the end
+// of each reconcile.
+func (d *Daemon) publishRotatedKey(ctx context.Context) error {
+	if !d.cluster.CtrlPending() {
+		return nil
+	}
+	own, ok := d.cluster.CtrlSecret()
+	if !ok {
+		return nil
+	}
+	for _, scope := range []string{exporter.NQNPrefix, volid.NQNPrefix} {
+		xs, err := d.loop.x.Target.List(ctx, scope)
+		if err != nil {
+			return fmt.Errorf("rotated controller key: read the target: %w", err)
+		}
+		for _, x := range xs {
+			for _, h := range x.Hosts {
+				if h.DHCHAPKey != "" && string(h.DHCHAPCtrlKey) != own.Reveal() {
+					return nil // not yet: the next reconcile looks again
+				}
+			}
+		}
+	}
+	if err := d.cluster.PublishKeys(ctx); err != nil {
+		return fmt.Errorf("publish the rotated controller key: %w", err)
+	}
+	d.log.Info("rotated DH-HMAC-CHAP controller key presented by this node's target and published; hosts re-authenticate at their next reconcile")
+	return nil
+}
+
+// readCtrlKeys sets v.CtrlKeys: every node's controller secret from etcd,
+// this node's own from its file (what its nvmet presents, even before
+// etcd has it).
+func (d *Daemon) readCtrlKeys(ctx context.Context, kv clientv3.KV, v *clusterView) error {
+	_, ctrl, err := volumes.AllNodeKeys(ctx, kv)
+	if err != nil {
+		return fmt.Errorf("controller keys: %w", err)
+	}
+	if own, ok := d.cluster.CtrlSecret(); ok {
+		ctrl[v.Self] = nvmf.SecretText(own.Reveal())
+	}
+	v.CtrlKeys = ctrl
+	return nil
+}
+
+// withCtrlKeys completes the volume manager's plan for bidirectional
+// authentication: this node's controller secret on its volume exports,
+// each consumer volume's owner's controller secret on its connections.
+func withCtrlKeys(mp *volmgr.ClusterPlan, v *clusterView) {
+	mp.CtrlSecret = v.CtrlKeys[v.Self]
+	owner := map[[16]byte]string{}
+	for _, c := range plan.Consumers(v.View) {
+		owner[c.UUID] = c.Owner
+	}
+	for i := range mp.Consumers {
+		mp.Consumers[i].CtrlSecret = v.CtrlKeys[owner[mp.Consumers[i].UUID]]
+	}
+}
 
 // Exports without DH-HMAC-CHAP (require_auth, docs/cluster.md "Security")
 //

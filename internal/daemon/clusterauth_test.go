@@ -3,15 +3,21 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/fabraid/fabraid/internal/cluster"
 	"github.com/fabraid/fabraid/internal/cluster/model"
 	"github.com/fabraid/fabraid/internal/cluster/owner"
 	"github.com/fabraid/fabraid/internal/cluster/plan"
 	"github.com/fabraid/fabraid/internal/config"
 	"github.com/fabraid/fabraid/internal/exporter"
+	"github.com/fabraid/fabraid/internal/volid"
+	"github.com/fabraid/fabraid/internal/volmgr"
+	"github.com/fabraid/fabraid/kernel/nvmf"
 	"github.com/fabraid/fabraid/plugins/backend"
 )
 
@@ -109,5 +115,45 @@ func TestOwnershipRefusingOwner(t *testing.T) {
 	}
 	if p := f.run(a); p.Held[f.uuid] == 0 {
 		t.Fatalf("a able to export: %+v, want v held", p)
+	}
+}
+
+// TestEnableRBACError: enable-rbac on a client-only node is a conflict
+// (409) that says where to run it; external etcd too; other errors pass.
+func TestEnableRBACError(t *testing.T) {
+	err := enableRBACError(fmt.Errorf("cluster: etcd authentication is enabled from an etcd member: %w", cluster.ErrNotMember))
+	if errorCode(err) != http.StatusConflict || !strings.Contains(err.Error(), "client-only node") || !strings.Contains(err.Error(), "run fabraid cluster enable-rbac on an etcd member") {
+		t.Errorf("client-only node: %d %q", errorCode(err), err)
+	}
+	if err := enableRBACError(cluster.ErrExternal); errorCode(err) != http.StatusConflict || !strings.Contains(err.Error(), "external etcd") {
+		t.Errorf("external etcd: %d %q", errorCode(err), err)
+	}
+	other := errors.New("etcd down")
+	if err := enableRBACError(other); err != other {
+		t.Errorf("other error changed: %v", err)
+	}
+	if enableRBACError(nil) != nil {
+		t.Error("nil changed")
+	}
+}
+
+// TestWithCtrlKeys: the volume manager's plan gets this node's
+// controller secret for its exports and each consumer volume's owner's
+// for its connections (none for an owner without one).
+func TestWithCtrlKeys(t *testing.T) {
+	u1, u2 := [16]byte{15: 1, 6: 0x40, 8: 0x80}, [16]byte{15: 2, 6: 0x40, 8: 0x80}
+	node := func(name string) model.NodeStatus {
+		return model.NodeStatus{Alive: true, Node: model.Node{Name: name, HostNQN: "nqn.h:" + name, StorageAddresses: []string{"10.0.0." + name}}}
+	}
+	v := &clusterView{View: plan.View{Self: "a", Nodes: []model.NodeStatus{node("a"), node("b"), node("c")},
+		Volumes: []model.Volume{
+			{UUID: volid.Format(u1), Name: "v1", Owner: "b", State: model.VolumeReady},
+			{UUID: volid.Format(u2), Name: "v2", Owner: "c", State: model.VolumeReady},
+		},
+		CtrlKeys: map[string]nvmf.SecretText{"a": "ctrl-a", "b": "ctrl-b"}}}
+	mp := volmgr.ClusterPlan{Consumers: []volmgr.Consumer{{UUID: u1}, {UUID: u2}}}
+	withCtrlKeys(&mp, v)
+	if mp.CtrlSecret != "ctrl-a" || mp.Consumers[0].CtrlSecret != "ctrl-b" || mp.Consumers[1].CtrlSecret != "" {
+		t.Fatalf("own %v, v1 (owner b) %v, v2 (owner c, no key) %v", mp.CtrlSecret == "ctrl-a", mp.Consumers[0].CtrlSecret == "ctrl-b", mp.Consumers[1].CtrlSecret == "")
 	}
 }

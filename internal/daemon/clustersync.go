@@ -37,6 +37,9 @@ func (d *Daemon) reconcileCluster(ctx context.Context) error {
 	secret := nvmf.SecretText(hs.Reveal())
 	rctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 	v, err := readView(rctx, cli, self)
+	if err == nil {
+		err = d.readCtrlKeys(rctx, cli, v) // clusterauth.go
+	}
 	cancel()
 	if err != nil {
 		return err
@@ -77,6 +80,7 @@ func (d *Daemon) reconcileCluster(ctx context.Context) error {
 	paths := imp.Paths(ires)
 	mp := managerPlan(v, imp, paths)
 	mp.Secret, mp.Auth, mp.Stop, mp.Drain = secret, xres.Auth, own.Stop, own.Keep
+	withCtrlKeys(&mp, v) // clusterauth.go
 	if refused != nil {
 		mp.Refused = refused.Error()
 	}
@@ -106,6 +110,9 @@ func (d *Daemon) reconcileCluster(ctx context.Context) error {
 	errs = append(errs, d.replaceMembers(ctx, cli, imp, paths)...) // clusterreq.go
 	errs = append(errs, d.deleteOwned(ctx, cli, imp, paths)...)
 	if err := d.publishStatus(wctx, cli, v); err != nil {
+		errs = append(errs, err)
+	}
+	if err := d.publishRotatedKey(wctx); err != nil { // clusterauth.go
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

@@ -102,6 +102,13 @@ type Input struct {
 	// DH-HMAC-CHAP (require_auth = false). Off by default: such a target
 	// exports nothing (Refusal).
 	AllowUnauthenticated bool
+	// CtrlSecret is this node's DH-HMAC-CHAP controller secret (DHHC-1
+	// form): with DH-HMAC-CHAP, every host entry with a host key gets it
+	// as dhchap_ctrl_key, so a host that asks for bidirectional
+	// authentication can check this target. Empty: none (the host alone
+	// authenticates). The volume exports put the same key on the same
+	// host entries (volmgr.ClusterPlan.CtrlSecret).
+	CtrlSecret nvmf.SecretText
 }
 
 // Export is one drive export of the desired state.
@@ -235,6 +242,9 @@ func Desire(in Input, f nvmet.Features) Desired {
 			host := nvmet.Host{NQN: h.NQN}
 			if f.Auth {
 				host.DHCHAPKey = h.Secret.Reveal()
+				if h.Secret != "" {
+					host.DHCHAPCtrlKey = in.CtrlSecret.Reveal()
+				}
 			}
 			d.Spec.Hosts = append(d.Spec.Hosts, host)
 		}

@@ -54,6 +54,25 @@ func TestDesire(t *testing.T) {
 			spec: nvmet.Spec{Hosts: []nvmet.Host{{NQN: hostB, DHCHAPKey: keyB}}, Subsystems: []nvmet.Subsystem{sub("d1", hostB), sub("d2", hostB)},
 				Ports: []nvmet.Port{port(NQN("d1"), NQN("d2"))}},
 			exports: []string{"d1:" + hostB + ":true", "d2:" + hostB + ":true"}},
+		{name: "bidirectional: this node's controller key on the owner's entry", f: auth,
+			in: func(in *Input) { in.CtrlSecret = nvmf.SecretText(keyC) },
+			spec: nvmet.Spec{Hosts: []nvmet.Host{{NQN: hostB, DHCHAPKey: keyB, DHCHAPCtrlKey: keyC}}, Subsystems: []nvmet.Subsystem{sub("d1", hostB), sub("d2", hostB)},
+				Ports: []nvmet.Port{port(NQN("d1"), NQN("d2"))}},
+			exports: []string{"d1:" + hostB + ":true", "d2:" + hostB + ":true"}},
+		{name: "controller key but an owner without secret (allowed): no controller key", f: auth,
+			in: func(in *Input) {
+				in.CtrlSecret = nvmf.SecretText(keyC)
+				in.Volumes[0].Owner.Secret = ""
+				in.AllowNoAuth = true
+			},
+			spec: nvmet.Spec{Hosts: []nvmet.Host{{NQN: hostB}}, Subsystems: []nvmet.Subsystem{sub("d1", hostB), sub("d2", hostB)},
+				Ports: []nvmet.Port{port(NQN("d1"), NQN("d2"))}},
+			exports: []string{"d1:" + hostB + ":false", "d2:" + hostB + ":false"}},
+		{name: "controller key on a kernel without auth: none", f: nvmet.Features{},
+			in: func(in *Input) { in.CtrlSecret = nvmf.SecretText(keyC); in.AllowUnauthenticated = true },
+			spec: nvmet.Spec{Hosts: []nvmet.Host{{NQN: hostB}}, Subsystems: []nvmet.Subsystem{sub("d1", hostB), sub("d2", hostB)},
+				Ports: []nvmet.Port{port(NQN("d1"), NQN("d2"))}},
+			exports: []string{"d1:" + hostB + ":false", "d2:" + hostB + ":false"}},
 		{name: "kernel without auth, require_auth = false: exported without key", f: nvmet.Features{},
 			in: func(in *Input) { in.AllowUnauthenticated = true },
 			spec: nvmet.Spec{Hosts: []nvmet.Host{{NQN: hostB}}, Subsystems: []nvmet.Subsystem{sub("d1", hostB), sub("d2", hostB)},
@@ -232,6 +251,17 @@ func TestFenceKeyChange(t *testing.T) {
 	_, fenced := Fence(Desire(in, auth).Spec, asState(old))
 	if !reflect.DeepEqual(fenced, []string{"d1", "d2"}) {
 		t.Fatalf("a rotated secret fenced %v, want [d1 d2]", fenced)
+	}
+	// A new controller key (this node's) changes the host entry in
+	// place: the owner's controllers stay; its next (re-)authentication
+	// checks the new key.
+	in = base()
+	in.CtrlSecret = nvmf.SecretText(keyB)
+	old = Desire(in, auth).Spec
+	in.CtrlSecret = nvmf.SecretText(keyC)
+	d := Desire(in, auth).Spec
+	if _, fenced := Fence(d, asState(old)); len(fenced) != 0 || d.Hosts[0].DHCHAPCtrlKey != keyC {
+		t.Fatalf("a new controller key fenced %v (controller key set: %v)", fenced, d.Hosts[0].DHCHAPCtrlKey == keyC)
 	}
 }
 

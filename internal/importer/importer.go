@@ -29,6 +29,12 @@ type Remote struct {
 	// connect to a dead address blocks for the TCP SYN retries, minutes,
 	// and would hold up a takeover).
 	KeepOnly bool
+	// CtrlSecret is the exporting node's DH-HMAC-CHAP controller secret
+	// (DHHC-1 form): with Input.Secret set, the connection authenticates
+	// the controller too (dhchap_ctrl_secret) and the kernel refuses a
+	// target that cannot answer with it. Empty: the host alone
+	// authenticates.
+	CtrlSecret nvmf.SecretText
 }
 
 // Input is everything the owner node wants imported, for all the volumes
@@ -97,6 +103,9 @@ func Connections(in Input) ([]nvmf.Options, error) {
 		}
 		o := nvmf.Options{Transport: nvmf.TCP, Address: r.Address, ServiceID: svc, NQN: r.NQN,
 			HostNQN: in.Identity.NQN, HostID: in.Identity.ID, Timeouts: &t, DHCHAPSecret: in.Secret.Reveal()}
+		if in.Secret != "" {
+			o.DHCHAPCtrlSecret = r.CtrlSecret.Reveal()
+		}
 		if err := o.Validate(); err != nil {
 			return nil, fmt.Errorf("import %s from %s: %w", r.NQN, r.Address, err)
 		}
@@ -123,6 +132,11 @@ func (im *Importer) Reconcile(ctx context.Context, in Input) (Result, error) {
 	im.disconnect(ctx, plan.Disconnect, &res)
 	for _, r := range plan.Retime {
 		if err := im.Host.SetTimeouts(r.Name, r.Timeouts); err != nil {
+			res.Problems = append(res.Problems, fmt.Errorf("import: %w", err))
+		}
+	}
+	for _, r := range plan.Rekey { // a rotated key: re-authenticate
+		if err := im.Host.Rekey(r.Name, r.Attr, r.Secret); err != nil {
 			res.Problems = append(res.Problems, fmt.Errorf("import: %w", err))
 		}
 	}

@@ -1,8 +1,10 @@
 package importer
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -117,6 +119,27 @@ func TestConnections(t *testing.T) {
 	if strings.Contains(got[0].Redacted(), secret) {
 		t.Fatal("redacted options show the secret")
 	}
+	if got[0].DHCHAPCtrlSecret != "" {
+		t.Fatal("a remote without a controller key is asked for one")
+	}
+
+	// Bidirectional: the exporting node's controller key on its
+	// connections, redacted; none without a host secret (the kernel
+	// refuses dhchap_ctrl_secret alone).
+	ctrl := nvmf.Secret{Key: bytes.Repeat([]byte{7}, 32)}.Reveal()
+	in.Remotes[1].CtrlSecret = nvmf.SecretText(ctrl)
+	if got, err = Connections(in); err != nil || got[1].DHCHAPCtrlSecret != ctrl || got[0].DHCHAPCtrlSecret != "" {
+		t.Fatalf("controller keys %v: %v", []bool{got[0].DHCHAPCtrlSecret == ctrl, got[1].DHCHAPCtrlSecret == ctrl}, err)
+	}
+	if s := got[1].Redacted() + fmt.Sprintf("%v %+v", in, got[1]); strings.Contains(s, ctrl) || strings.Contains(s, ctrl[10:40]) {
+		t.Fatal("redacted options or the input show the controller secret")
+	}
+	noHost := in
+	noHost.Secret = ""
+	if got, err = Connections(noHost); err != nil || got[1].DHCHAPCtrlSecret != "" {
+		t.Fatalf("no host secret: controller secret passed (%v)", err)
+	}
+
 	in.Remotes = append(in.Remotes, Remote{NQN: "nqn.2026-11.io.fabraid:vol:x", Address: "10.0.0.2"})
 	if _, err := Connections(in); err == nil || !strings.Contains(err.Error(), "not a drive export") {
 		t.Fatalf("volume NQN accepted: %v", err)

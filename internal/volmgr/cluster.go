@@ -71,6 +71,11 @@ type ClusterPlan struct {
 	// Secret is this host's DH-HMAC-CHAP secret for the consumer
 	// connections; empty: none.
 	Secret nvmf.SecretText
+	// CtrlSecret is this node's DH-HMAC-CHAP controller secret: with
+	// Auth, every allowed host with a key gets it as its controller key
+	// (WithCtrlKey), the same key the drive exporter puts on the same
+	// host entries. Empty: none.
+	CtrlSecret nvmf.SecretText
 	// Stop are the volumes this node must not run (it does not hold
 	// their owner key): an engine of one is unexported and stopped.
 	Stop [][16]byte
@@ -125,6 +130,10 @@ type Consumer struct {
 	UUID      [16]byte
 	Addresses []string // the owner's storage addresses
 	Port      int      // default DefaultClusterExportPort
+	// CtrlSecret is the owner's DH-HMAC-CHAP controller secret: set (and
+	// this host has a secret), the connections authenticate the
+	// controller too (dhchap_ctrl_secret). Empty: the host alone.
+	CtrlSecret nvmf.SecretText
 }
 
 // ClusterResult is what a cluster reconcile reports back for etcd.
@@ -436,6 +445,24 @@ func ClusterExportSpec(exports []Export, hosts []ExportHost, auth bool, addrs []
 	return out
 }
 
+// WithCtrlKey gives every host of exports that has a DH-HMAC-CHAP key
+// the controller key ctrl (this node's controller secret), so hosts that
+// ask for bidirectional authentication can check this target. Empty
+// ctrl: exports unchanged. Pure (exports' hosts are modified in place).
+func WithCtrlKey(exports []backend.Export, ctrl nvmf.SecretText) []backend.Export {
+	if ctrl == "" {
+		return exports
+	}
+	for i := range exports {
+		for j := range exports[i].Hosts {
+			if h := &exports[i].Hosts[j]; h.DHCHAPKey != "" {
+				h.DHCHAPCtrlKey = backend.Secret(ctrl.Reveal())
+			}
+		}
+	}
+	return exports
+}
+
 // ConsumerConnections are the connections of this host to the consumer
 // volumes: one per owner address (paths of one multipath head),
 // volume-path timeout profile, with the host's secret. Pure.
@@ -453,6 +480,9 @@ func ConsumerConnections(cs []Consumer, id nvmf.HostIdentity, secret nvmf.Secret
 		for _, a := range c.Addresses {
 			out = append(out, nvmf.Options{Transport: nvmf.TCP, Address: a, ServiceID: strconv.Itoa(port),
 				NQN: volid.NQN(c.UUID), HostNQN: id.NQN, HostID: id.ID, Timeouts: &t, DHCHAPSecret: secret.Reveal()})
+			if secret != "" {
+				out[len(out)-1].DHCHAPCtrlSecret = c.CtrlSecret.Reveal()
+			}
 		}
 	}
 	return out, nil

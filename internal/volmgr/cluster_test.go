@@ -2,6 +2,7 @@ package volmgr
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -167,6 +168,40 @@ func TestClusterExportSpec(t *testing.T) {
 	if err != nil || len(cs) != 2 || cs[1].Address != "10.0.1.1" || cs[0].ServiceID != "4420" || cs[0].NQN != volid.NQN([16]byte{1}) ||
 		cs[0].DHCHAPSecret != "DHHC-1:00:s:" || cs[0].HostNQN != "nqn.self" || cs[0].Timeouts == nil {
 		t.Fatalf("consumer connections %+v %v", cs, err)
+	}
+	if cs[0].DHCHAPCtrlSecret != "" {
+		t.Fatal("a consumer without the owner's controller key asks for one")
+	}
+}
+
+// TestCtrlKeys: with a controller secret, every volume export host that
+// has a key gets it as its controller key (the drive exporter puts the
+// same one on the same host entries), a host without a key gets none;
+// consumers pass the owner's controller secret only with a host secret.
+// Nothing prints either.
+func TestCtrlKeys(t *testing.T) {
+	const ctrl = "DHHC-1:00:ctrl:"
+	exports := []Export{{UUID: [16]byte{1}, Device: "/dev/ublkb0"}}
+	hosts := []ExportHost{{NQN: "nqn.b", Secret: "DHHC-1:00:b:"}, {NQN: "nqn.a"}}
+	s := WithCtrlKey(ClusterExportSpec(exports, hosts, true, []string{"10.0.0.1"}, 0), ctrl)
+	if string(s[0].Hosts[1].DHCHAPCtrlKey) != ctrl || s[0].Hosts[0].DHCHAPCtrlKey != "" {
+		t.Fatalf("controller keys: b %v, a (no host key) %v", s[0].Hosts[1].DHCHAPCtrlKey == ctrl, s[0].Hosts[0].DHCHAPCtrlKey != "")
+	}
+	if s := WithCtrlKey(ClusterExportSpec(exports, hosts, true, []string{"10.0.0.1"}, 0), ""); s[0].Hosts[1].DHCHAPCtrlKey != "" {
+		t.Fatal("no controller secret: a controller key set")
+	}
+	id := nvmf.HostIdentity{NQN: "nqn.self", ID: "0b0b0b0b-0000-4000-8000-00000000000b"}
+	c := []Consumer{{UUID: [16]byte{1}, Addresses: []string{"10.0.0.1"}, CtrlSecret: ctrl}}
+	cs, err := ConsumerConnections(c, id, "DHHC-1:00:s:")
+	if err != nil || cs[0].DHCHAPCtrlSecret != ctrl {
+		t.Fatalf("consumer with the owner's controller key: %v", err)
+	}
+	if cs, _ := ConsumerConnections(c, id, ""); cs[0].DHCHAPCtrlSecret != "" {
+		t.Fatal("controller secret without a host secret")
+	}
+	p := ClusterPlan{Consumers: c, CtrlSecret: ctrl, Secret: "DHHC-1:00:s:"}
+	if out := fmt.Sprintf("%v %+v %#v", p, p, s); strings.Contains(out, "ctrl") {
+		t.Fatalf("a plan prints the controller secret: %s", out)
 	}
 }
 

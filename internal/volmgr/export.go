@@ -125,7 +125,7 @@ func (x *exporter) reconcileCluster(ctx context.Context, exports []Export, p *Cl
 	if exports, err = x.withANA(ctx, exports, p.CntlIDMin, p.CntlIDMax, p.Drain); err != nil {
 		return nil, err
 	}
-	return x.converge(ctx, ClusterExportSpec(exports, p.Hosts, p.Auth, p.Addresses, p.Port), desired, true)
+	return x.converge(ctx, WithCtrlKey(ClusterExportSpec(exports, p.Hosts, p.Auth, p.Addresses, p.Port), p.CtrlSecret), desired, true)
 }
 
 // converge applies the exports and the desired connections; with
@@ -156,6 +156,14 @@ func (x *exporter) converge(ctx context.Context, exports []backend.Export, desir
 		}
 	}
 	var failed []error
+	for _, r := range plan.Rekey { // a rotated key: re-authenticate
+		if err := x.host.Rekey(r.Name, r.Attr, r.Secret); err != nil {
+			if !keepGoing {
+				return nil, err
+			}
+			failed = append(failed, err)
+		}
+	}
 	for _, o := range plan.Connect {
 		if err := x.connect(ctx, o); err != nil {
 			if !keepGoing {

@@ -135,6 +135,44 @@ func (h *Host) SetTimeouts(name string, t Timeouts) error {
 	return nil
 }
 
+// Rekey changes one DH-HMAC-CHAP secret of controller name through sysfs
+// (attr AttrDHCHAPSecret or AttrDHCHAPCtrlSecret, NVME_HOST_AUTH; 6.0+).
+// The kernel keeps the new secret for every later reconnect and
+// re-authenticates the live controller at once, in the background: its
+// admin queue, then every I/O queue, with I/O flowing meanwhile. The
+// other side must know the new key first: the target checks the host's
+// answer against the host entry's dhchap_key (configfs, read again at each
+// re-authentication) and answers with its dhchap_ctrl_key; a failed
+// re-authentication makes nvmet end the controller (fatal error) and the
+// host reconnect, which also fails until the keys agree. So change the
+// target's host entry first, then the host, one secret at a time: a
+// write re-authenticates with the pair the kernel has at that moment. The
+// kernel refuses (EINVAL) a controller connected without a secret of that
+// kind. The secret is never in the error.
+func (h *Host) Rekey(name, attr string, secret SecretText) error {
+	if !ctrlRe.MatchString(name) {
+		return fmt.Errorf("rekey %q: not an nvme controller name", name)
+	}
+	if attr != AttrDHCHAPSecret && attr != AttrDHCHAPCtrlSecret {
+		return fmt.Errorf("rekey %s: %q is no DH-HMAC-CHAP secret attribute", name, attr)
+	}
+	if _, err := ParseSecret(secret.Reveal()); err != nil {
+		return fmt.Errorf("rekey %s: %s: %w", name, attr, err)
+	}
+	p := filepath.Join(h.Sysfs.Root, "class", "nvme", name, attr)
+	if err := os.WriteFile(p, []byte(secret.Reveal()), 0); err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the path only; never the value
+		}
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("rekey %s: no %s attribute (needs NVME_HOST_AUTH): %w", name, attr, ErrNotSupported)
+		}
+		return fmt.Errorf("rekey %s: write %s: %w (the kernel refuses a controller connected without that kind of secret)", name, attr, err)
+	}
+	return nil
+}
+
 // WaitPaths waits until controller name shows at least n namespace paths
 // whose head block devices exist in /dev (sysfs shows a namespace a moment
 // before devtmpfs has its node), or ctx ends, and returns the controller.

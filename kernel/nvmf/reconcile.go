@@ -15,6 +15,13 @@ type ConnectionPlan struct {
 	// writable in sysfs, keep_alive_tmo is not (a KeepAlive mismatch is
 	// ignored: reconnect to change it).
 	Retime []Retime
+	// Rekey lists controllers that authenticate with a DH-HMAC-CHAP
+	// secret other than the desired one (Host.Rekey: the kernel
+	// re-authenticates the live controller and reconnects with it). Only
+	// a controller connected with a secret of that kind can change it
+	// (the kernel refuses otherwise): one connected without a controller
+	// secret keeps host-only authentication until it reconnects.
+	Rekey []Rekey
 	// Disconnect lists owned controllers nobody wants any more (names).
 	// Deleting a controller whose target is unreachable can block for the
 	// admin timeout (60 s): run these off the reconcile loop.
@@ -27,9 +34,18 @@ type Retime struct {
 	Timeouts Timeouts
 }
 
+// Rekey is one secret change of an existing controller: Attr is
+// AttrDHCHAPSecret (the host's secret) or AttrDHCHAPCtrlSecret (the
+// controller's).
+type Rekey struct {
+	Name   string
+	Attr   string
+	Secret SecretText
+}
+
 // Empty reports whether nothing is to be done.
 func (p ConnectionPlan) Empty() bool {
-	return len(p.Connect) == 0 && len(p.Retime) == 0 && len(p.Disconnect) == 0
+	return len(p.Connect) == 0 && len(p.Retime) == 0 && len(p.Rekey) == 0 && len(p.Disconnect) == 0
 }
 
 // connKey identifies a connection: one controller per subsystem, target
@@ -80,6 +96,14 @@ func PlanConnections(desired []Options, actual []Controller, ownedPrefix string)
 				c.Timeouts.FastIOFail != t.FastIOFail {
 				p.Retime = append(p.Retime, Retime{Name: c.Name, Timeouts: *t})
 			}
+		}
+		// One secret per reconcile, the controller's first: each write
+		// re-authenticates at once with the pair the kernel then has.
+		switch {
+		case o.DHCHAPCtrlSecret != "" && c.DHCHAPCtrlSecret != "" && SecretText(o.DHCHAPCtrlSecret) != c.DHCHAPCtrlSecret:
+			p.Rekey = append(p.Rekey, Rekey{Name: c.Name, Attr: AttrDHCHAPCtrlSecret, Secret: SecretText(o.DHCHAPCtrlSecret)})
+		case o.DHCHAPSecret != "" && c.DHCHAPSecret != "" && SecretText(o.DHCHAPSecret) != c.DHCHAPSecret:
+			p.Rekey = append(p.Rekey, Rekey{Name: c.Name, Attr: AttrDHCHAPSecret, Secret: SecretText(o.DHCHAPSecret)})
 		}
 	}
 	for k, c := range have {

@@ -1,7 +1,9 @@
 package nvmf
 
 import (
+	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -54,8 +56,51 @@ func TestPlanConnections(t *testing.T) {
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Fatalf("plan\n got %+v\nwant %+v", got, tt.want)
 			}
-			if got.Empty() != (len(tt.want.Connect)+len(tt.want.Retime)+len(tt.want.Disconnect) == 0) {
+			if got.Empty() != (len(tt.want.Connect)+len(tt.want.Retime)+len(tt.want.Rekey)+len(tt.want.Disconnect) == 0) {
 				t.Fatal("Empty wrong")
+			}
+		})
+	}
+}
+
+// TestPlanRekey: a live controller whose host or controller secret
+// differs from the desired one is re-keyed, the controller secret first
+// and one secret per plan; a controller connected without a secret of
+// that kind is left alone (the kernel cannot add one); the plan prints no
+// secret.
+func TestPlanRekey(t *testing.T) {
+	const own = "nqn.2026-11.io.fabraid:"
+	k := func(b byte) string { return Secret{Key: []byte(string(make([]byte, 31)) + string(rune(b)))}.Reveal() }
+	h1, h2, c1, c2 := k('a'), k('b'), k('c'), k('d')
+	m, _ := Profile(ProfileMember)
+	o := baseOptions()
+	o.NQN, o.Address, o.Timeouts = own+"drive:d1", "10.0.0.1", &m
+	want := func(host, ctrl string) Options { x := o; x.DHCHAPSecret, x.DHCHAPCtrlSecret = host, ctrl; return x }
+	have := func(host, ctrl string) Controller {
+		return Controller{Name: "nvme0", Transport: "tcp", Address: Address{TrAddr: "10.0.0.1", TrSvcID: o.ServiceID}, SubsystemNQN: o.NQN,
+			State: "live", Type: "io", HostNQN: o.HostNQN, Timeouts: m, DHCHAPSecret: SecretText(host), DHCHAPCtrlSecret: SecretText(ctrl)}
+	}
+	for _, tt := range []struct {
+		name string
+		o    Options
+		c    Controller
+		want []Rekey
+	}{
+		{"same keys", want(h1, c1), have(h1, c1), nil},
+		{"new controller key", want(h1, c2), have(h1, c1), []Rekey{{"nvme0", AttrDHCHAPCtrlSecret, SecretText(c2)}}},
+		{"new host key", want(h2, c1), have(h1, c1), []Rekey{{"nvme0", AttrDHCHAPSecret, SecretText(h2)}}},
+		{"both: the controller's first", want(h2, c2), have(h1, c1), []Rekey{{"nvme0", AttrDHCHAPCtrlSecret, SecretText(c2)}}},
+		{"connected without a controller key: left", want(h1, c2), have(h1, ""), nil},
+		{"connected without any key: left", want(h2, c2), have("", ""), nil},
+		{"no key wanted: left", want("", ""), have(h1, c1), nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := PlanConnections([]Options{tt.o}, []Controller{tt.c}, own)
+			if !reflect.DeepEqual(p.Rekey, tt.want) || len(p.Connect)+len(p.Disconnect)+len(p.Retime) != 0 {
+				t.Fatalf("plan %+v, want rekey %+v", p, tt.want)
+			}
+			if out := fmt.Sprintf("%v %+v %#v", p, p, tt.c); strings.Contains(out, h2[10:40]) || strings.Contains(out, c1[10:40]) {
+				t.Fatalf("the plan or controller prints a secret: %s", out)
 			}
 		})
 	}

@@ -33,6 +33,12 @@ type Controller struct {
 	// controller is not a fabrics controller.
 	Timeouts Timeouts
 	Paths    []Path
+	// DHCHAPSecret and DHCHAPCtrlSecret are the DH-HMAC-CHAP secrets the
+	// controller authenticates with (its dhchap_secret and
+	// dhchap_ctrl_secret attributes, NVME_HOST_AUTH); empty when it has
+	// none or the kernel lacks them. They print redacted. 6.12 makes both
+	// attributes world-readable (S_IRUGO): any local user can read them.
+	DHCHAPSecret, DHCHAPCtrlSecret SecretText
 }
 
 // Address is the parsed "address" attribute of a fabrics controller:
@@ -92,6 +98,13 @@ var (
 	nsRe    = regexp.MustCompile(`^nvme(\d+)n(\d+)$`)
 )
 
+// The controller attributes that hold its DH-HMAC-CHAP secrets
+// (Controller, Host.Rekey).
+const (
+	AttrDHCHAPSecret     = "dhchap_secret"
+	AttrDHCHAPCtrlSecret = "dhchap_ctrl_secret"
+)
+
 // Sysfs reads NVMe host state from a sysfs tree.
 type Sysfs struct{ Root string }
 
@@ -148,6 +161,14 @@ func (s Sysfs) Controller(name string) (Controller, error) {
 		ReconnectDelay: atoiOff(attr(dir, "reconnect_delay")),
 		CtrlLoss:       atoiOff(attr(dir, "ctrl_loss_tmo")),
 		FastIOFail:     atoiOff(attr(dir, "fast_io_fail_tmo")),
+	}
+	for _, a := range []struct {
+		name string
+		to   *SecretText
+	}{{AttrDHCHAPSecret, &c.DHCHAPSecret}, {AttrDHCHAPCtrlSecret, &c.DHCHAPCtrlSecret}} {
+		if v := attr(dir, a.name); v != "none" {
+			*a.to = SecretText(v)
+		}
 	}
 	if ents, err := os.ReadDir(dir); err == nil {
 		for _, e := range ents {

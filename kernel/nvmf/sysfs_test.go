@@ -31,6 +31,8 @@ func writeTree(t *testing.T, root string, files map[string]string) {
 	}
 }
 
+const sysfsHostKey = "DHHC-1:00:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAACtVQoZ:"
+
 // The values below were recorded in a Debian 6.12 guest
 // (TestIntegrationTarget): a tcp controller with the member profile and a
 // loop controller, both paths of one multipath head.
@@ -55,6 +57,8 @@ func TestSysfsControllers(t *testing.T) {
 		c0 + "reconnect_delay":              "2\n",
 		c0 + "ctrl_loss_tmo":                "60\n",
 		c0 + "fast_io_fail_tmo":             "0\n",
+		c0 + "dhchap_secret":                sysfsHostKey + "\n",
+		c0 + "dhchap_ctrl_secret":           "none\n",
 		c0 + "nvme0c0n1/nsid":               "1\n",
 		c0 + "nvme0c0n1/ana_state":          "optimized\n",
 		c0 + "nvme0c0n1/ana_grpid":          "1\n",
@@ -89,7 +93,8 @@ func TestSysfsControllers(t *testing.T) {
 		Address:      Address{TrAddr: "127.0.0.1", TrSvcID: "4420", SrcAddr: "127.0.0.1"},
 		SubsystemNQN: nqn, Subsystem: "nvme-subsys0", State: "live", Type: "io", CntlID: 1,
 		HostNQN: "nqn.2014-08.org.nvmexpress:uuid:b58748ae-64be-4682-b66f-06065b44d19a", HostID: "b58748ae-64be-4682-b66f-06065b44d19a",
-		Timeouts: Timeouts{KeepAlive: 2, ReconnectDelay: 2, CtrlLoss: 60, FastIOFail: 0},
+		Timeouts:     Timeouts{KeepAlive: 2, ReconnectDelay: 2, CtrlLoss: 60, FastIOFail: 0},
+		DHCHAPSecret: sysfsHostKey, // "none" is no secret
 		Paths: []Path{
 			{Name: "nvme0c0n1", Head: "nvme0n1", NSID: 1, ANAState: "optimized", ANAGroup: 1},
 			{Name: "nvme0c0n2", Head: "nvme0n2", NSID: 2, ANAState: "non-optimized", ANAGroup: 2},

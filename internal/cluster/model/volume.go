@@ -140,6 +140,12 @@ type HostKey struct {
 	// Secret is the DHHC-1 form (kernel/nvmf Secret.Reveal). Never log
 	// it; wrap it in nvmf.Secret (ParseSecret) to print it.
 	Secret string `json:"secret"`
+	// CtrlSecret is the node's DH-HMAC-CHAP controller secret (DHHC-1
+	// form; empty from nodes made before bidirectional authentication):
+	// its nvmet presents it to every host it exports to, drive and volume
+	// exports alike, and the hosts that connect to it check it
+	// (dhchap_ctrl_secret). Never log it either.
+	CtrlSecret string `json:"ctrl_secret,omitempty"`
 }
 
 // VolumeInfo is one volume in "fabraid cluster status": the record and

@@ -45,6 +45,11 @@ type View struct {
 	Nodes    []model.NodeStatus         // the registry with liveness (registry.List)
 	Volumes  []model.Volume             // every volume record (volumes.List)
 	HostKeys map[string]nvmf.SecretText // node -> DH-HMAC-CHAP secret (volumes.HostKeys)
+	// CtrlKeys: node -> its DH-HMAC-CHAP controller secret
+	// (volumes.AllNodeKeys), what its nvmet presents to the hosts; a node
+	// without one is not asked to prove itself (bidirectional
+	// authentication off towards it).
+	CtrlKeys map[string]nvmf.SecretText
 	// Held are the volumes this node runs: volume UUID -> the epoch of
 	// the owner key it holds on its current owner lease, once the
 	// storage fence for that epoch is acknowledged (the daemon's owner
@@ -177,7 +182,7 @@ func (v View) host(name string) exporter.Host {
 // this node's registry record's.
 func ExporterInput(v View, drives []exporter.Drive) exporter.Input {
 	self, _ := v.node(v.Self)
-	in := exporter.Input{HostNQN: self.HostNQN, Drives: drives, Addresses: self.StorageAddresses}
+	in := exporter.Input{HostNQN: self.HostNQN, Drives: drives, Addresses: self.StorageAddresses, CtrlSecret: v.CtrlKeys[v.Self]}
 	for _, vol := range v.Volumes {
 		if !slices.ContainsFunc(vol.Members, func(m model.VolumeMember) bool { return m.Node == v.Self }) {
 			continue
@@ -259,7 +264,8 @@ func ImporterInput(v View, id nvmf.HostIdentity, local map[string]string) Import
 				s.Remote = exporter.NQN(m.Drive)
 				if !seen[s.Remote] {
 					seen[s.Remote] = true
-					imp.Input.Remotes = append(imp.Input.Remotes, importer.Remote{NQN: s.Remote, Address: n.StorageAddresses[0], KeepOnly: v.MemberGone(vol, m.Node)})
+					imp.Input.Remotes = append(imp.Input.Remotes, importer.Remote{NQN: s.Remote, Address: n.StorageAddresses[0], KeepOnly: v.MemberGone(vol, m.Node),
+						CtrlSecret: v.CtrlKeys[m.Node]})
 				}
 			}
 			o.Slots = append(o.Slots, s)

@@ -52,7 +52,8 @@ func view(self string) View {
 		Members: members("b-d2", "c-d2", "a-d2")}
 	held := map[string]map[string]uint64{"a": {us(1): 7}, "b": {us(2): 8}}[self]
 	return View{Self: self, Nodes: []model.NodeStatus{node("a", true), node("b", true), node("c", true), node("d", false)},
-		Volumes: []model.Volume{v1, v2}, HostKeys: map[string]nvmf.SecretText{"a": "KEY-a", "b": "KEY-b", "c": "KEY-c", "d": "KEY-d"}, Held: held}
+		Volumes: []model.Volume{v1, v2}, HostKeys: map[string]nvmf.SecretText{"a": "KEY-a", "b": "KEY-b", "c": "KEY-c", "d": "KEY-d"}, Held: held,
+		CtrlKeys: map[string]nvmf.SecretText{"a": "KEY-ctrl-a", "b": "KEY-ctrl-b", "c": "KEY-ctrl-c"}}
 }
 
 func TestPlacementNodes(t *testing.T) {
@@ -113,14 +114,14 @@ func TestExporterInput(t *testing.T) {
 		v    View
 		want exporter.Input
 	}{
-		{"c: members of both volumes", view("c"), exporter.Input{HostNQN: "nqn.host:c", Drives: drives, Addresses: []string{"10.0.0.c", "10.1.0.c"}, Volumes: vols}},
-		{"a owns v1: passed on, the exporter skips it", view("a"), exporter.Input{HostNQN: "nqn.host:a", Drives: drives, Addresses: []string{"10.0.0.a", "10.1.0.a"}, Volumes: vols}},
+		{"c: members of both volumes", view("c"), exporter.Input{HostNQN: "nqn.host:c", Drives: drives, Addresses: []string{"10.0.0.c", "10.1.0.c"}, Volumes: vols, CtrlSecret: "KEY-ctrl-c"}},
+		{"a owns v1: passed on, the exporter skips it", view("a"), exporter.Input{HostNQN: "nqn.host:a", Drives: drives, Addresses: []string{"10.0.0.a", "10.1.0.a"}, Volumes: vols, CtrlSecret: "KEY-ctrl-a"}},
 		{"no owner: exported to nobody", func() View {
 			v := view("c")
 			v.Volumes = v.Volumes[1:]
 			v.Volumes[0].Owner = ""
 			return v
-		}(), exporter.Input{HostNQN: "nqn.host:c", Drives: drives, Addresses: []string{"10.0.0.c", "10.1.0.c"},
+		}(), exporter.Input{HostNQN: "nqn.host:c", Drives: drives, Addresses: []string{"10.0.0.c", "10.1.0.c"}, CtrlSecret: "KEY-ctrl-c",
 			Volumes: []exporter.Volume{{UUID: us(2), Members: []string{"b-d2", "c-d2", "a-d2"}}}}},
 		{"d (dead, its members listed): only v1", view("d"), exporter.Input{HostNQN: "nqn.host:d", Drives: drives, Addresses: []string{"10.0.0.d", "10.1.0.d"}, Volumes: vols[:1]}},
 	} {
@@ -133,12 +134,15 @@ func TestExporterInput(t *testing.T) {
 }
 
 // TestPlansPrintNoSecret: the view and the inputs the planners derive
-// from it carry the host keys, and print none of them (a log line or an
+// from it carry the host and controller keys ("KEY-ctrl-*"), and print
+// none of them (a log line or an
 // error that prints a plan must not leak a DH-HMAC-CHAP secret).
 func TestPlansPrintNoSecret(t *testing.T) {
 	v := view("c")
 	id := nvmf.HostIdentity{NQN: "nqn.host:c", ID: us(9)}
-	for what, x := range map[string]any{"view": v, "exporter input": ExporterInput(v, nil), "importer input": ImporterInput(v, id, nil)} {
+	va := view("a")
+	for what, x := range map[string]any{"view": v, "exporter input": ExporterInput(v, nil), "importer input": ImporterInput(v, id, nil),
+		"owner's importer input": ImporterInput(va, id, nil), "consumers": Consumers(v)} {
 		for _, s := range []string{fmt.Sprintf("%v", x), fmt.Sprintf("%+v", x), fmt.Sprintf("%#v", x)} {
 			if strings.Contains(s, "KEY-") {
 				t.Errorf("%s prints a host key: %s", what, s)
@@ -155,8 +159,10 @@ func TestImporterInput(t *testing.T) {
 	imp := ImporterInput(view("a"), id, local)
 	want := importer.Input{Identity: id, Secret: "KEY-a",
 		Members: [][16]byte{u(0x10), u(0x11), u(0x12), u(0x13)},
-		Remotes: []importer.Remote{{NQN: exporter.NQNPrefix + "b-d1", Address: "10.0.0.b"}, {NQN: exporter.NQNPrefix + "c-d1", Address: "10.0.0.c"}, {NQN: exporter.NQNPrefix + "d-d1", Address: "10.0.0.d", KeepOnly: true}},
-		Local:   []string{"/dev/vdb"}}
+		Remotes: []importer.Remote{{NQN: exporter.NQNPrefix + "b-d1", Address: "10.0.0.b", CtrlSecret: "KEY-ctrl-b"},
+			{NQN: exporter.NQNPrefix + "c-d1", Address: "10.0.0.c", CtrlSecret: "KEY-ctrl-c"},
+			{NQN: exporter.NQNPrefix + "d-d1", Address: "10.0.0.d", KeepOnly: true}}, // d has no controller key: host auth only
+		Local: []string{"/dev/vdb"}}
 	if !reflect.DeepEqual(imp.Input, want) {
 		t.Errorf("a:\n got %+v\nwant %+v", imp.Input, want)
 	}
@@ -175,8 +181,9 @@ func TestImporterInput(t *testing.T) {
 	// heads, the local one by its claim.
 	imp = ImporterInput(view("b"), id, local)
 	want = importer.Input{Identity: id, Secret: "KEY-b",
-		Remotes: []importer.Remote{{NQN: exporter.NQNPrefix + "c-d2", Address: "10.0.0.c"}, {NQN: exporter.NQNPrefix + "a-d2", Address: "10.0.0.a"}},
-		Local:   []string{"/dev/vdc"}}
+		Remotes: []importer.Remote{{NQN: exporter.NQNPrefix + "c-d2", Address: "10.0.0.c", CtrlSecret: "KEY-ctrl-c"},
+			{NQN: exporter.NQNPrefix + "a-d2", Address: "10.0.0.a", CtrlSecret: "KEY-ctrl-a"}},
+		Local: []string{"/dev/vdc"}}
 	if !reflect.DeepEqual(imp.Input, want) {
 		t.Errorf("b:\n got %+v\nwant %+v", imp.Input, want)
 	}

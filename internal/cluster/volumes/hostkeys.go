@@ -12,55 +12,86 @@ import (
 	"github.com/fabraid/fabraid/kernel/nvmf"
 )
 
-// EnsureHostKey publishes node's DH-HMAC-CHAP host secret and returns it.
-// local returns the node's own secret (made once and kept in a 0600 file
-// by the caller); it is the truth, because it is what the node presents
-// when it connects: the key in etcd is written when absent or different
-// (a node whose state directory was recreated made a new secret). Only
-// the node itself calls EnsureHostKey for its name.
-//
-// The secret is never logged: errors name the node, not the key.
+// NodeKeys are one node's DH-HMAC-CHAP secrets in DHHC-1 form: Host is
+// what it presents when it connects, Ctrl what its nvmet presents to the
+// hosts (bidirectional authentication; empty: none). Never log them.
+type NodeKeys struct {
+	Host, Ctrl string
+}
+
+// EnsureHostKey publishes node's DH-HMAC-CHAP host secret and returns it
+// (EnsureNodeKeys without a controller secret).
 func EnsureHostKey(ctx context.Context, kv clientv3.KV, node string, local func() (string, error)) (string, error) {
-	secret, err := local()
+	k, err := EnsureNodeKeys(ctx, kv, node, func() (NodeKeys, error) {
+		s, err := local()
+		return NodeKeys{Host: s}, err
+	})
+	return k.Host, err
+}
+
+// EnsureNodeKeys publishes node's DH-HMAC-CHAP host and controller
+// secrets and returns them. local returns the node's own secrets (made
+// once and kept in 0600 files by the caller); they are the truth,
+// because they are what the node presents: the record in etcd is written
+// when absent or different (a node whose state directory was recreated
+// made new secrets, or a rotation). Only the node itself calls
+// EnsureNodeKeys for its name.
+//
+// The secrets are never logged: errors name the node, not the key.
+func EnsureNodeKeys(ctx context.Context, kv clientv3.KV, node string, local func() (NodeKeys, error)) (NodeKeys, error) {
+	nk, err := local()
 	if err != nil {
-		return "", fmt.Errorf("volumes: host key of %s: %w", node, err)
+		return NodeKeys{}, fmt.Errorf("volumes: host key of %s: %w", node, err)
 	}
-	if _, err := nvmf.ParseSecret(secret); err != nil {
-		return "", fmt.Errorf("volumes: host key of %s: %w", node, err)
+	want := model.HostKey{Version: model.HostKeyVersion, Secret: nk.Host, CtrlSecret: nk.Ctrl}
+	if err := checkKeys(want); err != nil {
+		return NodeKeys{}, fmt.Errorf("volumes: host key of %s: %w", node, err)
 	}
 	k := keys.HostKey(node)
 	resp, err := kv.Get(ctx, k)
 	if err != nil {
-		return "", fmt.Errorf("volumes: host key of %s: %w", node, err)
+		return NodeKeys{}, fmt.Errorf("volumes: host key of %s: %w", node, err)
 	}
 	if len(resp.Kvs) > 0 {
-		if h, err := DecodeHostKey(resp.Kvs[0].Value); err == nil && h.Secret == secret {
-			return secret, nil
+		if h, err := DecodeHostKey(resp.Kvs[0].Value); err == nil && h.Secret == nk.Host && h.CtrlSecret == nk.Ctrl {
+			return nk, nil
 		}
 	}
-	b, _ := json.Marshal(model.HostKey{Version: model.HostKeyVersion, Secret: secret})
+	b, _ := json.Marshal(want)
 	if _, err := kv.Put(ctx, k, string(b)); err != nil {
-		return "", fmt.Errorf("volumes: put host key of %s: %w", node, err)
+		return NodeKeys{}, fmt.Errorf("volumes: put host key of %s: %w", node, err)
 	}
-	return secret, nil
+	return nk, nil
 }
 
 // HostKeys returns every node's DH-HMAC-CHAP secret (DHHC-1 form) by
 // node name.
 func HostKeys(ctx context.Context, kv clientv3.KV) (map[string]nvmf.SecretText, error) {
+	hs, _, err := AllNodeKeys(ctx, kv)
+	return hs, err
+}
+
+// AllNodeKeys returns every node's DH-HMAC-CHAP host secret and, for the
+// nodes that have one, its controller secret, by node name.
+func AllNodeKeys(ctx context.Context, kv clientv3.KV) (host, ctrl map[string]nvmf.SecretText, err error) {
 	resp, err := kv.Get(ctx, keys.HostKeysPrefix, clientv3.WithPrefix())
 	if err != nil {
-		return nil, fmt.Errorf("volumes: host keys: %w", err)
+		return nil, nil, fmt.Errorf("volumes: host keys: %w", err)
 	}
-	out := make(map[string]nvmf.SecretText, len(resp.Kvs))
+	host = make(map[string]nvmf.SecretText, len(resp.Kvs))
+	ctrl = make(map[string]nvmf.SecretText, len(resp.Kvs))
 	for _, e := range resp.Kvs {
 		h, err := DecodeHostKey(e.Value)
 		if err != nil {
-			return nil, fmt.Errorf("volumes: %s: %w", e.Key, err)
+			return nil, nil, fmt.Errorf("volumes: %s: %w", e.Key, err)
 		}
-		out[string(e.Key[len(keys.HostKeysPrefix):])] = nvmf.SecretText(h.Secret)
+		name := string(e.Key[len(keys.HostKeysPrefix):])
+		host[name] = nvmf.SecretText(h.Secret)
+		if h.CtrlSecret != "" {
+			ctrl[name] = nvmf.SecretText(h.CtrlSecret)
+		}
 	}
-	return out, nil
+	return host, ctrl, nil
 }
 
 // DeleteHostKey removes node's host key (leave and remove of a node).
@@ -78,10 +109,29 @@ func DecodeHostKey(b []byte) (model.HostKey, error) {
 	if err := decode(b, &h.Version, &h, model.HostKeyVersion); err != nil {
 		return model.HostKey{}, redact(err)
 	}
-	if _, err := nvmf.ParseSecret(h.Secret); err != nil {
+	if err := checkKeys(h); err != nil {
 		return model.HostKey{}, err
 	}
 	return h, nil
+}
+
+// checkKeys: the host secret is well formed, the controller secret too
+// when present, and the two differ (one key for both directions would let
+// whoever answers a challenge with it pass for the other side).
+func checkKeys(h model.HostKey) error {
+	if _, err := nvmf.ParseSecret(h.Secret); err != nil {
+		return err
+	}
+	if h.CtrlSecret == "" {
+		return nil
+	}
+	if _, err := nvmf.ParseSecret(h.CtrlSecret); err != nil {
+		return fmt.Errorf("controller secret: %w", err)
+	}
+	if h.CtrlSecret == h.Secret {
+		return fmt.Errorf("controller secret equals the host secret")
+	}
+	return nil
 }
 
 // redact drops a JSON error's text, which may quote the secret.

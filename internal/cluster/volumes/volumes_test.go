@@ -254,6 +254,37 @@ func TestHostKeys(t *testing.T) {
 	if _, err := EnsureHostKey(ctx, cli, "b", local); err == nil || strings.Contains(err.Error(), bad[10:30]) {
 		t.Errorf("malformed secret: %v (want an error that does not quote it)", err)
 	}
+
+	// Controller secrets: published with the host secret, read back by
+	// AllNodeKeys; one equal to the host secret or malformed is refused
+	// without quoting it; a record without one (an older node) has none.
+	c1, _ := nvmf.GenerateSecret(32)
+	nk := NodeKeys{Host: s2.Reveal(), Ctrl: c1.Reveal()}
+	if got, err := EnsureNodeKeys(ctx, cli, "a", func() (NodeKeys, error) { return nk, nil }); err != nil || got != nk {
+		t.Fatalf("EnsureNodeKeys: %v", err)
+	}
+	hm, cm, err := AllNodeKeys(ctx, cli)
+	if err != nil || hm["a"].Reveal() != s2.Reveal() || cm["a"].Reveal() != c1.Reveal() || len(cm) != 1 {
+		t.Fatalf("AllNodeKeys: host matches %v, ctrl matches %v, %d ctrl keys, %v", hm["a"].Reveal() == s2.Reveal(), cm["a"].Reveal() == c1.Reveal(), len(cm), err)
+	}
+	if out := fmt.Sprintf("%v %+v", hm, cm); strings.Contains(out, c1.Reveal()[10:40]) || strings.Contains(out, s2.Reveal()[10:40]) {
+		t.Fatalf("the key maps print a secret: %s", out)
+	}
+	for what, k := range map[string]NodeKeys{"equal": {Host: s2.Reveal(), Ctrl: s2.Reveal()}, "malformed": {Host: s2.Reveal(), Ctrl: bad}} {
+		if _, err := EnsureNodeKeys(ctx, cli, "c", func() (NodeKeys, error) { return k, nil }); err == nil || strings.Contains(err.Error(), bad[10:30]) || strings.Contains(err.Error(), s2.Reveal()[10:30]) {
+			t.Errorf("%s controller secret: %v (want an error that does not quote it)", what, err)
+		}
+	}
+	if _, err := cli.Put(ctx, keys.HostKey("old"), `{"version":1,"secret":"`+s1.Reveal()+`"}`); err != nil {
+		t.Fatal(err)
+	}
+	if hm, cm, err := AllNodeKeys(ctx, cli); err != nil || hm["old"] == "" || cm["old"] != "" {
+		t.Fatalf("a record without a controller secret: %v", err)
+	}
+	if _, err := cli.Delete(ctx, keys.HostKey("old")); err != nil {
+		t.Fatal(err)
+	}
+
 	if err := DeleteHostKey(ctx, cli, "a"); err != nil {
 		t.Fatal(err)
 	}
