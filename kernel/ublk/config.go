@@ -83,6 +83,19 @@ func (c *Config) withDefaults() Config {
 	return out
 }
 
+// zeroCopyFlags are the flags of a zero-copy device: AUTO_BUF_REG for the
+// planned reads, USER_COPY for every other request, whose data the kernel
+// no longer copies into per-tag buffers once buffers are registered.
+const zeroCopyFlags = FeatureAutoBufReg | FeatureUserCopy
+
+// zeroCopyWanted reports whether a device for b is created zero-copy: b
+// plans reads (DirectReader), the kernel reports both zeroCopyFlags, and
+// c does not turn it off.
+func zeroCopyWanted(c *Config, b Backend, have Features) bool {
+	_, direct := b.(DirectReader)
+	return direct && !c.NoZeroCopy && have&zeroCopyFlags == zeroCopyFlags
+}
+
 func log2(n int) uint8 { return uint8(bits.Len(uint(n)) - 1) }
 
 // params builds SET_PARAMS for a backend of size bytes. With zeroCopy the

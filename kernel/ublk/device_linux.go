@@ -108,19 +108,6 @@ func Create(ctl *Control, b Backend, cfg *Config) (*Device, error) {
 	return d, nil
 }
 
-// zeroCopyFlags are the flags of a zero-copy device: AUTO_BUF_REG for the
-// planned reads, USER_COPY for every other request, whose data the kernel
-// no longer copies into per-tag buffers once buffers are registered.
-const zeroCopyFlags = FeatureAutoBufReg | FeatureUserCopy
-
-// zeroCopyWanted reports whether a device for b is created zero-copy: b
-// plans reads (DirectReader), the kernel reports both zeroCopyFlags, and
-// c does not turn it off.
-func zeroCopyWanted(c *Config, b Backend, have Features) bool {
-	_, direct := b.(DirectReader)
-	return direct && !c.NoZeroCopy && have&zeroCopyFlags == zeroCopyFlags
-}
-
 // Recover re-attaches this process to device id, whose previous server has
 // died (UBLK_F_USER_RECOVERY): it waits until the kernel has quiesced the
 // device, starts the queues and lets the held I/O through. Requests the old

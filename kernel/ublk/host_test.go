@@ -145,6 +145,45 @@ func TestParams(t *testing.T) {
 	if (*Config)(nil).withDefaults().ID != AnyID {
 		t.Error("nil config must pick any id")
 	}
+	// Zero copy: the request pages are aligned to the logical block size,
+	// and the parameters are sent with their dma member.
+	c = (&Config{LogicalBlockSize: 512}).withDefaults()
+	p, err = c.params(1<<30, 512<<10, NewNull(1<<30), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Len != ublksys.ParamsDMASize || p.Types&ublksys.UBLK_PARAM_TYPE_DMA_ALIGN == 0 || p.DMA.Alignment != 511 {
+		t.Errorf("zero-copy params: len %d, types %#x, dma alignment %d", p.Len, p.Types, p.DMA.Alignment)
+	}
+}
+
+// dirReader is a backend that plans reads (DirectReader), for
+// zeroCopyWanted.
+type dirReader struct{ *Null }
+
+func (dirReader) PlanRead([]byte, int64) (PlannedRead, bool) { return nil, false }
+
+func TestZeroCopyWanted(t *testing.T) {
+	both := FeatureAutoBufReg | FeatureUserCopy | FeatureUserRecovery
+	dr := dirReader{NewNull(1 << 20)}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		b    Backend
+		have Features
+		want bool
+	}{
+		{"direct reader, 7.x", Config{}, dr, both, true},
+		{"forced copy", Config{NoZeroCopy: true}, dr, both, false},
+		{"no AUTO_BUF_REG (6.12)", Config{}, dr, FeatureUserCopy | FeatureUserRecovery, false},
+		{"no USER_COPY", Config{}, dr, FeatureAutoBufReg, false},
+		{"backend without PlanRead", Config{}, NewNull(1 << 20), both, false},
+		{"features unknown (before 6.5)", Config{}, dr, 0, false},
+	} {
+		if got := zeroCopyWanted(&tc.cfg, tc.b, tc.have); got != tc.want {
+			t.Errorf("%s: zeroCopyWanted = %v, want %v", tc.name, got, tc.want)
+		}
+	}
 }
 
 func TestMemBackend(t *testing.T) {
