@@ -9,7 +9,7 @@ LDFLAGS   := -s -w -X main.version=$(shell git describe --tags --always --dirty 
 # VM tests: a package's guests wait for free CPU slots, so allow plenty.
 VMTEST_TIMEOUT ?= 80m
 
-.PHONY: all build test unit race vmtest vmbench clusterbench faultschedule reprotect lint demo demo-node clean setup rpm rpm-spec
+.PHONY: all build test unit race vmtest vmbench clusterbench faultschedule reprotect scale lint demo demo-node clean setup rpm rpm-spec
 
 all: build
 
@@ -73,7 +73,6 @@ faultschedule: setup
 	$(GOFLAGS_STATIC) FABRAID_VMTEST=1 FABRAID_FAULT_ROUNDS=$(FAULT_ROUNDS) $(if $(FAULT_SEED),FABRAID_FAULT_SEED=$(FAULT_SEED)) \
 		$(GO) test -count=1 -timeout $(VMTEST_TIMEOUT) -run '^TestIntegrationFaultSchedule$$' -v ./internal/cluster
 
-lint:
 # Re-protection (internal/cluster TestIntegrationReprotect, issue 26): four
 # guests, a node powered off past down_out_interval (20 s here), its members
 # rebuilt on the fourth node's drives; 8-9 min, so not part of make test.
@@ -81,6 +80,16 @@ reprotect: setup
 	$(GOFLAGS_STATIC) FABRAID_VMTEST=1 FABRAID_VMTEST_REPROTECT=1 $(GO) test -count=1 -timeout $(VMTEST_TIMEOUT) -run '^TestIntegrationReprotect$$' -v ./internal/cluster
 
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+# The control-plane scale benchmark (internal/scalesim, issue 27): SCALE_NODES
+# simulated nodes (10 drives each, one 4+2 volume per node unless
+# SCALE_VOLUMES) against a real three-member etcd in one process, 60 s
+# steady, then an owner's and a 20-node rack's power cut; one SCALE line.
+SCALE_NODES ?= 100
+scale:
+	FABRAID_SCALE_NODES=$(SCALE_NODES) $(if $(SCALE_VOLUMES),FABRAID_SCALE_VOLUMES=$(SCALE_VOLUMES)) \
+		$(GO) test -count=1 -timeout 60m -run '^TestScaleSim$$' -v ./internal/scalesim
+
+lint:
 	$(GO) vet ./...
 
 # The main job: three guests on Debian's 6.12 kernel make a fabraid cluster

@@ -1,0 +1,279 @@
+package scalesim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fabraid/fabraid/internal/cluster/keys"
+	"github.com/fabraid/fabraid/internal/cluster/model"
+	"github.com/fabraid/fabraid/internal/cluster/owner"
+	"github.com/fabraid/fabraid/internal/cluster/plan"
+	"github.com/fabraid/fabraid/internal/cluster/registry"
+	"github.com/fabraid/fabraid/internal/cluster/volumes"
+)
+
+// node is one simulated fabraidd: its own etcd client, registry record,
+// alive key (node lease), owner session, a watch of the cluster prefix
+// and a reconcile that reads the whole view and acquires or takes over
+// volumes as the daemon's ownership does. What the daemon does with the
+// kernel (exports, imports, engines) is left out.
+type node struct {
+	name string
+	cli  *clientv3.Client
+	hb   *registry.Heartbeat
+	sess *owner.Session
+	st   *stats
+
+	kick chan struct{}
+	mu   sync.Mutex
+	held map[string]owner.Epoch // volumes whose owner key this node holds
+	dead bool
+	// seen and lapsed are the daemon's noteLapses: other nodes' keys at
+	// the last list, and the nodes whose owner session was seen to end
+	// (counted as dead for takeovers, before their alive key expires).
+	seen   map[string]owner.Key
+	lapsed map[string]bool
+}
+
+// kickPrefixes are fabraidd's (internal/daemon kicks): the keys whose
+// change makes a node reconcile.
+var kickPrefixes = []string{keys.VolumesPrefix, keys.NodesPrefix, keys.AlivePrefix, keys.HostKeysPrefix, keys.OwnersPrefix,
+	keys.DrainsPrefix, keys.FencePrefix}
+
+func startNode(ctx context.Context, e *Etcd, name string, drives int, c Config, st *stats) (*node, error) {
+	cli, err := e.Client()
+	if err != nil {
+		return nil, err
+	}
+	n := &node{name: name, cli: cli, st: st, kick: make(chan struct{}, 1), held: map[string]owner.Epoch{},
+		seen: map[string]owner.Key{}, lapsed: map[string]bool{}}
+	rec := registry.Node{Name: name, Domain: name, HostNQN: "nqn.2014-08.org.nvmexpress:uuid:" + name, ClusterAddress: "127.0.0.1",
+		StorageAddresses: []string{"10.0.0.1"}, Exports: model.ExportsDHCHAP}
+	for i := range drives {
+		rec.Drives = append(rec.Drives, model.Drive{ID: fmt.Sprintf("%s-d%02d", name, i), Serial: fmt.Sprintf("S%s%02d", name, i), Size: 3_840_000_000_000})
+	}
+	if _, err := registry.Register(ctx, cli, rec, time.Now()); err != nil {
+		cli.Close()
+		return nil, err
+	}
+	if n.hb, err = registry.StartHeartbeat(ctx, cli, name, c.NodeLeaseTTL, 1, time.Now()); err != nil {
+		cli.Close()
+		return nil, err
+	}
+	if n.sess, err = owner.NewSession(ctx, cli, owner.Options{TTL: c.OwnerTTL}); err != nil {
+		cli.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+// run reconciles every interval (first after a random part of it) and
+// on every watch event of kickPrefixes, one at a time, until ctx ends or
+// the node is killed.
+func (n *node) run(ctx context.Context, interval, first time.Duration, events *eventCount) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	go func() {
+		for resp := range n.cli.Watch(wctx, keys.Prefix, clientv3.WithPrefix()) {
+			for _, ev := range resp.Events {
+				events.add(1)
+				k := string(ev.Kv.Key)
+				for _, p := range kickPrefixes {
+					if strings.HasPrefix(k, p) {
+						select {
+						case n.kick <- struct{}{}:
+						default:
+						}
+						break
+					}
+				}
+			}
+		}
+	}()
+	t := time.NewTimer(first)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.sess.Fenced():
+			return
+		case <-t.C:
+			t.Reset(interval)
+		case <-n.kick:
+		}
+		if n.isDead() {
+			return
+		}
+		n.reconcile(ctx)
+	}
+}
+
+// reconcile reads the view as fabraidd does (the six lists of its
+// readView) and acquires the volumes whose record names this node, or
+// takes over those whose owner key is gone and whose record owner is
+// dead when plan.ChooseOwner picks this node.
+func (n *node) reconcile(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	v, err := readView(rctx, n.cli, n.name)
+	n.st.read(time.Since(t0), err)
+	if err != nil {
+		return
+	}
+	ks, err := owner.List(rctx, n.cli)
+	if err != nil {
+		n.st.read(0, err)
+		return
+	}
+	n.noteLapses(rctx, ks)
+	for i := range v.Nodes {
+		if n.lapsed[v.Nodes[i].Name] {
+			v.Nodes[i].Alive = false
+		}
+	}
+	for _, vol := range v.Volumes {
+		if vol.State != model.VolumeReady {
+			continue
+		}
+		k, has := ks[vol.UUID]
+		n.mu.Lock()
+		_, mine := n.held[vol.UUID]
+		n.mu.Unlock()
+		switch {
+		case has && k.Node == n.name && mine, has:
+			continue
+		case vol.Owner == n.name:
+			n.acquire(rctx, vol.UUID)
+		case !alive(v, vol.Owner) && plan.ChooseOwner(v, vol) == n.name:
+			n.takeOver(rctx, vol)
+		}
+	}
+}
+
+// noteLapses marks the holders of keys that vanished with their lease
+// ended (their session lapsed, not resigned) as lapsed, until they hold
+// a key again.
+func (n *node) noteLapses(ctx context.Context, ks map[string]owner.Key) {
+	for uuid, prev := range n.seen {
+		if _, still := ks[uuid]; still {
+			continue
+		}
+		delete(n.seen, uuid)
+		if ended, err := owner.LeaseEnded(ctx, n.cli, prev.LeaseID); err == nil && ended {
+			n.lapsed[prev.Node] = true
+		}
+	}
+	for uuid, k := range ks {
+		if k.Node != n.name {
+			n.seen[uuid] = k
+			delete(n.lapsed, k.Node)
+		}
+	}
+}
+
+func (n *node) acquire(ctx context.Context, uuid string) {
+	e, err := owner.Acquire(ctx, n.sess, uuid, n.name)
+	if err != nil {
+		if !errors.Is(err, owner.ErrHeld) {
+			n.st.write(err)
+		}
+		return
+	}
+	n.mu.Lock()
+	n.held[uuid] = e
+	n.mu.Unlock()
+	n.st.acquired(uuid, n.name)
+	s := model.VolumeStatus{Version: model.VolumeStatusVersion, UUID: uuid, Owner: n.name, State: "optimal", Epoch: uint64(e), Exported: true, Updated: time.Now().UTC()}
+	n.st.write(volumes.PutStatus(ctx, n.cli, n.sess.Lease(), s))
+}
+
+// takeOver is the daemon's: the record's owner becomes this node
+// (compare-and-swap on the owner it saw), then the key is acquired.
+func (n *node) takeOver(ctx context.Context, vol model.Volume) {
+	_, err := volumes.Modify(ctx, n.cli, vol.UUID, func(r *model.Volume) error {
+		if r.Owner != vol.Owner {
+			return errLost
+		}
+		r.Owner = n.name
+		return nil
+	})
+	if errors.Is(err, errLost) {
+		return
+	}
+	if err != nil {
+		n.st.write(err)
+		return
+	}
+	n.acquire(ctx, vol.UUID)
+}
+
+var errLost = errors.New("another node took the volume over")
+
+// kill stops the node as a power cut does: no revoke, its leases expire.
+func (n *node) kill() {
+	n.mu.Lock()
+	n.dead = true
+	n.mu.Unlock()
+	n.cli.Close()
+}
+
+func (n *node) isDead() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.dead
+}
+
+// close ends the node cleanly (leases revoked).
+func (n *node) close() {
+	if n.isDead() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n.sess.Close(ctx)
+	n.hb.Close(ctx)
+	n.cli.Close()
+}
+
+func alive(v plan.View, name string) bool {
+	for _, n := range v.Nodes {
+		if n.Name == name {
+			return n.Alive
+		}
+	}
+	return false
+}
+
+// readView is internal/daemon's readView: the registry with liveness,
+// every volume record, host keys, statuses, moves and consumer paths.
+func readView(ctx context.Context, kv clientv3.KV, self string) (plan.View, error) {
+	ns, err := registry.List(ctx, kv)
+	if err != nil {
+		return plan.View{}, err
+	}
+	v := plan.View{Self: self, Nodes: ns}
+	if v.Volumes, err = volumes.List(ctx, kv); err != nil {
+		return plan.View{}, err
+	}
+	if v.HostKeys, err = volumes.HostKeys(ctx, kv); err != nil {
+		return plan.View{}, err
+	}
+	if _, err = volumes.ListStatus(ctx, kv); err != nil {
+		return plan.View{}, err
+	}
+	if _, err = volumes.ListMoves(ctx, kv); err != nil {
+		return plan.View{}, err
+	}
+	if _, err = volumes.ListPaths(ctx, kv); err != nil {
+		return plan.View{}, err
+	}
+	return v, nil
+}
