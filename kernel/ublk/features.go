@@ -32,9 +32,10 @@ const (
 	FeatureZoned           Features = ublksys.UBLK_F_ZONED                  // 6.6
 	FeatureRecoveryFailIO  Features = ublksys.UBLK_F_USER_RECOVERY_FAIL_IO  // 6.13
 
-	// Newer flags (UBLK_F_* bits 10-19 of the uapi header). fabraid does
-	// not use them yet; it names them when the kernel reports them
-	// (fabraid ublk features, fabraid doctor).
+	// Newer flags (UBLK_F_* bits 10-19 of the uapi header). fabraid uses
+	// AUTO_BUF_REG (zero-copy reads, Config.NoZeroCopy); the others it
+	// names when the kernel reports them (fabraid ublk features, fabraid
+	// doctor).
 	FeatureUpdateSize      Features = 1 << 10 // UPDATE_SIZE: UBLK_U_CMD_UPDATE_SIZE resizes a live device; 6.16
 	FeatureAutoBufReg      Features = 1 << 11 // AUTO_BUF_REG: the request buffer is registered in the server's io_uring before delivery (zero copy without register/unregister commands); 6.16
 	FeatureQuiesce         Features = 1 << 12 // QUIESCE: UBLK_U_CMD_QUIESCE_DEV (server upgrade with the device kept); 6.16
