@@ -26,7 +26,8 @@ import (
 const (
 	jobSeconds  = 4
 	rampSeconds = 1
-	memberBytes = 64 << 20 // every virtio disk: 4 per guest, 2 for fabraid and 2 for md
+	memberBytes = 64 << 20 // every member virtio disk (disks 0-5 of a guest)
+	stateBytes  = 32 << 20 // disk 6: b's state directory, so b comes back as itself
 	// mdService is the nvme-tcp service id of the reference's exports
 	// (fabraid uses 4420 for volumes and 4421 for drives).
 	mdService = "4430"
@@ -42,6 +43,15 @@ type job struct {
 	slice int
 	unit  string // "MiB/s" or "IOPS"
 }
+
+// Disks of every guest, by index in Env.Disks: fabraid's two members,
+// md's two, a spare drive for each side (used on b by the rebuild phase)
+// and a small state disk (used on b, which is powered off and back).
+const (
+	diskFabSpare = 4
+	diskMDSpare  = 5
+	diskState    = 6
+)
 
 var jobs = []job{
 	{"seq_write", "write", "1M", 8, 0, "MiB/s"},
@@ -68,13 +78,14 @@ func TestClusterBenchVM(t *testing.T) {
 	files := benchtools.Files(t)
 	files["/usr/bin/fabraid"] = vmtest.BuildBinary(t, "github.com/fabraid/fabraid/cmd/fabraid")
 	files["/usr/bin/fabraidd"] = vmtest.BuildBinary(t, "github.com/fabraid/fabraid/cmd/fabraidd")
-	mods := []string{"nvmet", "nvmet_tcp", "nvme_tcp", "ublk_drv", "crc32c_generic", "raid456"}
+	mods := []string{"nvmet", "nvmet_tcp", "nvme_tcp", "ublk_drv", "crc32c_generic", "raid456", "ext4"}
 	var guests []vmtest.GuestConfig
 	for _, name := range []string{"a", "b", "c"} {
-		disks := make([]vmtest.Disk, 4)
+		disks := make([]vmtest.Disk, diskState+1)
 		for i := range disks {
 			disks[i] = vmtest.Disk{Size: memberBytes}
 		}
+		disks[diskState].Size = stateBytes
 		guests = append(guests, vmtest.GuestConfig{Name: name, Kernel: vmtest.Kernel612, Modules: mods,
 			MemoryMB: 1024, Disks: disks, Files: files})
 	}
@@ -92,7 +103,7 @@ func TestClusterBenchVM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	timeout := 15*time.Minute + time.Duration(n)*8*time.Minute
+	timeout := 25*time.Minute + time.Duration(n)*8*time.Minute
 	t0 := time.Now()
 	outcomes, err := vmtest.Boot(context.Background(), vmtest.BootConfig{
 		Guests: guests, Timeout: timeout, Binary: exe, Shared: shared,
@@ -136,24 +147,40 @@ func rounds(t *testing.T) int {
 
 // benchGuest: every guest serves its CPU counters, runs fabraidd with its
 // first two disks claimed and joins the cluster; a creates the volume and
-// builds md; b and c export their md disks to a; c measures.
+// builds md; b and c export their md disks to a; c measures the rows
+// through the consumer devices, a the resync and rebuild rows (returning
+// b's members, then a spare of b's onto a failed member of b's).
 func benchGuest(t *testing.T, g *vmtest.Env) {
 	start := time.Now()
+	self = g.Name
 	os.Setenv("LD_LIBRARY_PATH", benchtools.Lib)
 	os.Setenv("MDADM_NO_UDEV", "1")
 	serveCPU(t)
+	if g.Name == "b" {
+		mountState(t, g)
+		if g.BootNum > 1 {
+			returnedB(t, g, start)
+			return
+		}
+	}
 	id := benchIdentity(t, g)
 	startFabraidd(t, g, g.Disks[:2])
 	formCluster(t, g, start)
 	switch g.Name {
 	case "a":
+		// md's resync and recovery at full speed, as make vmbench.
+		for _, f := range []string{"/proc/sys/dev/raid/speed_limit_min", "/proc/sys/dev/raid/speed_limit_max"} {
+			if err := os.WriteFile(f, []byte("10000000"), 0); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+		}
 		g.Wait(t, "c", "joined")
 		var in api.Volume
 		if err := json.Unmarshal([]byte(createVolume(t)), &in); err != nil {
 			t.Fatal(err)
 		}
-		logf(t, start, "volume v %s: owner %s, state %s, %d bytes, chunk %d, journal %v, owner journal %d",
-			in.UUID, in.Owner, in.State, in.Size, in.ChunkSize, in.Journal, in.OwnerJournal)
+		logf(t, start, "volume v %s: owner %s, state %s, %d bytes, chunk %d, journal %v, owner journal %d, ublk %s",
+			in.UUID, in.Owner, in.State, in.Size, in.ChunkSize, in.Journal, in.OwnerJournal, in.Ublk)
 		domains := map[string]int{}
 		for _, m := range in.Members {
 			domains[m.Domain]++
@@ -165,33 +192,41 @@ func benchGuest(t *testing.T, g *vmtest.Env) {
 		var remote []string
 		for _, n := range []string{"b", "c"} {
 			g.Wait(t, n, "exported")
-			remote = append(remote, importDisks(t, g, id, n)...)
+			remote = append(remote, importDisks(t, g, id, n, "d0", "d1")...)
 		}
 		members := append(append([]string(nil), g.Disks[2:4]...), remote...)
 		mdCreate(t, members)
-		exportMD(t, g, readIdentity(t, g, "c"))
+		exportMD(t, g, readIdentity(t, g, "c"), ublkDev(t, in))
 		logf(t, start, "md0 (RAID-6, 64 KiB chunk) over %v exported to c", members)
 		g.Signal(t, "md")
 		for _, j := range jobs {
 			profileEngine(t, g, in.UUID, j.name)
 		}
+		g.Wait(t, "c", "healthy-done")
+		mdBitmap(t, start)
+		g.Signal(t, "bitmap")
 		g.Wait(t, "c", "b-down")
 		degradeMD(t, start, remote[:2])
 		g.Signal(t, "md-degraded")
+		g.Wait(t, "c", "degraded-done")
+		recovery(t, g, start, id)
+		g.Signal(t, "rebuilt")
 		g.Wait(t, "c", "done")
 	case "b":
 		exportDisks(t, g, readIdentity(t, g, "a"))
 		g.Signal(t, "exported")
-		g.Wait(t, "c", "done")
+		g.Wait(t, "c", "done") // powered off meanwhile
 	case "c":
 		exportDisks(t, g, readIdentity(t, g, "a"))
 		g.Signal(t, "exported")
 		g.Wait(t, "a", "created")
 		fab := waitHead(t, start)
 		g.Wait(t, "a", "md")
-		md := connectMD(t, g, id)
+		md, mdCtl := connectMD(t, g, id, 0)
 		logf(t, start, "consumer devices: fabraid %s, md %s", fab, md)
 		measure(t, g, start, fab, md)
+		g.Wait(t, "a", "rebuilt")
+		queueRows(t, g, start, id, mdCtl)
 		g.Signal(t, "done")
 	}
 }
@@ -254,6 +289,20 @@ func measure(t *testing.T, g *vmtest.Env, start time.Time, fabDev, mdDev string)
 		<-ran
 	}
 
+	// fabraid clears write-intent bits only in a flush (two clean
+	// sessions: a region idle between them is cleared), md on its own
+	// timer; fio's O_DIRECT writes never flush. A consumer with a file
+	// system flushes: c flushes both devices twice before b goes down,
+	// so that each bitmap holds what was written while b was away.
+	for _, tg := range targets {
+		for range 2 {
+			flushDevice(t, tg.dev)
+			time.Sleep(time.Second)
+		}
+	}
+	logf(t, start, "both consumer devices flushed twice")
+	g.Signal(t, "healthy-done")
+	g.Wait(t, "a", "bitmap") // md's write-intent bitmap for the resync row
 	logf(t, start, "powering b off")
 	g.Kill(t, "b")
 	g.Signal(t, "b-down")
@@ -272,6 +321,7 @@ func measure(t *testing.T, g *vmtest.Env, start time.Time, fabDev, mdDev string)
 	stop()
 	g.Wait(t, "a", "md-degraded")
 	phase(t, start, "degraded_", map[string]string{"a": g.Addr("a")}, targets, "degraded")
+	g.Signal(t, "degraded-done")
 }
 
 // phase measures the idle background, runs the rounds of every job on
@@ -312,7 +362,7 @@ func phase(t *testing.T, start time.Time, prefix string, nodes map[string]string
 			}
 		}
 	}
-	report(t, prefix, res, n, idleRate)
+	report(t, prefix, jobs, res, n, idleRate)
 	logf(t, start, "%s%d rounds in %v", prefix, n, time.Since(t0).Round(time.Second))
 }
 
@@ -362,14 +412,14 @@ func summarize(ss []sample) summary {
 }
 
 // report prints one VMBENCH JSON line per row and a table.
-func report(t *testing.T, prefix string, res map[string]map[string][]sample, n int, idle float64) {
+func report(t *testing.T, prefix string, js []job, res map[string]map[string][]sample, n int, idle float64) {
 	kernel := readTrim("/proc/sys/kernel/osrelease")
 	tcg := !strings.Contains(readTrim("/sys/devices/system/clocksource/clocksource0/available_clocksource"), "kvm-clock")
 	table := []string{
 		"| row | unit | fabraid | md | fabraid/md | CPU s/GiB fabraid | CPU s/GiB md |",
 		"|---|---|---|---|---|---|---|",
 	}
-	for _, j := range jobs {
+	for _, j := range js {
 		fab, md := summarize(res[j.name]["fabraid"]), summarize(res[j.name]["md"])
 		line := map[string]any{"bench": "cluster", "name": prefix + j.name, "unit": j.unit,
 			"fabraid": round1(fab.v), "md": round1(md.v),
@@ -416,19 +466,36 @@ func readTrim(p string) string {
 }
 
 // connectMD (on c) connects to a's md0 export with the timeouts of a
-// fabraid volume path and returns its block device.
-func connectMD(t *testing.T, g *vmtest.Env, id benchID) string {
+// fabraid volume path and returns its block device and controller.
+// queueSize 0 is the kernel's default (128).
+func connectMD(t *testing.T, g *vmtest.Env, id benchID, queueSize int) (dev, ctl string) {
+	return connectBench(t, g, id, "md0", queueSize)
+}
+
+// connectBench (on c) connects to a's export name ("md0", or "fab": the
+// fabraid volume's ublk device exported the same way, for the queue
+// rows) with the timeouts of a fabraid volume path.
+func connectBench(t *testing.T, g *vmtest.Env, id benchID, name string, queueSize int) (dev, ctl string) {
 	t.Helper()
 	tm, err := nvmf.Profile(nvmf.ProfileVolumePath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return connect(t, nvmf.Options{Transport: nvmf.TCP, Address: g.Addr("a"), ServiceID: mdService,
-		NQN: subsysNQN("a", "md0"), HostNQN: id.NQN, HostID: id.ID, Timeouts: &tm, DHCHAPSecret: id.Secret})
+	return connectCtl(t, nvmf.Options{Transport: nvmf.TCP, Address: g.Addr("a"), ServiceID: mdService,
+		NQN: subsysNQN("a", name), HostNQN: id.NQN, HostID: id.ID, Timeouts: &tm, DHCHAPSecret: id.Secret,
+		QueueSize: queueSize})
 }
 
 // connect creates a controller and returns its namespace's block device.
 func connect(t *testing.T, o nvmf.Options) string {
+	t.Helper()
+	dev, _ := connectCtl(t, o)
+	return dev
+}
+
+// connectCtl creates a controller and returns its namespace's block device
+// and the controller's name.
+func connectCtl(t *testing.T, o nvmf.Options) (dev, ctl string) {
 	t.Helper()
 	h := nvmf.NewHost()
 	var c nvmf.Controller
@@ -448,5 +515,5 @@ func connect(t *testing.T, o nvmf.Options) string {
 	if err != nil {
 		t.Fatalf("%s (%s): %v", c.Name, o.NQN, err)
 	}
-	return "/dev/" + c.Paths[0].Head
+	return "/dev/" + c.Paths[0].Head, c.Name
 }

@@ -10,8 +10,16 @@
 // first, then the same four with b powered off (two members of each array
 // lost). Rounds alternate fabraid and md; every row is the median of the
 // rounds, with the guest CPU-seconds per GiB moved of each (summed over the
-// guests that are up). The owner engine's CPU profiles during one more run
-// of each healthy job are kept. It runs only with
+// guests that are up). md gets an internal write-intent bitmap (1 MiB
+// chunk, fabraid's region size here) just before b goes down. Then, one
+// run each: b boots again and both resync its members (md re-add through
+// the bitmap, then fabraid's bitmap resync); one of b's members on each
+// side is rebuilt onto b's spare drive (fabraid volume replace --wait; md
+// fail, remove, add); last, c's connection with queue_size 32, 128 and
+// 1024 for a sequential and a 4 KiB random read, both sides through the
+// same benchmark export (md0, and the volume's ublk device). The owner
+// engine's CPU profiles during one more run of each healthy job are kept.
+// It runs only with
 // FABRAID_VMTEST=1 and FABRAID_VMBENCH=1. Method and results:
 // docs/performance.md ("Cluster benchmark").
 package clusterbench

@@ -68,9 +68,12 @@ func serveCPU(t *testing.T) {
 	}()
 }
 
-// cpuNow samples the busy jiffies of this guest ("c") and of nodes.
+// self is this guest's name (benchGuest sets it).
+var self string
+
+// cpuNow samples the busy jiffies of this guest and of nodes.
 func cpuNow(t *testing.T, nodes map[string]string) map[string]uint64 {
-	out := map[string]uint64{"c": busyJiffies()}
+	out := map[string]uint64{self: busyJiffies()}
 	for n, addr := range nodes {
 		c, err := net.DialTimeout("tcp", net.JoinHostPort(addr, strconv.Itoa(cpuPort)), 10*time.Second)
 		if err != nil {
@@ -92,6 +95,11 @@ func cpuNow(t *testing.T, nodes map[string]string) map[string]uint64 {
 func cpuWindow(t *testing.T, nodes map[string]string, fn func()) map[string]float64 {
 	c0 := cpuNow(t, nodes)
 	fn()
+	return cpuSince(t, nodes, c0)
+}
+
+// cpuSince returns the busy CPU seconds of each guest since sample c0.
+func cpuSince(t *testing.T, nodes map[string]string, c0 map[string]uint64) map[string]float64 {
 	c1 := cpuNow(t, nodes)
 	out := map[string]float64{}
 	for n := range c0 {
@@ -103,13 +111,20 @@ func cpuWindow(t *testing.T, nodes map[string]string, fn func()) map[string]floa
 // sectors is the sectors read plus written of block device dev
 // (/sys/block/X/stat fields 3 and 7).
 func sectors(dev string) uint64 {
+	r, w := sectorsRW(dev)
+	return r + w
+}
+
+// sectorsRW is the sectors read and the sectors written of dev (0 for a
+// device that is not there).
+func sectorsRW(dev string) (r, w uint64) {
 	f := strings.Fields(readTrim(filepath.Join("/sys/block", filepath.Base(dev), "stat")))
 	if len(f) < 7 {
-		return 0
+		return 0, 0
 	}
-	r, _ := strconv.ParseUint(f[2], 10, 64)
-	w, _ := strconv.ParseUint(f[6], 10, 64)
-	return r + w
+	r, _ = strconv.ParseUint(f[2], 10, 64)
+	w, _ = strconv.ParseUint(f[6], 10, 64)
+	return r, w
 }
 
 // fio runs j on dev (size bytes; slice j.slice of two) for seconds after
@@ -239,25 +254,29 @@ func export(t *testing.T, g *vmtest.Env, host benchID, devs map[string]string) {
 	}
 }
 
-// exportDisks (on b and c) exports the md disks (the third and fourth) to a.
+// exportDisks (on b and c) exports the md disks (the third and fourth)
+// and md's spare drive (d2) to a.
 func exportDisks(t *testing.T, g *vmtest.Env, a benchID) {
-	export(t, g, a, map[string]string{"d0": g.Disks[2], "d1": g.Disks[3]})
+	export(t, g, a, map[string]string{"d0": g.Disks[2], "d1": g.Disks[3], "d2": g.Disks[diskMDSpare]})
 }
 
-// exportMD (on a) exports /dev/md0 to c.
-func exportMD(t *testing.T, g *vmtest.Env, c benchID) {
-	export(t, g, c, map[string]string{"md0": "/dev/md0"})
+// exportMD (on a) exports /dev/md0 to c, and the fabraid volume's ublk
+// device as "fab" the same way (the queue rows: both consumer connections
+// then have the same target and host settings).
+func exportMD(t *testing.T, g *vmtest.Env, c benchID, ublk string) {
+	export(t, g, c, map[string]string{"md0": "/dev/md0", "fab": ublk})
 }
 
-// importDisks (on a) connects to node's two md disks with the timeouts of
-// a fabraid member connection and returns their block devices.
-func importDisks(t *testing.T, g *vmtest.Env, id benchID, node string) []string {
+// importDisks (on a) connects to node's md disks names (d0, d1, d2) with
+// the timeouts of a fabraid member connection and returns their block
+// devices.
+func importDisks(t *testing.T, g *vmtest.Env, id benchID, node string, names ...string) []string {
 	tm, err := nvmf.Profile(nvmf.ProfileMember)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var devs []string
-	for _, name := range []string{"d0", "d1"} {
+	for _, name := range names {
 		devs = append(devs, connect(t, nvmf.Options{Transport: nvmf.TCP, Address: g.Addr(node), ServiceID: mdService,
 			NQN: subsysNQN(node, name), HostNQN: id.NQN, HostID: id.ID, Timeouts: &tm, DHCHAPSecret: id.Secret}))
 	}
