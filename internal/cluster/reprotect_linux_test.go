@@ -34,6 +34,10 @@ const reprotectInterval = 20 * time.Second
 //     domain is not the owner's) and rebuilds them.
 //   - v is optimal with two members on d and none on b, without b; c
 //     reads its region back intact and a scrub is clean.
+//   - c claimed a fourth disk as a spare before v was created: v got
+//     none of it. c fails one of its members (volume fail): the owner
+//     replaces it with c's spare at once (no down_out_interval) and
+//     rebuilds it; v optimal, the region intact.
 //
 // Four guests for 8-9 min: not part of make test (its time budget), run by
 // make reprotect (FABRAID_VMTEST_REPROTECT=1).
@@ -41,7 +45,7 @@ func TestIntegrationReprotect(t *testing.T) {
 	if os.Getenv("FABRAID_VMTEST_REPROTECT") == "" && !vmtest.InGuest() {
 		t.Skip("four guests for 8-9 min: run by make reprotect (FABRAID_VMTEST_REPROTECT=1)")
 	}
-	guests := clusterVolumeGuests(t, nil)
+	guests := clusterVolumeGuests(t, map[string]int{"c": 1})
 	d := guests[2]
 	d.Name = "d"
 	guests = append(guests, d)
@@ -82,6 +86,7 @@ func reprotectGuest(t *testing.T, g *vmtest.Env) {
 		}
 		g.Signal(t, "token-d")
 		g.Wait(t, "d", "joined")
+		g.Wait(t, "c", "spare")
 		step(t, start, "creating 4+2 volume v on a, b, c")
 		createVolume(t, "v", "--data", "4", "--parity", "2", "--nodes", "a,b,c")
 		in := showVolume(t)
@@ -94,7 +99,13 @@ func reprotectGuest(t *testing.T, g *vmtest.Env) {
 		g.Wait(t, "a", "created")
 		g.Wait(t, "c", "done") // powered off meanwhile
 	case "c":
+		mustFabraid(t, "drive", "claim", "--spare", g.Disks[3])
+		spare := driveID(t, g.Disks[3])
+		g.Signal(t, "spare")
 		g.Wait(t, "a", "created")
+		if in := showVolume(t); slicesContainAny(memberDevices(in), spare) {
+			t.Fatalf("v was placed on c's spare %s: %+v", spare, in.Members)
+		}
 		head := waitHead(t, start)
 		sum := writeRegion(t, head, 0, regionBytes, 'p')
 		step(t, start, "c wrote %d bytes; powering b off", regionBytes)
@@ -110,6 +121,15 @@ func reprotectGuest(t *testing.T, g *vmtest.Env) {
 		}
 		if out := mustFabraid(t, "volume", "scrub", "v", "--wait"); !strings.Contains(out, " 0 mismatches") {
 			t.Fatalf("scrub after re-protection: %s", out)
+		}
+		s := slotsOn(in, "c")[0]
+		step(t, start, "failing slot %d (%s); c's spare %s should replace it", s, in.Members[s].Device, spare)
+		mustFabraid(t, "volume", "fail", "v", fmt.Sprint(s))
+		failed := time.Now()
+		in = waitOptimalWith(t, start, s, "c:"+spare, 6*time.Minute)
+		step(t, start, "slot %d on the spare and optimal %.1f s after the fail", s, time.Since(failed).Seconds())
+		if got := readRegion(t, head, 0, regionBytes); got != sum {
+			t.Fatalf("region after the spare's rebuild: sha256 %s, wrote %s", got, sum)
 		}
 		mustFabraid(t, "cluster", "status")
 		g.Signal(t, "done")
@@ -145,6 +165,62 @@ func waitReprotected(t *testing.T, start time.Time, timeout time.Duration) (api.
 		}
 		time.Sleep(time.Second)
 	}
+}
+
+// waitOptimalWith polls v until it is optimal with slot on device.
+func waitOptimalWith(t *testing.T, start time.Time, slot int, device string, timeout time.Duration) api.Volume {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for {
+		out, err := osexec.Command("/usr/bin/fabraid", "volume", "show", "v", "--json").Output()
+		var in api.Volume
+		if err == nil && json.Unmarshal(out, &in) == nil && slot < len(in.Members) {
+			now := fmt.Sprintf("%s, slot %d %s %s; reprotect %q", in.State, slot, in.Members[slot].Device, in.Members[slot].Role, in.Reprotect)
+			if now != last {
+				step(t, start, "volume v: %s", now)
+				last = now
+			}
+			if in.State == "optimal" && in.Members[slot].Device == device {
+				return in
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("slot %d not optimal on %s after %s: %s (%v)", slot, device, timeout, last, err)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// driveID is the claim id of this node's drive at path.
+func driveID(t *testing.T, path string) string {
+	t.Helper()
+	var ds []struct {
+		Path, ID string
+		Spare    bool
+	}
+	if err := json.Unmarshal([]byte(mustFabraid(t, "drive", "list", "--json")), &ds); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range ds {
+		if d.Path == path {
+			if !d.Spare {
+				t.Fatalf("drive %s (%s) is not listed as a spare", path, d.ID)
+			}
+			return d.ID
+		}
+	}
+	t.Fatalf("drive %s not listed", path)
+	return ""
+}
+
+// memberDevices are the node:drive of in's members.
+func memberDevices(in api.Volume) []string {
+	var out []string
+	for _, m := range in.Members {
+		out = append(out, m.Device)
+	}
+	return out
 }
 
 func slicesContainAny(ss []string, sub string) bool {

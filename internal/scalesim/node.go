@@ -102,8 +102,6 @@ func (n *node) run(ctx context.Context, interval, first time.Duration, events *e
 		select {
 		case <-ctx.Done():
 			return
-		case <-n.sess.Fenced():
-			return
 		case <-t.C:
 			t.Reset(interval)
 		case <-n.kick:
@@ -122,6 +120,9 @@ func (n *node) run(ctx context.Context, interval, first time.Duration, events *e
 func (n *node) reconcile(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	if !n.renewSession(rctx) {
+		return
+	}
 	t0 := time.Now()
 	v, err := readView(rctx, n.cli, n.name)
 	n.st.read(time.Since(t0), err)
@@ -156,6 +157,27 @@ func (n *node) reconcile(ctx context.Context) {
 			n.takeOver(rctx, vol)
 		}
 	}
+}
+
+// renewSession replaces a fenced owner session (its lease not renewed in
+// time: the daemon freezes its engines and starts a new session, as
+// here), forgetting the keys held on it; false when there is none.
+func (n *node) renewSession(ctx context.Context) bool {
+	select {
+	case <-n.sess.Fenced():
+	default:
+		return true
+	}
+	n.st.sessionsLost.Add(1)
+	s, err := owner.NewSession(ctx, n.cli, owner.Options{TTL: n.sess.TTL()})
+	if err != nil {
+		n.st.write(err)
+		return false
+	}
+	n.mu.Lock()
+	n.sess, n.held = s, map[string]owner.Epoch{}
+	n.mu.Unlock()
+	return true
 }
 
 // noteLapses marks the holders of keys that vanished with their lease

@@ -63,6 +63,7 @@ type Result struct {
 	ViewP50, ViewP99        float64 // seconds per view read (six range reads)
 	WatchEventsPerSec       float64 // events delivered to all nodes' watches, steady window
 	ReadErrors, WriteErrors int64
+	OwnerSessionsLost       int64   // owner sessions that fenced (lease not renewed in time) and were replaced
 	CPUSecondsPerNodePerSec float64 // the whole process (etcd members included) / nodes
 	HeapBytesPerNode        int64   // the whole process's heap / nodes
 	ReadyAfter              float64 // seconds from the first create to every volume owned
@@ -130,8 +131,11 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	logf("%d volumes created in %.1f s", len(uuids), time.Since(t0).Seconds())
 	if err := st.waitOwned(ctx, uuids, uuids, 5*time.Minute); err != nil {
-		return nil, err
+		n, p50, p99 := st.viewQuantiles()
+		return nil, fmt.Errorf("%w (%d view reads, p50 %.2f s, p99 %.2f s; %d reads and %d writes failed; %d owner sessions fenced)",
+			err, n, p50, p99, st.readErrs.Load(), st.writeErrs.Load(), st.sessionsLost.Load())
 	}
 	r := &Result{Nodes: c.Nodes, Volumes: len(uuids), ReadyAfter: time.Since(t0).Seconds()}
 	logf("%d volumes created and owned in %.1f s", len(uuids), r.ReadyAfter)
@@ -171,7 +175,7 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		}
 		logf("rack of %d lost: %d volumes re-owned in %.1f s", len(rack), r.RackVolumes, r.RackFailover)
 	}
-	r.ReadErrors, r.WriteErrors = st.readErrs.Load(), st.writeErrs.Load()
+	r.ReadErrors, r.WriteErrors, r.OwnerSessionsLost = st.readErrs.Load(), st.writeErrs.Load(), st.sessionsLost.Load()
 	r.TwoOwners = st.twoOwners()
 	ks, err := owner.List(ctx, admin)
 	if err != nil {

@@ -20,6 +20,7 @@ func withPrefixCount() []clientv3.OpOption {
 // stats collects what the nodes observe; safe for concurrent use.
 type stats struct {
 	readErrs, writeErrs atomic.Int64
+	sessionsLost        atomic.Int64 // owner sessions fenced (lease not renewed in time)
 
 	mu      sync.Mutex
 	views   []time.Duration
