@@ -47,7 +47,7 @@ vmbench: setup
 	printf '%s\n' "$$out" | sed -n 's/.*VMBENCH //p'; \
 	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out" | tail -50; fi; exit $$rc
 
-# The cluster benchmark (internal/clusterbench, ~15 min for 3 rounds): three
+# The cluster benchmark (internal/clusterbench, ~30 min for 3 rounds): three
 # guests, a 4+2 volume over them read and written from a non-owner through
 # its NVMe head, against md RAID-6 over nvme-tcp-imported drives exported
 # the same way; healthy, then with a member node powered off, its resync
