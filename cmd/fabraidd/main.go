@@ -147,7 +147,7 @@ func serveUnit(ctx context.Context, cmd *cobra.Command, volume, cfgPath string, 
 	sddaemon.SdNotify(false, "STATUS=assembling "+volume)
 	defer sddaemon.SdNotify(false, sddaemon.SdNotifyStopping)
 	err = volmgr.ServeEngine(ctx, volmgr.ServeOptions{
-		Members: spec.Members, UblkID: spec.UblkID, Socket: spec.Socket, SpecPath: path, OwnerDomain: spec.OwnerDomain, Epoch: spec.Epoch,
+		Members: spec.Members, UblkID: spec.UblkID, Socket: spec.Socket, SpecPath: path, OwnerDomain: spec.OwnerDomain, Epoch: spec.Epoch, NoZeroCopy: spec.NoZeroCopy,
 		Log: log, Version: version,
 		Ready: func(ublkPath string) {
 			sddaemon.SdNotify(false, sddaemon.SdNotifyReady+"\nSTATUS=serving "+volume+" on "+ublkPath)

@@ -71,6 +71,14 @@ type Config struct {
 	// members no FABRAID_*/ID_FS_* properties, no links and no
 	// SYSTEMD_WANTS (docs/admin-guide.md, "Boot"). Default true.
 	UdevProbe bool
+	// UblkZeroCopy (ublk_zero_copy) is ZeroCopyAuto (default: a volume's
+	// ublk device reads zero copy where the kernel's ublk offers
+	// AUTO_BUF_REG, 6.16+, and copies elsewhere) or ZeroCopyOff (always
+	// the copy path; engines run with --no-zero-copy). It applies to
+	// engines started after the daemon read it: a running engine keeps
+	// its device, which a restart re-attaches with the flags it was
+	// created with.
+	UblkZeroCopy string
 
 	// Warnings are the lines Parse skipped: keys this version does not
 	// know (ErrUnknownKey), as after a downgrade (a key of the newer
@@ -96,6 +104,12 @@ const (
 	EngineAuto    = "auto"
 	EngineSystemd = "systemd"
 	EngineProcess = "process"
+)
+
+// ublk zero-copy settings (the ublk_zero_copy key).
+const (
+	ZeroCopyAuto = "auto"
+	ZeroCopyOff  = "off"
 )
 
 // Storage Scale discovery modes (the nsd_discovery key).
@@ -124,6 +138,7 @@ func Default() Config {
 		SPDKSocket:      "/var/tmp/spdk.sock",
 		AssemblyTimeout: 30 * time.Second,
 		UdevProbe:       true,
+		UblkZeroCopy:    ZeroCopyAuto,
 	}
 }
 
@@ -301,6 +316,11 @@ func (c *Config) set(key, val string) error {
 		default:
 			return fmt.Errorf("%q: want true or false", val)
 		}
+	case "ublk_zero_copy":
+		if val != ZeroCopyAuto && val != ZeroCopyOff {
+			return fmt.Errorf("%q: want auto (zero-copy reads where the kernel's ublk offers them) or off (always the copy path)", val)
+		}
+		c.UblkZeroCopy = val
 	default:
 		if ok, err := c.Cluster.set(key, val); ok {
 			return err
@@ -310,7 +330,7 @@ func (c *Config) set(key, val string) error {
 	return nil
 }
 
-const nodeKeys = "node_name, storage_interfaces, storage_cidrs, state_dir, api_socket, metrics_address, export_address, export_port, engine_mode, nsd_discovery, target_backend, spdk_rpc_socket, assembly_timeout, udev_probe"
+const nodeKeys = "node_name, storage_interfaces, storage_cidrs, state_dir, api_socket, metrics_address, export_address, export_port, engine_mode, nsd_discovery, target_backend, spdk_rpc_socket, assembly_timeout, udev_probe, ublk_zero_copy"
 
 // Keys returns every key this version knows, in the order of the manual.
 func Keys() []string { return strings.Split(nodeKeys+", "+clusterKeys, ", ") }

@@ -70,6 +70,7 @@ func TestParseErrors(t *testing.T) {
 		{"assembly_timeout = 0", "t.conf:1: assembly_timeout: \"0\": want seconds, 1..3600"},
 		{"assembly_timeout = 30s", "t.conf:1: assembly_timeout: \"30s\": want seconds"},
 		{"udev_probe = 0", "t.conf:1: udev_probe: \"0\": want true or false"},
+		{"ublk_zero_copy = on", "t.conf:1: ublk_zero_copy: \"on\": want auto (zero-copy reads where the kernel's ublk offers them) or off"},
 	} {
 		_, err := Parse(strings.NewReader(tc.in), "t.conf")
 		var ce *Error
@@ -161,6 +162,18 @@ func TestParseEngineMode(t *testing.T) {
 		c, err := Parse(strings.NewReader("engine_mode = "+m+"\n"), "t.conf")
 		if err != nil || c.EngineMode != m {
 			t.Errorf("engine_mode = %s: %q %v", m, c.EngineMode, err)
+		}
+	}
+}
+
+func TestParseUblkZeroCopy(t *testing.T) {
+	if c, err := Parse(strings.NewReader(""), "t.conf"); err != nil || c.UblkZeroCopy != ZeroCopyAuto {
+		t.Errorf("default: %q %v, want auto", c.UblkZeroCopy, err)
+	}
+	for _, m := range []string{ZeroCopyAuto, ZeroCopyOff} {
+		c, err := Parse(strings.NewReader("ublk_zero_copy = "+m+"\n"), "t.conf")
+		if err != nil || c.UblkZeroCopy != m {
+			t.Errorf("ublk_zero_copy = %s: %q %v", m, c.UblkZeroCopy, err)
 		}
 	}
 }

@@ -30,6 +30,10 @@
 // PID 1 or the template is not installed) or "auto" (the default: systemd
 // when both hold, else process).
 //
+// ublk_zero_copy is "auto" (the default: zero-copy healthy reads where the
+// kernel's ublk offers AUTO_BUF_REG) or "off" (engines keep the copy path,
+// "fabraidd engine --no-zero-copy").
+//
 // Every key is optional; Default lists the defaults. A missing file is not an
 // error for Load when the caller asks for defaults (LoadOrDefault).
 //

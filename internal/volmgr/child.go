@@ -380,7 +380,7 @@ func (c *child) Stop() error {
 }
 
 // childArgs is the command line of s's engine child after the binary;
-// --owner-domain and --epoch only when set, so that the command line of an
+// --owner-domain, --epoch and --no-zero-copy only when set, so that the command line of an
 // engine without them is what an older daemon ran.
 func childArgs(s EngineSpec, sock string) []string {
 	args := []string{"engine", "--uuid", volid.Format(s.UUID), "--members", strings.Join(s.Members, ","),
@@ -390,6 +390,9 @@ func childArgs(s EngineSpec, sock string) []string {
 	}
 	if s.Epoch != 0 {
 		args = append(args, "--epoch", strconv.FormatUint(s.Epoch, 10))
+	}
+	if s.NoZeroCopy {
+		args = append(args, "--no-zero-copy")
 	}
 	return args
 }

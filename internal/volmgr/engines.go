@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/fabraid/fabraid/engine"
+	"github.com/fabraid/fabraid/internal/config"
 	"github.com/fabraid/fabraid/internal/volid"
 )
 
@@ -97,7 +98,8 @@ func (m *Manager) ensureEngine(ctx context.Context, u [16]byte, v *onDisk, gateM
 		return nil
 	}
 	rec := m.loadRecord(u)
-	e, err := m.opts.Start(ctx, EngineSpec{UUID: u, Name: v.name, Members: v.members, UblkID: rec.UblkID, OwnerDomain: v.ownerDomain, Epoch: v.epoch})
+	e, err := m.opts.Start(ctx, EngineSpec{UUID: u, Name: v.name, Members: v.members, UblkID: rec.UblkID, OwnerDomain: v.ownerDomain, Epoch: v.epoch,
+		NoZeroCopy: m.opts.Config.UblkZeroCopy == config.ZeroCopyOff})
 	m.mu.Lock()
 	m.errs[u] = err
 	if err == nil {

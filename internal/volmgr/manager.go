@@ -41,6 +41,9 @@ type EngineSpec struct {
 	// volume at (cluster mode); 0 in the one-node mode (one more than on
 	// disk).
 	Epoch uint64
+	// NoZeroCopy keeps the ublk copy path where the kernel offers zero
+	// copy (config ublk_zero_copy = off; ServeOptions.NoZeroCopy).
+	NoZeroCopy bool
 }
 
 // StartFunc starts the engine of a volume.

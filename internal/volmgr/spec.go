@@ -35,6 +35,9 @@ type SpecFile struct {
 	// Epoch is engine.Options.Epoch: the owner epoch of the assembly
 	// (kept current by a thaw); absent: one more than on disk.
 	Epoch uint64 `json:"epoch,omitempty"`
+	// NoZeroCopy is ServeOptions.NoZeroCopy (ublk_zero_copy = off);
+	// absent: zero copy where the kernel offers it.
+	NoZeroCopy bool `json:"no_zero_copy,omitempty"`
 }
 
 // SpecDir is the directory of the engine spec files.
