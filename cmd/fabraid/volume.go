@@ -659,7 +659,11 @@ func rebuildText(r *api.RebuildBytes) string {
 func ublkText(v api.Volume) string {
 	switch {
 	case v.Ublk != "" || v.EnginePID != 0:
-		return fmt.Sprintf("%s (engine pid %d)", v.Ublk, v.EnginePID)
+		zc := ""
+		if v.UblkZeroCopy {
+			zc = ", zero-copy reads"
+		}
+		return fmt.Sprintf("%s (engine pid %d%s)", v.Ublk, v.EnginePID, zc)
 	case v.Owner != "":
 		return "none on this node (" + v.Owner + " runs the engine)"
 	}

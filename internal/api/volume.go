@@ -65,6 +65,9 @@ type Volume struct {
 	// (engine Status.OwnerJournal): writes to their data chunks survive
 	// the owner's loss with them. 0: off.
 	OwnerJournal int `json:"owner_journal,omitempty"`
+	// UblkZeroCopy: this node's engine serves healthy reads zero copy
+	// (config ublk_zero_copy = auto on a kernel with AUTO_BUF_REG).
+	UblkZeroCopy bool `json:"ublk_zero_copy,omitempty"`
 	// Rebuild is how much the running or last rebuild (or resync of
 	// returning members) rewrites.
 	Rebuild *RebuildBytes `json:"rebuild_bytes,omitempty"`

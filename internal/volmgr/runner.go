@@ -68,6 +68,8 @@ type EngineStatus struct {
 	Frozen bool `json:"frozen,omitempty"`
 	// HandedOff: the frozen engine hands its requests off (HandOff).
 	HandedOff bool `json:"handed_off,omitempty"`
+	// ZeroCopy: the ublk device reads zero copy (ublk.Device.ZeroCopy).
+	ZeroCopy bool `json:"zero_copy,omitempty"`
 }
 
 // ErrBusy is returned when a background task is already running.
@@ -226,7 +228,7 @@ func (l *Local) Device() *ublk.Device { return l.dev }
 func (l *Local) Status() (EngineStatus, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return EngineStatus{Engine: l.vol.Status(), UblkID: l.dev.ID(), UblkPath: l.dev.BlockPath(), PID: pid(), Task: l.task, LastTask: l.last, StartedAt: l.started, IO: l.vol.IOStats(), Frozen: l.vol.Frozen(), HandedOff: l.vol.HandedOff()}, nil
+	return EngineStatus{Engine: l.vol.Status(), UblkID: l.dev.ID(), UblkPath: l.dev.BlockPath(), ZeroCopy: l.dev.ZeroCopy(), PID: pid(), Task: l.task, LastTask: l.last, StartedAt: l.started, IO: l.vol.IOStats(), Frozen: l.vol.Frozen(), HandedOff: l.vol.HandedOff()}, nil
 }
 
 // Flush implements Engine.
