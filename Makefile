@@ -55,7 +55,12 @@ vmbench: setup
 # VMBENCH JSON line per row and a table; rounds from
 # FABRAID_CLUSTERBENCH_ROUNDS (default 3); the whole log (with the top of the
 # owner engine's CPU profiles, kept in FABRAID_CLUSTERBENCH_PROFILES) stays in
-# CLUSTERBENCH_LOG. Method and results: docs/performance.md.
+# CLUSTERBENCH_LOG. FABRAID_CLUSTERBENCH_KERNEL=7 boots Debian sid's 7.x
+# (default 6.12), whose ublk reads zero copy; FABRAID_CLUSTERBENCH_ZEROCOPY=off
+# runs fabraidd with ublk_zero_copy = off (the copy path; default auto);
+# FABRAID_CLUSTERBENCH_PHASES=healthy stops after the healthy rows. Zero copy
+# vs copy takes two runs (one fabraidd setting per node): compare each run's
+# fabraid/md. Method and results: docs/performance.md.
 CLUSTERBENCH_LOG ?= /tmp/fabraid-clusterbench.log
 clusterbench: setup
 	@$(GOFLAGS_STATIC) FABRAID_VMTEST=1 FABRAID_VMBENCH=1 $(GO) test -count=1 -timeout $(VMTEST_TIMEOUT) \

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -75,10 +76,14 @@ func TestClusterBenchVM(t *testing.T) {
 		t.Skip("benchmark: set FABRAID_VMTEST=1 FABRAID_VMBENCH=1 (make clusterbench)")
 	}
 	n := rounds(t)
+	kernel, zeroCopy, only := benchKernel(t), benchZeroCopy(t), healthyOnly()
 	files := benchtools.Files(t)
 	files["/usr/bin/fabraid"] = vmtest.BuildBinary(t, "github.com/fabraid/fabraid/cmd/fabraid")
 	files["/usr/bin/fabraidd"] = vmtest.BuildBinary(t, "github.com/fabraid/fabraid/cmd/fabraidd")
 	mods := []string{"nvmet", "nvmet_tcp", "nvme_tcp", "ublk_drv", "crc32c_generic", "raid456", "ext4"}
+	if kernel == vmtest.Kernel7 {
+		mods = slices.DeleteFunc(mods, func(m string) bool { return m == "crc32c_generic" }) // a library in 7.x, built in
+	}
 	var guests []vmtest.GuestConfig
 	for _, name := range []string{"a", "b", "c"} {
 		disks := make([]vmtest.Disk, diskState+1)
@@ -86,7 +91,7 @@ func TestClusterBenchVM(t *testing.T) {
 			disks[i] = vmtest.Disk{Size: memberBytes}
 		}
 		disks[diskState].Size = stateBytes
-		guests = append(guests, vmtest.GuestConfig{Name: name, Kernel: vmtest.Kernel612, Modules: mods,
+		guests = append(guests, vmtest.GuestConfig{Name: name, Kernel: kernel, Modules: mods,
 			MemoryMB: 1024, Disks: disks, Files: files})
 	}
 	shared := os.Getenv("FABRAID_CLUSTERBENCH_PROFILES")
@@ -108,8 +113,9 @@ func TestClusterBenchVM(t *testing.T) {
 	outcomes, err := vmtest.Boot(context.Background(), vmtest.BootConfig{
 		Guests: guests, Timeout: timeout, Binary: exe, Shared: shared,
 		Args: []string{"-test.run", "^TestClusterBenchVM$", "-test.v", "-test.timeout", timeout.String()},
-		Env:  map[string]string{"FABRAID_CLUSTERBENCH_ROUNDS": strconv.Itoa(n)},
-		Log:  func(g, line string) { t.Logf("[%s] %s", g, line) },
+		Env: map[string]string{"FABRAID_CLUSTERBENCH_ROUNDS": strconv.Itoa(n), "FABRAID_CLUSTERBENCH_ZEROCOPY": zeroCopy,
+			"FABRAID_CLUSTERBENCH_PHASES": map[bool]string{true: "healthy"}[only]},
+		Log: func(g, line string) { t.Logf("[%s] %s", g, line) },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -144,6 +150,38 @@ func rounds(t *testing.T) int {
 	}
 	return n
 }
+
+// benchKernel is the guests' kernel: FABRAID_CLUSTERBENCH_KERNEL, 6.12
+// (default) or 7 (Debian sid's 7.x, whose ublk reads zero copy).
+func benchKernel(t *testing.T) string {
+	switch k := os.Getenv("FABRAID_CLUSTERBENCH_KERNEL"); k {
+	case "", vmtest.Kernel612:
+		return vmtest.Kernel612
+	case vmtest.Kernel7:
+		return vmtest.Kernel7
+	default:
+		t.Fatalf("FABRAID_CLUSTERBENCH_KERNEL=%q: want %s or %s", k, vmtest.Kernel612, vmtest.Kernel7)
+		return ""
+	}
+}
+
+// benchZeroCopy is fabraidd's ublk_zero_copy in the guests:
+// FABRAID_CLUSTERBENCH_ZEROCOPY, auto (default) or off.
+func benchZeroCopy(t *testing.T) string {
+	switch z := os.Getenv("FABRAID_CLUSTERBENCH_ZEROCOPY"); z {
+	case "", "auto":
+		return "auto"
+	case "off":
+		return "off"
+	default:
+		t.Fatalf("FABRAID_CLUSTERBENCH_ZEROCOPY=%q: want auto or off", z)
+		return ""
+	}
+}
+
+// healthyOnly is FABRAID_CLUSTERBENCH_PHASES=healthy: the healthy rounds
+// only (no profiles, no node down, no recovery or queue rows).
+func healthyOnly() bool { return os.Getenv("FABRAID_CLUSTERBENCH_PHASES") == "healthy" }
 
 // benchGuest: every guest serves its CPU counters, runs fabraidd with its
 // first two disks claimed and joins the cluster; a creates the volume and
@@ -199,6 +237,12 @@ func benchGuest(t *testing.T, g *vmtest.Env) {
 		exportMD(t, g, readIdentity(t, g, "c"), ublkDev(t, in))
 		logf(t, start, "md0 (RAID-6, 64 KiB chunk) over %v exported to c", members)
 		g.Signal(t, "md")
+		logEngine(t, start, in.UUID)
+		if healthyOnly() {
+			g.Wait(t, "c", "done")
+			logKernelReports(t, start)
+			return
+		}
 		for _, j := range jobs {
 			profileEngine(t, g, in.UUID, j.name)
 		}
@@ -212,6 +256,7 @@ func benchGuest(t *testing.T, g *vmtest.Env) {
 		recovery(t, g, start, id)
 		g.Signal(t, "rebuilt")
 		g.Wait(t, "c", "done")
+		logKernelReports(t, start)
 	case "b":
 		exportDisks(t, g, readIdentity(t, g, "a"))
 		g.Signal(t, "exported")
@@ -225,6 +270,10 @@ func benchGuest(t *testing.T, g *vmtest.Env) {
 		md, mdCtl := connectMD(t, g, id, 0)
 		logf(t, start, "consumer devices: fabraid %s, md %s", fab, md)
 		measure(t, g, start, fab, md)
+		if healthyOnly() {
+			g.Signal(t, "done")
+			return
+		}
 		g.Wait(t, "a", "rebuilt")
 		queueRows(t, g, start, id, mdCtl)
 		g.Signal(t, "done")
@@ -273,6 +322,9 @@ func measure(t *testing.T, g *vmtest.Env, start time.Time, fabDev, mdDev string)
 		logf(t, start, "%s: %s written once (%d MiB): %.1f MiB/s %s", tg.name, tg.dev, size>>20, s.v, s.err)
 	}
 	phase(t, start, "", nodes, targets, "optimal")
+	if healthyOnly() {
+		return
+	}
 	for _, j := range jobs {
 		// Not part of the figures: a takes the engine's CPU profile
 		// while fio runs. The profile starts once fio is past its ramp

@@ -19,7 +19,12 @@
 // 1024 for a sequential and a 4 KiB random read, both sides through the
 // same benchmark export (md0, and the volume's ublk device). The owner
 // engine's CPU profiles during one more run of each healthy job are kept.
-// It runs only with
+// FABRAID_CLUSTERBENCH_KERNEL=7 boots Debian sid's 7.x kernel instead of
+// 6.12, FABRAID_CLUSTERBENCH_ZEROCOPY=off sets fabraidd's ublk_zero_copy =
+// off (the copy path where 7.x would read zero copy), and
+// FABRAID_CLUSTERBENCH_PHASES=healthy stops after the healthy rows. The
+// owner logs its engine's "serving" line (zero_copy=) and, at the end,
+// the kernel's UBSAN/BUG/WARNING reports of its boot. It runs only with
 // FABRAID_VMTEST=1 and FABRAID_VMBENCH=1. Method and results:
 // docs/performance.md ("Cluster benchmark").
 package clusterbench

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -391,6 +392,9 @@ const tcgConf = "owner_lease_ttl = 15\netcd_heartbeat_ms = 200\netcd_election_ms
 // the benchmark fails) and claims the given disks.
 func startFabraidd(t *testing.T, g *vmtest.Env, claim []string) {
 	conf := "node_name = " + g.Name + "\ncluster_address = " + g.Addr(g.Name) + "\nengine_mode = process\nmetrics_address =\n" + tcgConf
+	if z := os.Getenv("FABRAID_CLUSTERBENCH_ZEROCOPY"); z != "" {
+		conf += "ublk_zero_copy = " + z + "\n"
+	}
 	os.MkdirAll("/etc/fabraid", 0o755)
 	if err := os.WriteFile("/etc/fabraid/fabraid.conf", []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
@@ -529,4 +533,48 @@ func waitHead(t *testing.T, start time.Time) string {
 	var in api.Volume
 	json.Unmarshal(waitVolume(t, start, func(in api.Volume) bool { return in.Device != "" && in.State == "optimal" }), &in)
 	return in.Device
+}
+
+// logEngine (on the owner) logs the engine's "serving" line, which says
+// whether its ublk device reads zero copy (zero_copy=true).
+func logEngine(t *testing.T, start time.Time, uuid string) {
+	b, err := os.ReadFile("/run/fabraid/engine-" + uuid + ".log")
+	if err != nil {
+		logf(t, start, "engine log: %v", err)
+		return
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "serving") {
+			logf(t, start, "engine: %s", l)
+		}
+	}
+}
+
+// logKernelReports logs the kernel's UBSAN, BUG and WARNING reports of
+// this boot (7.2.13 reports one in io_uring/rsrc.c at the first zero-copy
+// reads; docs/performance.md).
+func logKernelReports(t *testing.T, start time.Time) {
+	f, err := os.OpenFile("/dev/kmsg", os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		logf(t, start, "kernel reports: %v", err)
+		return
+	}
+	defer f.Close()
+	n := 0
+	buf := make([]byte, 8192)
+	for {
+		k, err := f.Read(buf)
+		if err != nil {
+			if errors.Is(err, syscall.EPIPE) { // overwritten records: read on
+				continue
+			}
+			break
+		}
+		l := string(buf[:k])
+		if strings.Contains(l, "UBSAN") || strings.Contains(l, "BUG") || strings.Contains(l, "WARNING") {
+			logf(t, start, "kernel report: %s", strings.TrimSpace(l))
+			n++
+		}
+	}
+	logf(t, start, "kernel reports (UBSAN, BUG, WARNING) this boot: %d", n)
 }
