@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -554,20 +553,22 @@ func logEngine(t *testing.T, start time.Time, uuid string) {
 // this boot (7.2.13 reports one in io_uring/rsrc.c at the first zero-copy
 // reads; docs/performance.md).
 func logKernelReports(t *testing.T, start time.Time) {
-	f, err := os.OpenFile("/dev/kmsg", os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	// A raw non-blocking descriptor: os.File would wait in the poller
+	// for the next record instead of returning EAGAIN at the end.
+	fd, err := unix.Open("/dev/kmsg", unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		logf(t, start, "kernel reports: %v", err)
 		return
 	}
-	defer f.Close()
+	defer unix.Close(fd)
 	n := 0
 	buf := make([]byte, 8192)
 	for {
-		k, err := f.Read(buf)
-		if err != nil {
-			if errors.Is(err, syscall.EPIPE) { // overwritten records: read on
-				continue
-			}
+		k, err := unix.Read(fd, buf)
+		if err == unix.EPIPE { // overwritten records: read on
+			continue
+		}
+		if err != nil || k <= 0 {
 			break
 		}
 		l := string(buf[:k])
