@@ -69,7 +69,7 @@ clusterbench: setup
 	if [ $$rc -ne 0 ]; then tail -50 $(CLUSTERBENCH_LOG); echo "full log: $(CLUSTERBENCH_LOG)"; fi; exit $$rc
 
 # The cluster fault schedule for a long run (internal/cluster
-# TestIntegrationFaultSchedule; make test runs it with 3 rounds): seeded
+# TestIntegrationFaultSchedule; not part of make test, 5-12 min): seeded
 # kills and partitions of the three guests under a flushing writer, every
 # flushed block read back after each round. FAULT_ROUNDS rounds (default
 # 10: 607 s on 4 Dec 2026), FAULT_SEED to replay a printed seed; each round's fault,
