@@ -315,10 +315,24 @@ func (v *Volume) Rebuild(ctx context.Context, o RebuildOptions) error {
 				return false
 			},
 			func(row int64) error {
-				if err := th.wait(ctx, int64(g.ChunkSize*len(tg))); err != nil {
+				// Only the targets that lack this row are written: a
+				// target below its checkpoint, or outside its resync
+				// set, already holds the row (a rebuild restarted to
+				// take in another member passes such rows again for
+				// the newcomer alone).
+				need := make([]int, 0, len(tg))
+				for _, slot := range tg {
+					if needs(slot, row) {
+						need = append(need, slot)
+					}
+				}
+				if len(need) == 0 {
+					return nil
+				}
+				if err := th.wait(ctx, int64(g.ChunkSize*len(need))); err != nil {
 					return err
 				}
-				n, err := v.rebuildRow(grp, row, tg, current)
+				n, err := v.rebuildRow(grp, row, need, current)
 				written.Add(n)
 				return err
 			},

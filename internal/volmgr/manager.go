@@ -354,7 +354,10 @@ func (m *Manager) resyncReturning(e Engine, st EngineStatus, v *onDisk) error {
 // that appeared after the engine started without it, or a remote drive
 // whose path is back): only the regions written while it was away are
 // resynced. Members failed by request or on an I/O error are left alone.
-// A re-add refused because a rebuild or scrub runs is retried by a later
+// Every returning member is re-added in the same reconcile: each re-add
+// stops the rebuild the one before started, and the last rebuild covers
+// them all in one pass (Local.ReAdd). A re-add refused because a scrub
+// runs (or by an engine that predates that) is retried by a later
 // reconcile.
 func (m *Manager) reAddReturning(e Engine, st EngineStatus, v *onDisk) error {
 	var errs []error
@@ -369,10 +372,7 @@ func (m *Manager) reAddReturning(e Engine, st EngineStatus, v *onDisk) error {
 				return nil
 			}
 			errs = append(errs, fmt.Errorf("volume %s: re-add returning member of slot %d from %s: %w", v.name, ms.Slot, path, err))
-			continue
 		}
-		// ReAdd started the rebuild; one at a time.
-		return errors.Join(errs...)
 	}
 	return errors.Join(errs...)
 }

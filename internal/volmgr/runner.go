@@ -8,7 +8,6 @@ import (
 	"os"
 	"runtime"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/fabraid/fabraid/engine"
@@ -84,12 +83,7 @@ type Local struct {
 	ctl     *ublk.Control
 	started time.Time
 	log     *slog.Logger
-
-	mu     sync.Mutex
-	task   string
-	cancel context.CancelFunc
-	done   chan struct{}
-	last   *api.TaskResult
+	tasks   tasks
 }
 
 // LocalOptions tune how a Local serves its volume.
@@ -176,7 +170,8 @@ func StartLocal(vol *engine.Volume, ublkID int, log *slog.Logger, o LocalOptions
 	ok = true // the device uses ctl until it is closed
 	log.Info("serving", "volume", vol.Name(), "queues", cfg.Queues, "depth", dev.Depth(), "max_io_bytes", cfg.MaxIOBytes,
 		"zero_copy", dev.ZeroCopy())
-	return &Local{vol: vol, exec: o.Executor, dev: dev, ctl: ctl, started: time.Now(), log: log}, nil
+	return &Local{vol: vol, exec: o.Executor, dev: dev, ctl: ctl, started: time.Now(), log: log,
+		tasks: tasks{volume: vol.Name(), log: log}}, nil
 }
 
 // serverExitTimeout bounds how long a new engine waits for the kernel to
@@ -226,9 +221,8 @@ func (l *Local) Device() *ublk.Device { return l.dev }
 
 // Status implements Engine.
 func (l *Local) Status() (EngineStatus, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return EngineStatus{Engine: l.vol.Status(), UblkID: l.dev.ID(), UblkPath: l.dev.BlockPath(), ZeroCopy: l.dev.ZeroCopy(), PID: pid(), Task: l.task, LastTask: l.last, StartedAt: l.started, IO: l.vol.IOStats(), Frozen: l.vol.Frozen(), HandedOff: l.vol.HandedOff()}, nil
+	task, last := l.tasks.current()
+	return EngineStatus{Engine: l.vol.Status(), UblkID: l.dev.ID(), UblkPath: l.dev.BlockPath(), ZeroCopy: l.dev.ZeroCopy(), PID: pid(), Task: task, LastTask: last, StartedAt: l.started, IO: l.vol.IOStats(), Frozen: l.vol.Frozen(), HandedOff: l.vol.HandedOff()}, nil
 }
 
 // Flush implements Engine.
@@ -279,101 +273,75 @@ func (l *Local) Fail(slot int, force bool) error {
 
 // ReAdd implements Engine.
 func (l *Local) ReAdd(slot int, path string, rate int64) error {
-	l.mu.Lock()
-	busy := l.task != ""
-	l.mu.Unlock()
-	if busy {
-		return fmt.Errorf("volume %s: re-add: %w", l.vol.Name(), ErrBusy)
-	}
-	if st := l.vol.Status(); slot >= 0 && slot < len(st.Members) && st.Members[slot].Device == path {
-		// Failed while this engine ran: it still holds the device
-		// (exclusively); let go of it first.
-		if err := l.vol.DetachFailed(slot); err != nil {
+	return l.changeMember("re-add", rate, func() error {
+		if st := l.vol.Status(); slot >= 0 && slot < len(st.Members) && st.Members[slot].Device == path {
+			// Failed while this engine ran: it still holds the device
+			// (exclusively); let go of it first.
+			if err := l.vol.DetachFailed(slot); err != nil {
+				return fmt.Errorf("volume %s: re-add %s: %w", l.vol.Name(), path, err)
+			}
+		}
+		m, err := openMember(path, l.log)
+		if err != nil {
 			return fmt.Errorf("volume %s: re-add %s: %w", l.vol.Name(), path, err)
 		}
-	}
-	m, err := openMember(path, l.log)
-	if err != nil {
-		return fmt.Errorf("volume %s: re-add %s: %w", l.vol.Name(), path, err)
-	}
-	if err := l.vol.ReAdd(m, path); err != nil {
-		m.Close()
-		return fmt.Errorf("volume %s: %w", l.vol.Name(), err)
-	}
-	return l.Rebuild(rate)
+		if err := l.vol.ReAdd(m, path); err != nil {
+			m.Close()
+			return fmt.Errorf("volume %s: %w", l.vol.Name(), err)
+		}
+		return nil
+	})
 }
 
 // Replace implements Engine.
 func (l *Local) Replace(slot int, path string, rate int64) error {
-	l.mu.Lock()
-	busy := l.task != ""
-	l.mu.Unlock()
-	if busy {
-		return fmt.Errorf("volume %s: replace: %w", l.vol.Name(), ErrBusy)
-	}
-	m, err := openMember(path, l.log)
+	return l.changeMember("replace", rate, func() error {
+		m, err := openMember(path, l.log)
+		if err != nil {
+			return fmt.Errorf("volume %s: replace slot %d: %w", l.vol.Name(), slot, err)
+		}
+		if err := l.vol.Replace(slot, m, path); err != nil {
+			m.Close()
+			return fmt.Errorf("volume %s: replace slot %d with %s: %w", l.vol.Name(), slot, path, err)
+		}
+		return nil
+	})
+}
+
+// changeMember makes a member rebuilding with change and starts the
+// rebuild. A rebuild that runs is stopped first and the new one covers
+// its targets and the new member in one pass (tasks.makeRoom); when change
+// fails, the stopped rebuild is started again. A running scrub makes it
+// fail with ErrBusy.
+func (l *Local) changeMember(what string, rate int64, change func() error) error {
+	rate, stopped, err := l.tasks.makeRoom(what, rate)
 	if err != nil {
-		return fmt.Errorf("volume %s: replace slot %d: %w", l.vol.Name(), slot, err)
+		return err
 	}
-	if err := l.vol.Replace(slot, m, path); err != nil {
-		m.Close()
-		return fmt.Errorf("volume %s: replace slot %d with %s: %w", l.vol.Name(), slot, path, err)
+	if err := change(); err != nil {
+		if stopped {
+			if rerr := l.Rebuild(rate); rerr != nil {
+				l.log.Warn("could not resume the stopped rebuild", "volume", l.vol.Name(), "err", rerr)
+			}
+		}
+		return err
 	}
 	return l.Rebuild(rate)
 }
 
 // Rebuild implements Engine.
 func (l *Local) Rebuild(rate int64) error {
-	return l.start("rebuild", func(ctx context.Context) (*engine.ScrubReport, error) {
+	return l.tasks.start("rebuild", rate, func(ctx context.Context) (*engine.ScrubReport, error) {
 		return nil, l.vol.Rebuild(ctx, engine.RebuildOptions{Rate: rate})
 	})
 }
 
 // Scrub implements Engine.
 func (l *Local) Scrub(repair bool, rate int64) error {
-	return l.start("scrub", func(ctx context.Context) (*engine.ScrubReport, error) {
+	return l.tasks.start("scrub", 0, func(ctx context.Context) (*engine.ScrubReport, error) {
 		r, err := l.vol.Scrub(ctx, repair, engine.RebuildOptions{Rate: rate})
 		return &r, err
 	})
-}
-
-func (l *Local) start(kind string, f func(context.Context) (*engine.ScrubReport, error)) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.task != "" {
-		return fmt.Errorf("volume %s: %s: %w (%s)", l.vol.Name(), kind, ErrBusy, l.task)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	l.task, l.cancel, l.done = kind, cancel, make(chan struct{})
-	done := l.done
-	go func() {
-		defer close(done)
-		t0 := time.Now()
-		rep, err := f(ctx)
-		res := &api.TaskResult{Kind: kind, Scrub: rep, Finished: time.Now().UTC(), Seconds: time.Since(t0).Seconds()}
-		if err != nil {
-			res.Error = err.Error()
-			l.log.Error("background task failed", "volume", l.vol.Name(), "task", kind, "err", err)
-		} else {
-			l.log.Info("background task done", "volume", l.vol.Name(), "task", kind, "seconds", res.Seconds)
-		}
-		l.mu.Lock()
-		l.task, l.cancel, l.last = "", nil, res
-		l.mu.Unlock()
-		cancel()
-	}()
-	return nil
-}
-
-// stopTask cancels the running rebuild or scrub, if any, and waits for it.
-func (l *Local) stopTask() {
-	l.mu.Lock()
-	cancel, done := l.cancel, l.done
-	l.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done
-	}
 }
 
 // Stop implements Engine: it cancels a running task, stops the ublk device and
@@ -390,7 +358,7 @@ func (l *Local) Stop() error {
 		// returns only once the close fails its held I/O.
 		l.vol.Close()
 	}
-	l.stopTask()
+	l.tasks.stop()
 	err := l.dev.Close()
 	l.ctl.Close()
 	if cerr := l.vol.Close(); err == nil && !errors.Is(cerr, engine.ErrClosed) {
@@ -407,6 +375,6 @@ func (l *Local) Stop() error {
 // drops the volume without a clean stop: used when the daemon exits and
 // the volume should stay (a restarted daemon re-attaches).
 func (l *Local) Abandon() {
-	l.stopTask()
+	l.tasks.stop()
 	l.vol.Abandon()
 }

@@ -222,37 +222,58 @@ func TestReconcileReAddsReturningMember(t *testing.T) {
 // failed on an I/O error stays out.
 func TestReconcileReAddsUnreachableMember(t *testing.T) {
 	for _, reason := range []superblock.FailReason{superblock.FailUnreachable, superblock.FailIO} {
-		members := make([]superblock.Member, 3)
-		for i := range members {
-			members[i] = superblock.Member{UUID: [16]byte{byte(i + 1)}, Role: superblock.RoleActive}
-		}
-		members[1].Role, members[1].Failure = superblock.RoleFailed, reason
-		var found []scanned
-		for i := range members {
-			sb := &superblock.Superblock{VolumeUUID: [16]byte{9}, Events: 5, Slot: i, MemberUUID: members[i].UUID,
-				Members: append([]superblock.Member(nil), members...)}
-			if i == 1 {
-				sb.Events = 3
-				sb.Members[1].Role, sb.Members[1].Failure = superblock.RoleActive, superblock.FailUnrecorded
-			}
-			found = append(found, scanned{fmt.Sprintf("/dev/nvme%dn1", i+4), sb}) // renumbered
-		}
-		v := groupVolumes(found)[[16]byte{9}]
-		e := &fakeEngine{}
-		for i, m := range members {
-			e.st.Engine.Members = append(e.st.Engine.Members, engine.MemberStatus{Slot: i,
-				Device: fmt.Sprintf("/dev/nvme%dn1", i), Role: m.Role, Failure: m.Failure})
-		}
-		m := &Manager{log: slog.New(slog.DiscardHandler)}
-		if err := m.reAddReturning(e, e.st, v); err != nil {
-			t.Fatal(err)
-		}
+		readds, members := reAddRenumbered(t, 3, map[int]superblock.FailReason{1: reason})
 		want, members3 := []string{"1:/dev/nvme5n1"}, 3
 		if reason == superblock.FailIO {
 			want, members3 = nil, 2
 		}
-		if !slices.Equal(e.readds, want) || len(v.members) != members3 {
-			t.Fatalf("slot 1 failed (%s): re-adds %v, want %v; scan members %v", reason, e.readds, want, v.members)
+		if !slices.Equal(readds, want) || len(members) != members3 {
+			t.Fatalf("slot 1 failed (%s): re-adds %v, want %v; scan members %v", reason, readds, want, members)
 		}
 	}
+}
+
+// Two members of one node that come back together are both re-added in
+// the same reconcile (the engine's re-add of the second stops the first
+// one's rebuild and one rebuild covers both), not one per finished rebuild.
+func TestReconcileReAddsReturningMembersTogether(t *testing.T) {
+	readds, _ := reAddRenumbered(t, 4, map[int]superblock.FailReason{1: superblock.FailUnreachable, 2: superblock.FailUnreachable})
+	if want := []string{"1:/dev/nvme5n1", "2:/dev/nvme6n1"}; !slices.Equal(readds, want) {
+		t.Fatalf("re-adds %v, want %v in one reconcile", readds, want)
+	}
+}
+
+// reAddRenumbered runs one reconcile's re-adds for a volume of n members
+// whose failed ones (slot: reason) the scan finds again, all under new
+// device names, and returns the re-adds and the scan's members.
+func reAddRenumbered(t *testing.T, n int, failed map[int]superblock.FailReason) ([]string, []string) {
+	t.Helper()
+	members := make([]superblock.Member, n)
+	for i := range members {
+		members[i] = superblock.Member{UUID: [16]byte{byte(i + 1)}, Role: superblock.RoleActive}
+		if r, ok := failed[i]; ok {
+			members[i].Role, members[i].Failure = superblock.RoleFailed, r
+		}
+	}
+	var found []scanned
+	for i := range members {
+		sb := &superblock.Superblock{VolumeUUID: [16]byte{9}, Events: 5, Slot: i, MemberUUID: members[i].UUID,
+			Members: append([]superblock.Member(nil), members...)}
+		if _, ok := failed[i]; ok {
+			sb.Events = 3 // its own copy is older and says it is active
+			sb.Members[i].Role, sb.Members[i].Failure = superblock.RoleActive, superblock.FailUnrecorded
+		}
+		found = append(found, scanned{fmt.Sprintf("/dev/nvme%dn1", i+4), sb}) // renumbered
+	}
+	v := groupVolumes(found)[[16]byte{9}]
+	e := &fakeEngine{}
+	for i, m := range members {
+		e.st.Engine.Members = append(e.st.Engine.Members, engine.MemberStatus{Slot: i,
+			Device: fmt.Sprintf("/dev/nvme%dn1", i), Role: m.Role, Failure: m.Failure})
+	}
+	m := &Manager{log: slog.New(slog.DiscardHandler)}
+	if err := m.reAddReturning(e, e.st, v); err != nil {
+		t.Fatal(err)
+	}
+	return e.readds, v.members
 }
