@@ -139,6 +139,8 @@ func TestClientWritesOnlyItsOwn(t *testing.T) {
 	allowed("delete the volume", volumes.Delete(ctx, cli, v.UUID))
 	allowed("drain n1 (node drain is served by any node)", registry.SetDrained(ctx, cli, "n1", true, c.now()))
 	allowed("undrain n1", registry.SetDrained(ctx, cli, "n1", false, c.now()))
+	_, cerr := registry.ClearDown(ctx, cli, "n1")
+	allowed("clear n1's down record (the re-protection clock)", cerr)
 	allowed("drain itself", registry.SetDrained(ctx, cli, "n2", true, c.now()))
 
 	// n2 cannot remove n3; n1 (a member) can once n3 is dead; n2 leaves.

@@ -65,8 +65,10 @@ type clusterLoop struct {
 	// leaderMoved: when this node last handed its etcd leadership away
 	// (clusterleader.go).
 	leaderMoved time.Time
-	// downSince, reprotectWhy: re-protection (clusterreprotect.go).
+	// downSince, downWarned, reprotectWhy: re-protection
+	// (clusterreprotect.go).
 	downSince    map[string]time.Time
+	downWarned   map[string]bool
 	reprotectWhy map[string]string
 }
 

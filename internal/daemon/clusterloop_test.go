@@ -32,3 +32,28 @@ func TestDownSinceUpdate(t *testing.T) {
 		t.Errorf("downSinceUpdate = %v, want %v (alive and unknown nodes dropped, b keeps its first instant, c starts now)", got, want)
 	}
 }
+
+// TestDownClock: the cluster's down record times a dead node wherever
+// there is one (a new owner goes on from the first owner's sight), this
+// node's first sight otherwise; records are written for watched dead
+// nodes without one and cleared for nodes alive again.
+func TestDownClock(t *testing.T) {
+	t0 := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	nodes := []model.NodeStatus{
+		{Node: model.Node{Name: "a"}, Alive: true, DownSince: t0}, // back: clear
+		{Node: model.Node{Name: "b"}, DownSince: t0},              // recorded
+		{Node: model.Node{Name: "c"}},                             // dead, watched: mark
+		{Node: model.Node{Name: "d"}},                             // dead, not watched
+		{Node: model.Node{Name: "e"}, Alive: true},                // alive
+	}
+	local := map[string]time.Time{"b": t0.Add(9 * time.Minute), "c": t0.Add(time.Minute), "d": t0.Add(2 * time.Minute)}
+	got := downClock(local, nodes)
+	want := map[string]time.Time{"b": t0, "c": t0.Add(time.Minute), "d": t0.Add(2 * time.Minute)}
+	if !maps.Equal(got, want) {
+		t.Errorf("downClock = %v, want %v (b from the record, not this node's later sight)", got, want)
+	}
+	mark, clear := downRecords(nodes, func(n string) bool { return n != "d" })
+	if len(mark) != 1 || mark[0] != "c" || len(clear) != 1 || clear[0] != "a" {
+		t.Errorf("downRecords: mark %v clear %v, want [c] and [a]", mark, clear)
+	}
+}

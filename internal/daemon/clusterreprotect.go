@@ -10,6 +10,7 @@ import (
 
 	"github.com/fabraid/fabraid/internal/cluster/model"
 	"github.com/fabraid/fabraid/internal/cluster/plan"
+	"github.com/fabraid/fabraid/internal/cluster/registry"
 	"github.com/fabraid/fabraid/internal/cluster/volumes"
 )
 
@@ -24,9 +25,18 @@ import (
 // engine has replaced it); the owner's own reconcile then imports the
 // drive and replaces and rebuilds the slot (replaceMembers). A member
 // the engine still counts active (no I/O reached it since) is failed
-// first. One slot at a time. The clock is this node's: it starts when this node's reconcile
-// first sees the node down, so a new owner (or a restarted fabraidd)
-// waits a whole interval again, never less. A node back before then
+// first. One slot at a time. The clock is the cluster's: the first owner
+// that sees a node of its volumes' members dead records since when in
+// etcd (registry.MarkDown: only while the node's alive key is absent,
+// the first time kept), every owner times the node from that record, so
+// a new owner or a restarted fabraidd goes on where the last one was; a
+// node seen alive has its record cleared (registry.ClearDown: only while
+// its alive key exists). Without a record (not written yet, or refused:
+// a cluster whose etcd roles predate the down/ prefix until `fabraid
+// cluster enable-rbac` runs again) the clock is this node's first sight,
+// as before: never shorter than a whole interval from this node's view.
+// The recorded time is the marking node's clock: skew between nodes
+// shortens or lengthens the interval by as much. A node back before then
 // resyncs partially as after any outage; one back after it finds its old
 // drives in no volume (free again, never wiped: placement formats them
 // when it uses them). What re-protection waits for, or why it cannot
@@ -39,8 +49,10 @@ func (d *Daemon) reprotect(ctx context.Context, cli *clientv3.Client, v *cluster
 	now := time.Now()
 	c.mu.Lock()
 	c.downSince = downSinceUpdate(c.downSince, v.Nodes, now)
-	down := maps.Clone(c.downSince)
+	local := maps.Clone(c.downSince)
 	c.mu.Unlock()
+	d.recordDown(ctx, cli, v, local)
+	down := downClock(local, v.Nodes)
 	interval := time.Duration(d.opts.Config.Cluster.DownOutInterval) * time.Second
 	why := map[string]string{}
 	var errs []error
@@ -91,6 +103,78 @@ func downSinceUpdate(since map[string]time.Time, nodes []model.NodeStatus, now t
 		out[n.Name] = t
 	}
 	return out
+}
+
+// downClock returns since when each dead node has been down: the
+// cluster's record (NodeStatus.DownSince) where there is one, else this
+// node's first sight (local).
+func downClock(local map[string]time.Time, nodes []model.NodeStatus) map[string]time.Time {
+	out := maps.Clone(local)
+	for _, n := range nodes {
+		if !n.Alive && !n.DownSince.IsZero() {
+			out[n.Name] = n.DownSince
+		}
+	}
+	return out
+}
+
+// downRecords returns the dead nodes whose down record this node should
+// write (no record yet, and watched: they hold members of a volume this
+// node owns) and the alive nodes whose record it should clear.
+func downRecords(nodes []model.NodeStatus, watched func(node string) bool) (mark, clear []string) {
+	for _, n := range nodes {
+		switch {
+		case n.Alive && !n.DownSince.IsZero():
+			clear = append(clear, n.Name)
+		case !n.Alive && n.DownSince.IsZero() && watched(n.Name):
+			mark = append(mark, n.Name)
+		}
+	}
+	return mark, clear
+}
+
+// recordDown writes and clears the down records downRecords names, a
+// marked node with this node's first sight of it (local). A refused
+// write is logged once per node and otherwise ignored: the clock falls
+// back to this node's own.
+func (d *Daemon) recordDown(ctx context.Context, cli *clientv3.Client, v *clusterView, local map[string]time.Time) {
+	members := map[string]bool{}
+	for _, vol := range v.owned() {
+		for _, m := range vol.Members {
+			members[m.Node] = true
+		}
+	}
+	mark, clear := downRecords(v.Nodes, func(n string) bool { return members[n] })
+	sctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+	defer cancel()
+	for _, n := range mark {
+		if ok, err := registry.MarkDown(sctx, cli, n, v.Self, local[n]); err != nil {
+			d.warnDownRecord(n, err)
+		} else if ok {
+			d.log.Info("recorded a node as down: the re-protection clock runs from here on every node", "node", n, "since", local[n].UTC().Format(time.RFC3339))
+		}
+	}
+	for _, n := range clear {
+		if _, err := registry.ClearDown(sctx, cli, n); err != nil {
+			d.warnDownRecord(n, err)
+		}
+	}
+}
+
+// warnDownRecord logs a refused down-record write, once per node.
+func (d *Daemon) warnDownRecord(node string, err error) {
+	c := d.loop
+	c.mu.Lock()
+	first := !c.downWarned[node]
+	if c.downWarned == nil {
+		c.downWarned = map[string]bool{}
+	}
+	c.downWarned[node] = true
+	c.mu.Unlock()
+	if first {
+		d.log.Warn("could not update the node's down record in etcd; the re-protection clock is this node's own (after an upgrade with RBAC on, run fabraid cluster enable-rbac again)",
+			"node", node, "err", err)
+	}
 }
 
 // submitReprotect moves slot m.Slot of vol to m's drive in etcd (the

@@ -7,6 +7,7 @@
 //	/fabraid/v1/nodes/<node>         registry.Node: domain, host NQN, addresses, drives (durable)
 //	/fabraid/v1/cntlid-blocks/<n>    model.CntlIDClaim: the node holding controller-ID block n (claimed with its record)
 //	/fabraid/v1/alive/<node>         registry.Alive: attached to the node's lease; gone = dead
+//	/fabraid/v1/down/<node>          model.Down: since when the node has been seen dead (the down-out clock)
 //	/fabraid/v1/tokens/<id>          token.Record: SHA-256 of the secret, expiry, use (leased)
 //	/fabraid/v1/volumes/<uuid>       model.Volume: a volume's desired state (durable)
 //	/fabraid/v1/volume-names/<name>  model.VolumeName: the name's claim, written with the volume
@@ -45,6 +46,10 @@ const (
 	// DrainsPrefix holds the drained nodes (fabraid node drain): one key
 	// per node, written by the node that served the command.
 	DrainsPrefix = Prefix + "drains/"
+	// DownPrefix holds, for each node seen dead, since when (the clock
+	// of re-protection's down_out_interval): written only while the
+	// node's alive key is absent, deleted only while it is present.
+	DownPrefix = Prefix + "down/"
 )
 
 // The volume prefixes and the host key prefix.
@@ -72,6 +77,9 @@ func Alive(name string) string { return AlivePrefix + name }
 
 // Drain is the key that marks node name drained.
 func Drain(name string) string { return DrainsPrefix + name }
+
+// Down is the key that says since when node name has been seen dead.
+func Down(name string) string { return DownPrefix + name }
 
 // Token is a join token's record.
 func Token(id string) string { return TokensPrefix + id }

@@ -88,6 +88,14 @@ type Drain struct {
 	Since   time.Time `json:"since"`
 }
 
+// Down says since when a node has been seen dead, and by whom: the
+// cluster's clock for re-protection (docs/cluster.md, "Re-protection").
+type Down struct {
+	Version int       `json:"version"`
+	Since   time.Time `json:"since"`
+	SeenBy  string    `json:"seen_by"`
+}
+
 // NodeStatus is a node with its liveness and drain.
 type NodeStatus struct {
 	Node
@@ -99,6 +107,11 @@ type NodeStatus struct {
 	// drives still serve as members.
 	Drained      bool      `json:"drained,omitempty"`
 	DrainedSince time.Time `json:"drained_since,omitzero"`
+	// DownSince is when a node first saw this node dead, as recorded
+	// in etcd (registry.MarkDown); zero when no record is there. A
+	// record can outlive the node's return by a reconcile until one
+	// node clears it (registry.ClearDown): read it with Alive.
+	DownSince time.Time `json:"down_since,omitzero"`
 }
 
 // MayOwn says whether the node may be chosen as a volume's owner: alive,

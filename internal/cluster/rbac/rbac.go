@@ -87,6 +87,7 @@ var shared = []string{
 	keys.FencePrefix,
 	keys.MovesPrefix,
 	keys.DrainsPrefix,
+	keys.DownPrefix,
 }
 
 // NodePerms are NodeRole's permissions: read all of fabraid's keys
@@ -142,6 +143,7 @@ var Table = []Write{
 	{keys.FencePrefix + "<uuid>/<node>", "Put on the node lease", "fence.Ack (drive exporter)", false, "any (the node is the last part of the key)"},
 	{keys.MovesPrefix + "<uuid>", "Txn put; delete with the record", "volumes.StartMove/UpdateMove/Delete", false, "any"},
 	{keys.DrainsPrefix + "<node>", "Txn put if absent; Delete (undrain, and with the record)", "registry.SetDrained (node drain on any node), registry.Delete", false, "any node's (node drain NODE is served by any node)"},
+	{keys.DownPrefix + "<node>", "Txn put if absent while the alive key is; Txn delete while it exists; delete with the record", "registry.MarkDown/ClearDown (the owners' re-protection clock), registry.Delete", false, "any node's (any owner sees another node die)"},
 }
 
 // CheckName refuses node names that would be etcd's root user.

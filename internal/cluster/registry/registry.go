@@ -37,6 +37,7 @@ const (
 	NodeVersion  = 1
 	AliveVersion = 1
 	DrainVersion = 1
+	DownVersion  = 1
 )
 
 // The record types live in package model (no etcd dependency), so the
@@ -83,6 +84,7 @@ func List(ctx context.Context, kv clientv3.KV) ([]Status, error) {
 		clientv3.OpGet(keys.NodesPrefix, clientv3.WithPrefix()),
 		clientv3.OpGet(keys.AlivePrefix, clientv3.WithPrefix()),
 		clientv3.OpGet(keys.DrainsPrefix, clientv3.WithPrefix()),
+		clientv3.OpGet(keys.DownPrefix, clientv3.WithPrefix()),
 	).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("registry: list: %w", err)
@@ -94,6 +96,14 @@ func List(ctx context.Context, kv clientv3.KV) ([]Status, error) {
 			return nil, fmt.Errorf("registry: %s: %w", kv.Key, err)
 		}
 		drains[string(kv.Key[len(keys.DrainsPrefix):])] = d
+	}
+	down := map[string]model.Down{}
+	for _, kv := range resp.Responses[3].GetResponseRange().Kvs {
+		var d model.Down
+		if err := decode(kv.Value, &d.Version, &d, DownVersion); err != nil {
+			return nil, fmt.Errorf("registry: %s: %w", kv.Key, err)
+		}
+		down[string(kv.Key[len(keys.DownPrefix):])] = d
 	}
 	alive := map[string]Alive{}
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
@@ -111,7 +121,8 @@ func List(ctx context.Context, kv clientv3.KV) ([]Status, error) {
 		}
 		a, ok := alive[n.Name]
 		d, drained := drains[n.Name]
-		out = append(out, Status{Node: n, Alive: ok, AliveSince: a.Since, Drained: drained, DrainedSince: d.Since})
+		out = append(out, Status{Node: n, Alive: ok, AliveSince: a.Since, Drained: drained, DrainedSince: d.Since,
+			DownSince: down[n.Name].Since})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
@@ -135,7 +146,7 @@ func Delete(ctx context.Context, kv clientv3.KV, name string) error {
 		return fmt.Errorf("registry: delete node %s: %w", name, err)
 	}
 	ops := []clientv3.Op{clientv3.OpDelete(keys.Node(name)), clientv3.OpDelete(keys.Alive(name)), clientv3.OpDelete(keys.HostKey(name)),
-		clientv3.OpDelete(keys.Drain(name))}
+		clientv3.OpDelete(keys.Drain(name)), clientv3.OpDelete(keys.Down(name))}
 	for b, c := range claims {
 		if c == name {
 			ops = append(ops, clientv3.OpDelete(keys.CntlIDBlock(b)))
@@ -174,6 +185,36 @@ func SetDrained(ctx context.Context, kv clientv3.KV, name string, drained bool, 
 		return fmt.Errorf("registry: drain node %s: %w", name, ErrUnknownNode)
 	}
 	return nil
+}
+
+// MarkDown records that node name has been dead since now, as seen by
+// node by: only while name's record exists and its alive key is absent
+// (a node that came back meanwhile is not marked), and only once (the
+// first time is kept). ok says whether this call wrote the record.
+func MarkDown(ctx context.Context, kv clientv3.KV, name, by string, now time.Time) (ok bool, err error) {
+	b, _ := json.Marshal(model.Down{Version: DownVersion, Since: now.UTC(), SeenBy: by})
+	resp, err := kv.Txn(ctx).If(
+		clientv3.Compare(clientv3.CreateRevision(keys.Node(name)), ">", 0),
+		clientv3.Compare(clientv3.CreateRevision(keys.Alive(name)), "=", 0),
+		clientv3.Compare(clientv3.CreateRevision(keys.Down(name)), "=", 0),
+	).Then(clientv3.OpPut(keys.Down(name), string(b))).Commit()
+	if err != nil {
+		return false, fmt.Errorf("registry: mark node %s down: %w", name, err)
+	}
+	return resp.Succeeded, nil
+}
+
+// ClearDown deletes node name's down record, only while its alive key
+// exists (it is back). ok says whether this call deleted it.
+func ClearDown(ctx context.Context, kv clientv3.KV, name string) (ok bool, err error) {
+	resp, err := kv.Txn(ctx).If(
+		clientv3.Compare(clientv3.CreateRevision(keys.Alive(name)), ">", 0),
+		clientv3.Compare(clientv3.CreateRevision(keys.Down(name)), ">", 0),
+	).Then(clientv3.OpDelete(keys.Down(name))).Commit()
+	if err != nil {
+		return false, fmt.Errorf("registry: clear node %s down: %w", name, err)
+	}
+	return resp.Succeeded, nil
 }
 
 // Heartbeat keeps a node's alive key on a lease of ttl seconds.
