@@ -217,6 +217,9 @@ func printClusterStatus(out io.Writer, s api.ClusterStatus) {
 		st := "alive"
 		if !n.Alive {
 			st = "DEAD"
+			if !n.DownSince.IsZero() { // the re-protection clock's start
+				st += " since " + n.DownSince.UTC().Format(time.RFC3339)
+			}
 		}
 		if n.Drained {
 			st += ",drained"

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/cluster/model"
@@ -24,7 +25,8 @@ func TestPrintClusterStatus(t *testing.T) {
 		},
 		Nodes: []model.NodeStatus{
 			{Node: model.Node{Name: "n1", Domain: "rack1", ClusterAddress: "10.0.0.1", Drives: []model.Drive{{ID: "S1", Size: 3 << 40}}}, Alive: true},
-			{Node: model.Node{Name: "n2", Domain: "n2", ClusterAddress: "10.0.0.2", Exports: model.ExportsDHCHAP}, Drained: true},
+			{Node: model.Node{Name: "n2", Domain: "n2", ClusterAddress: "10.0.0.2", Exports: model.ExportsDHCHAP}, Drained: true,
+				DownSince: time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)},
 			{Node: model.Node{Name: "n3", Domain: "n3", ClusterAddress: "10.0.0.3", Exports: model.ExportsRefused, ExportsWhy: "exports refused: require_auth = true and the NVMe target has no DH-HMAC-CHAP"}, Alive: true},
 		},
 		Volumes: []model.VolumeInfo{
@@ -37,7 +39,7 @@ func TestPrintClusterStatus(t *testing.T) {
 	var b bytes.Buffer
 	printClusterStatus(&b, s)
 	out := b.String()
-	for _, want := range []string{"cluster c1 (embedded etcd): UNHEALTHY, leader n1", "n1  ", "leader", "down: context deadline exceeded", "learner", "rack1", "S1(3.0TiB)", "DEAD,drained",
+	for _, want := range []string{"cluster c1 (embedded etcd): UNHEALTHY, leader n1", "n1  ", "leader", "down: context deadline exceeded", "learner", "rack1", "S1(3.0TiB)", "DEAD since 2026-12-05T12:00:00Z,drained",
 		"VOLUME", "4+2    n1     rebuilding (resync 42%) resynced 4.0MiB  3@n2(unreachable) 4@n2(rebuilding)",
 		"0f6c5a52-0000-4000-8000-000000000002  2x2+1  n2     unknown",
 		"dh-hmac-chap", "REFUSED", "node n3 exports nothing (no drive serves another owner, it owns no volume): exports refused: require_auth = true"} {
