@@ -43,6 +43,7 @@ func (v *Volume) PlanRead(p []byte, off int64) (*DirectRead, bool) {
 	d := &DirectRead{IOs: op.ios, v: v, op: op, p: p, off: off, t0: time.Now()}
 	if v.background.Load() {
 		v.inflight.Add(1) // a rebuild or scrub yields to it, as to ReadAt
+		v.foreground.Add(1)
 		d.counted = true
 	}
 	return d, true

@@ -97,6 +97,7 @@ func (v *Volume) beginRequest(what string, n int, off int64) (counted bool, err 
 	}
 	if v.background.Load() {
 		v.inflight.Add(1)
+		v.foreground.Add(1)
 		return true, nil
 	}
 	return false, nil

@@ -43,6 +43,15 @@ type RebuildOptions struct {
 	// Rate limits the bytes written (rebuild) or read (scrub) per second;
 	// zero means unlimited.
 	Rate int64
+	// BusyRate is the rate while the volume serves foreground I/O (a
+	// request began within the last BusyWindow), when lower than Rate
+	// or Rate is unlimited: md's speed_limit_min next to
+	// speed_limit_max. Zero: foreground I/O only makes the job yield
+	// (YieldDelay).
+	BusyRate int64
+	// BusyWindow is how long after a foreground request the volume
+	// counts as busy; zero means 500 ms.
+	BusyWindow time.Duration
 	// YieldDelay is how long a worker pauses before each batch while
 	// foreground requests are in flight; zero means 200µs, negative never.
 	YieldDelay time.Duration
@@ -63,15 +72,40 @@ func (o *RebuildOptions) defaults() {
 	if o.CheckpointRows <= 0 {
 		o.CheckpointRows = 1024
 	}
+	if o.BusyWindow <= 0 {
+		o.BusyWindow = 500 * time.Millisecond
+	}
 }
 
-// throttle paces a job: a token bucket on bytes and a yield to foreground.
+// throttle paces a job: bytes at the rate that applies when each batch
+// asks (rate), and a yield to foreground requests in flight. Time spent
+// idle earns no credit: after a pause the job goes on at the rate, not
+// faster.
 type throttle struct {
 	v     *Volume
 	o     RebuildOptions
-	start time.Time
-	mu    sync.Mutex
-	bytes int64
+	now   func() time.Time
+	sleep func(ctx context.Context, d time.Duration) error
+
+	mu     sync.Mutex
+	next   time.Time // when the next batch may start
+	seen   int64     // v.foreground at the last look
+	busyAt time.Time // when foreground I/O was last seen
+}
+
+func newThrottle(v *Volume, o RebuildOptions) *throttle {
+	t := &throttle{v: v, o: o, now: time.Now, seen: v.foreground.Load()}
+	t.sleep = func(ctx context.Context, d time.Duration) error {
+		select {
+		case <-time.After(d):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.v.done:
+			return ErrClosed
+		}
+	}
+	return t
 }
 
 func (t *throttle) wait(ctx context.Context, n int64) error {
@@ -84,25 +118,44 @@ func (t *throttle) wait(ctx context.Context, n int64) error {
 	default:
 	}
 	if t.o.YieldDelay > 0 && t.v.inflight.Load() > 0 {
-		time.Sleep(t.o.YieldDelay)
+		if err := t.sleep(ctx, t.o.YieldDelay); err != nil {
+			return err
+		}
 	}
-	if t.o.Rate <= 0 {
+	rate := t.rate()
+	if rate <= 0 {
 		return nil
 	}
 	t.mu.Lock()
-	t.bytes += n
-	due := t.start.Add(time.Duration(float64(t.bytes) / float64(t.o.Rate) * float64(time.Second)))
+	now := t.now()
+	if t.next.Before(now) {
+		t.next = now
+	}
+	due := t.next
+	t.next = t.next.Add(time.Duration(float64(n) / float64(rate) * float64(time.Second)))
 	t.mu.Unlock()
-	if d := time.Until(due); d > 0 {
-		select {
-		case <-time.After(d):
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.v.done:
-			return ErrClosed
-		}
+	if d := due.Sub(now); d > 0 {
+		return t.sleep(ctx, d)
 	}
 	return nil
+}
+
+// rate is the rate that applies now: BusyRate while foreground requests
+// began within BusyWindow (or are in flight), else Rate.
+func (t *throttle) rate() int64 {
+	if t.o.BusyRate <= 0 || (t.o.Rate > 0 && t.o.Rate <= t.o.BusyRate) {
+		return t.o.Rate
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	if c := t.v.foreground.Load(); c != t.seen || t.v.inflight.Load() > 0 {
+		t.seen, t.busyAt = c, now
+	}
+	if !t.busyAt.IsZero() && now.Sub(t.busyAt) < t.o.BusyWindow {
+		return t.o.BusyRate
+	}
+	return t.o.Rate
 }
 
 // forRows runs fn on every row of [from, to) for which want reports true,
@@ -242,7 +295,7 @@ func (v *Volume) startBackground(o *RebuildOptions) (*throttle, func()) {
 	o.defaults()
 	v.rebuildMu.Lock()
 	v.background.Store(true)
-	return &throttle{v: v, o: *o, start: time.Now()}, func() {
+	return newThrottle(v, *o), func() {
 		v.background.Store(false)
 		v.progress.Store(nil)
 		v.rebuildMu.Unlock()

@@ -134,6 +134,7 @@ type Volume struct {
 	// or scrub) runs, so that it can yield; without background work the
 	// shared counter is left alone to keep its cache line quiet.
 	inflight   atomic.Int64
+	foreground atomic.Int64 // foreground requests begun while background work runs (RebuildOptions.BusyRate)
 	background atomic.Bool
 	writeHole  atomic.Int64 // stripes left inconsistent by an unclean degraded stop
 	// failGen counts member failures; a write that sees it change while it

@@ -94,6 +94,7 @@ func newEngineCmd(log *slog.Logger) *cobra.Command {
 	var ublkID, queues int
 	var epoch uint64
 	var noZeroCopy bool
+	var busyRate int64
 	cmd := &cobra.Command{
 		Use: "engine (--volume NAME [--config PATH] | --uuid U --members A,B,... --ublk-id N --socket PATH)",
 		Short: "Serve one volume's engine (run by fabraidd: a systemd unit fabraid-engine@NAME with --volume, " +
@@ -111,7 +112,7 @@ func newEngineCmd(log *slog.Logger) *cobra.Command {
 			}
 			dropControlPlaneBoost(log)
 			return volmgr.ServeEngine(ctx, volmgr.ServeOptions{Members: strings.Split(members, ","), UblkID: ublkID, Socket: socket,
-				OwnerDomain: ownerDomain, Epoch: epoch, Queues: queues, NoZeroCopy: noZeroCopy, Version: version, Log: log.With("engine", uuid, "pid", os.Getpid())})
+				OwnerDomain: ownerDomain, Epoch: epoch, Queues: queues, NoZeroCopy: noZeroCopy, RebuildBusyRate: busyRate, Version: version, Log: log.With("engine", uuid, "pid", os.Getpid())})
 		},
 	}
 	f := cmd.Flags()
@@ -125,6 +126,7 @@ func newEngineCmd(log *slog.Logger) *cobra.Command {
 	f.Uint64Var(&epoch, "epoch", 0, "owner epoch of the assembly (the cluster's owner key); 0: one more than on disk")
 	f.IntVar(&queues, "queues", 0, "ublk queues (0: one per CPU the engine may run on)")
 	f.BoolVar(&noZeroCopy, "no-zero-copy", false, "keep the ublk copy path where the kernel offers zero copy (AUTO_BUF_REG)")
+	f.Int64Var(&busyRate, "rebuild-busy-rate", 0, "bytes per second of rebuilds and scrubs while the volume serves foreground I/O (rebuild_busy_rate); 0: no such pacing")
 	return cmd
 }
 
@@ -148,7 +150,7 @@ func serveUnit(ctx context.Context, cmd *cobra.Command, volume, cfgPath string, 
 	defer sddaemon.SdNotify(false, sddaemon.SdNotifyStopping)
 	err = volmgr.ServeEngine(ctx, volmgr.ServeOptions{
 		Members: spec.Members, UblkID: spec.UblkID, Socket: spec.Socket, SpecPath: path, OwnerDomain: spec.OwnerDomain, Epoch: spec.Epoch, NoZeroCopy: spec.NoZeroCopy,
-		Log: log, Version: version,
+		RebuildBusyRate: spec.RebuildBusyRate, Log: log, Version: version,
 		Ready: func(ublkPath string) {
 			sddaemon.SdNotify(false, sddaemon.SdNotifyReady+"\nSTATUS=serving "+volume+" on "+ublkPath)
 		},

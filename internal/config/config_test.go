@@ -260,3 +260,20 @@ func TestKeysAreKnown(t *testing.T) {
 		}
 	}
 }
+
+func TestParseRebuildBusyRate(t *testing.T) {
+	if c, err := Parse(strings.NewReader(""), "t.conf"); err != nil || c.RebuildBusyRate != 100<<20 {
+		t.Errorf("default: %d %v, want 100 MiB/s", c.RebuildBusyRate, err)
+	}
+	for in, want := range map[string]int64{"0": 0, "64M": 64 << 20, "1G/s": 1 << 30, "500000": 500000} {
+		c, err := Parse(strings.NewReader("rebuild_busy_rate = "+in+"\n"), "t.conf")
+		if err != nil || c.RebuildBusyRate != want {
+			t.Errorf("rebuild_busy_rate = %s: %d %v, want %d", in, c.RebuildBusyRate, err, want)
+		}
+	}
+	for _, in := range []string{"-1", "fast", "10X", "2000000T", ""} {
+		if _, err := Parse(strings.NewReader("rebuild_busy_rate = "+in+"\n"), "t.conf"); err == nil {
+			t.Errorf("rebuild_busy_rate = %q: accepted", in)
+		}
+	}
+}

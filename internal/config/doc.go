@@ -34,6 +34,11 @@
 // kernel's ublk offers AUTO_BUF_REG) or "off" (engines keep the copy path,
 // "fabraidd engine --no-zero-copy").
 //
+// rebuild_busy_rate is bytes per second (K, M, G, T suffixes: powers of
+// 1024; default 100M, 0 off) for an engine's rebuilds, resyncs and scrubs
+// while its volume serves foreground I/O ("fabraidd engine
+// --rebuild-busy-rate", engine.RebuildOptions.BusyRate).
+//
 // Every key is optional; Default lists the defaults. A missing file is not an
 // error for Load when the caller asks for defaults (LoadOrDefault).
 //

@@ -69,6 +69,8 @@ type ServeOptions struct {
 	// NoZeroCopy keeps the ublk copy path where the kernel offers zero
 	// copy (LocalOptions.NoZeroCopy).
 	NoZeroCopy bool
+	// RebuildBusyRate is LocalOptions.RebuildBusyRate.
+	RebuildBusyRate int64
 	// Ready, when set, is called once the socket answers.
 	Ready func(ublkPath string)
 	Log   *slog.Logger
@@ -182,7 +184,8 @@ func ServeEngine(ctx context.Context, o ServeOptions) error {
 		closeExecutor(exec)
 		return fmt.Errorf("assemble: %w", err)
 	}
-	l, err := StartLocal(vol, o.UblkID, log, LocalOptions{Executor: exec, Queues: o.Queues, NoZeroCopy: o.NoZeroCopy})
+	l, err := StartLocal(vol, o.UblkID, log, LocalOptions{Executor: exec, Queues: o.Queues, NoZeroCopy: o.NoZeroCopy,
+		RebuildBusyRate: o.RebuildBusyRate})
 	if err != nil {
 		vol.Close()
 		closeExecutor(exec)
@@ -380,8 +383,9 @@ func (c *child) Stop() error {
 }
 
 // childArgs is the command line of s's engine child after the binary;
-// --owner-domain, --epoch and --no-zero-copy only when set, so that the command line of an
-// engine without them is what an older daemon ran.
+// --owner-domain, --epoch, --no-zero-copy and --rebuild-busy-rate only
+// when set, so that the command line of an engine without them is what an
+// older daemon ran.
 func childArgs(s EngineSpec, sock string) []string {
 	args := []string{"engine", "--uuid", volid.Format(s.UUID), "--members", strings.Join(s.Members, ","),
 		"--ublk-id", strconv.Itoa(s.UblkID), "--socket", sock}
@@ -393,6 +397,9 @@ func childArgs(s EngineSpec, sock string) []string {
 	}
 	if s.NoZeroCopy {
 		args = append(args, "--no-zero-copy")
+	}
+	if s.RebuildBusyRate > 0 {
+		args = append(args, "--rebuild-busy-rate", strconv.FormatInt(s.RebuildBusyRate, 10))
 	}
 	return args
 }

@@ -99,7 +99,7 @@ func (m *Manager) ensureEngine(ctx context.Context, u [16]byte, v *onDisk, gateM
 	}
 	rec := m.loadRecord(u)
 	e, err := m.opts.Start(ctx, EngineSpec{UUID: u, Name: v.name, Members: v.members, UblkID: rec.UblkID, OwnerDomain: v.ownerDomain, Epoch: v.epoch,
-		NoZeroCopy: m.opts.Config.UblkZeroCopy == config.ZeroCopyOff})
+		NoZeroCopy: m.opts.Config.UblkZeroCopy == config.ZeroCopyOff, RebuildBusyRate: m.opts.Config.RebuildBusyRate})
 	m.mu.Lock()
 	m.errs[u] = err
 	if err == nil {

@@ -44,6 +44,9 @@ type EngineSpec struct {
 	// NoZeroCopy keeps the ublk copy path where the kernel offers zero
 	// copy (config ublk_zero_copy = off; ServeOptions.NoZeroCopy).
 	NoZeroCopy bool
+	// RebuildBusyRate is engine.RebuildOptions.BusyRate for the engine's
+	// background tasks (config rebuild_busy_rate; 0: none).
+	RebuildBusyRate int64
 }
 
 // StartFunc starts the engine of a volume.

@@ -84,6 +84,8 @@ type Local struct {
 	started time.Time
 	log     *slog.Logger
 	tasks   tasks
+	// busyRate is LocalOptions.RebuildBusyRate.
+	busyRate int64
 }
 
 // LocalOptions tune how a Local serves its volume.
@@ -100,6 +102,9 @@ type LocalOptions struct {
 	// NoZeroCopy keeps the copy path where the kernel offers zero copy
 	// (ublk.Config.NoZeroCopy).
 	NoZeroCopy bool
+	// RebuildBusyRate is engine.RebuildOptions.BusyRate of the rebuilds
+	// and scrubs the Local runs (0: none).
+	RebuildBusyRate int64
 }
 
 // ublkConfig is the device configuration for a volume with geometry g:
@@ -171,7 +176,7 @@ func StartLocal(vol *engine.Volume, ublkID int, log *slog.Logger, o LocalOptions
 	log.Info("serving", "volume", vol.Name(), "queues", cfg.Queues, "depth", dev.Depth(), "max_io_bytes", cfg.MaxIOBytes,
 		"zero_copy", dev.ZeroCopy())
 	return &Local{vol: vol, exec: o.Executor, dev: dev, ctl: ctl, started: time.Now(), log: log,
-		tasks: tasks{volume: vol.Name(), log: log}}, nil
+		tasks: tasks{volume: vol.Name(), log: log}, busyRate: o.RebuildBusyRate}, nil
 }
 
 // serverExitTimeout bounds how long a new engine waits for the kernel to
@@ -332,14 +337,14 @@ func (l *Local) changeMember(what string, rate int64, change func() error) error
 // Rebuild implements Engine.
 func (l *Local) Rebuild(rate int64) error {
 	return l.tasks.start("rebuild", rate, func(ctx context.Context) (*engine.ScrubReport, error) {
-		return nil, l.vol.Rebuild(ctx, engine.RebuildOptions{Rate: rate})
+		return nil, l.vol.Rebuild(ctx, engine.RebuildOptions{Rate: rate, BusyRate: l.busyRate})
 	})
 }
 
 // Scrub implements Engine.
 func (l *Local) Scrub(repair bool, rate int64) error {
 	return l.tasks.start("scrub", 0, func(ctx context.Context) (*engine.ScrubReport, error) {
-		r, err := l.vol.Scrub(ctx, repair, engine.RebuildOptions{Rate: rate})
+		r, err := l.vol.Scrub(ctx, repair, engine.RebuildOptions{Rate: rate, BusyRate: l.busyRate})
 		return &r, err
 	})
 }

@@ -38,6 +38,9 @@ type SpecFile struct {
 	// NoZeroCopy is ServeOptions.NoZeroCopy (ublk_zero_copy = off);
 	// absent: zero copy where the kernel offers it.
 	NoZeroCopy bool `json:"no_zero_copy,omitempty"`
+	// RebuildBusyRate is ServeOptions.RebuildBusyRate; absent (older
+	// files): none.
+	RebuildBusyRate int64 `json:"rebuild_busy_rate,omitempty"`
 }
 
 // SpecDir is the directory of the engine spec files.

@@ -225,7 +225,8 @@ func (sc *systemdConn) start(ctx context.Context, runDir string, s EngineSpec, l
 
 // specFile is the spec file of s's engine unit, answering on sock.
 func specFile(s EngineSpec, sock string) SpecFile {
-	return SpecFile{UUID: volid.Format(s.UUID), Name: s.Name, Members: s.Members, UblkID: s.UblkID, Socket: sock, OwnerDomain: s.OwnerDomain, Epoch: s.Epoch, NoZeroCopy: s.NoZeroCopy}
+	return SpecFile{UUID: volid.Format(s.UUID), Name: s.Name, Members: s.Members, UblkID: s.UblkID, Socket: sock, OwnerDomain: s.OwnerDomain, Epoch: s.Epoch, NoZeroCopy: s.NoZeroCopy,
+		RebuildBusyRate: s.RebuildBusyRate}
 }
 
 // mergeSpec returns want, except that the ublk device id of the spec file
