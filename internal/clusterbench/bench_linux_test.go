@@ -5,6 +5,7 @@ package clusterbench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -538,6 +539,19 @@ func connectBench(t *testing.T, g *vmtest.Env, id benchID, name string, queueSiz
 		QueueSize: queueSize})
 }
 
+// existingController is the controller h already has to o's subsystem
+// at o's address.
+func existingController(h *nvmf.Host, o nvmf.Options) (nvmf.Controller, error) {
+	cs, err := h.Sysfs.Controllers()
+	if err != nil {
+		return nvmf.Controller{}, err
+	}
+	if found := nvmf.FindControllers(cs, o.NQN, o.Address, o.ServiceID); len(found) > 0 {
+		return found[0], nil
+	}
+	return nvmf.Controller{}, fmt.Errorf("%s at %s:%s: already connected, but no such controller in sysfs", o.NQN, o.Address, o.ServiceID)
+}
+
 // connect creates a controller and returns its namespace's block device.
 func connect(t *testing.T, o nvmf.Options) string {
 	t.Helper()
@@ -555,6 +569,14 @@ func connectCtl(t *testing.T, o nvmf.Options) (dev, ctl string) {
 	for i := 0; ; i++ {
 		if c, err = h.Connect(o); err == nil {
 			break
+		}
+		if errors.Is(err, nvmf.ErrAlreadyConnected) {
+			// The controller of an earlier connection is still
+			// reconnecting (its ctrl_loss_tmo has not run out): it
+			// comes back live by itself once the target answers.
+			if c, err = existingController(h, o); err == nil {
+				break
+			}
 		}
 		if i == 20 {
 			t.Fatalf("%v", err)
