@@ -572,10 +572,13 @@ func connectCtl(t *testing.T, o nvmf.Options) (dev, ctl string) {
 		}
 		if errors.Is(err, nvmf.ErrAlreadyConnected) {
 			// The controller of an earlier connection is still
-			// reconnecting (its ctrl_loss_tmo has not run out): it
-			// comes back live by itself once the target answers.
-			if c, err = existingController(h, o); err == nil {
-				break
+			// reconnecting: its ctrl_loss_tmo has not run out, and when
+			// it does the controller and its namespace go. Delete it
+			// now and connect anew.
+			if old, ferr := existingController(h, o); ferr == nil {
+				if derr := h.Disconnect(old.Name); derr != nil {
+					err = fmt.Errorf("%w; deleting the reconnecting %s: %w", err, old.Name, derr)
+				}
 			}
 		}
 		if i == 20 {
