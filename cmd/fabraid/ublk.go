@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/fabraid/fabraid/engine"
+	"github.com/fabraid/fabraid/internal/units"
 	"github.com/fabraid/fabraid/kernel/ublk"
 	"github.com/spf13/cobra"
 )
@@ -39,27 +40,13 @@ func printJSON(cmd *cobra.Command, v any) error {
 	return enc.Encode(v)
 }
 
-// parseUblkSize parses 4096, 64K, 512M, 1G, 2T (powers of 1024).
+// parseUblkSize parses 4096, 64K, 512M, 1G, 2T (powers of 1024; positive).
 func parseUblkSize(s string) (int64, error) {
-	mult := int64(1)
-	switch {
-	case strings.HasSuffix(s, "K"), strings.HasSuffix(s, "k"):
-		mult = 1 << 10
-	case strings.HasSuffix(s, "M"):
-		mult = 1 << 20
-	case strings.HasSuffix(s, "G"):
-		mult = 1 << 30
-	case strings.HasSuffix(s, "T"):
-		mult = 1 << 40
-	}
-	if mult != 1 {
-		s = s[:len(s)-1]
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
+	n, err := units.ParseBytes(s)
 	if err != nil || n <= 0 {
 		return 0, fmt.Errorf("size %q: want a positive number with an optional K, M, G or T suffix", s)
 	}
-	return n * mult, nil
+	return n, nil
 }
 
 // openUblkBackend parses --backend: mem:SIZE, null:SIZE, file:PATH[:SIZE].

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fabraid/fabraid/internal/units"
 )
 
 // DefaultPath is where fabraidd and fabraid look for the configuration.
@@ -82,9 +84,8 @@ type Config struct {
 	// RebuildBusyRate (rebuild_busy_rate, bytes per second) paces an
 	// engine's rebuilds (returning members' resyncs too) and scrubs
 	// while its volume serves foreground I/O (a request within the last
-	// 500 ms), as md's
-	// speed_limit_min: otherwise they run at the rate asked (unlimited
-	// by default), yielding to requests in flight. Default 100 MiB/s;
+	// 500 ms), as md's speed_limit_min: otherwise they run at the rate
+	// asked (unlimited by default), yielding to requests in flight. Default 100 MiB/s;
 	// 0: no pacing for foreground I/O. Applies to engines started after
 	// the daemon read it.
 	RebuildBusyRate int64
@@ -398,19 +399,12 @@ func LoadOrDefault(path string) (Config, error) {
 	return c, err
 }
 
-// parseRate parses bytes per second: a number with an optional K, M, G
-// or T suffix (powers of 1024) and an optional "/s"; "0" is zero.
+// parseRate parses bytes per second (units.ParseBytes, with an optional
+// "/s"), at most 1 PiB/s.
 func parseRate(val string) (int64, error) {
-	v := strings.TrimSuffix(val, "/s")
-	mult := int64(1)
-	if n := len(v); n > 0 {
-		if i := strings.IndexByte("KMGT", v[n-1]); i >= 0 {
-			mult, v = int64(1)<<(10*(i+1)), v[:n-1]
-		}
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 0 || n > (1<<50)/mult {
+	n, err := units.ParseBytes(strings.TrimSuffix(val, "/s"))
+	if err != nil || n > 1<<50 {
 		return 0, fmt.Errorf("%q: want bytes per second, e.g. 100M (K, M, G, T: powers of 1024), or 0", val)
 	}
-	return n * mult, nil
+	return n, nil
 }

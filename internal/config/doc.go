@@ -35,9 +35,9 @@
 // "fabraidd engine --no-zero-copy").
 //
 // rebuild_busy_rate is bytes per second (K, M, G, T suffixes: powers of
-// 1024; default 100M, 0 off) for an engine's rebuilds, resyncs and scrubs
-// while its volume serves foreground I/O ("fabraidd engine
-// --rebuild-busy-rate", engine.RebuildOptions.BusyRate).
+// 1024; default 100M, 0 off) for an engine's rebuilds (returning members'
+// resyncs too) and scrubs while its volume serves foreground I/O
+// ("fabraidd engine --rebuild-busy-rate", engine.RebuildOptions.BusyRate).
 //
 // Every key is optional; Default lists the defaults. A missing file is not an
 // error for Load when the caller asks for defaults (LoadOrDefault).
