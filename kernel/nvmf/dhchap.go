@@ -2,15 +2,14 @@ package nvmf
 
 import (
 	"crypto/rand"
-	"encoding/base64"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/fabraid/fabraid/kernel/internal/nvmesys"
 )
 
 // ErrInvalidSecret is wrapped by ParseSecret errors.
@@ -69,12 +68,7 @@ func (s Secret) LogValue() slog.Value { return slog.StringValue(s.redacted()) }
 // Reveal is the secret with its key, in the DHHC-1 form, for configfs,
 // connect options and secret files only.
 func (s Secret) Reveal() string {
-	buf := make([]byte, len(s.Key)+4)
-	copy(buf, s.Key)
-	// The kernel computes ~crc32_le(~0, key) and compares it little-endian
-	// (drivers/nvme/common/auth.c nvme_auth_extract_key): the IEEE CRC-32.
-	binary.LittleEndian.PutUint32(buf[len(s.Key):], crc32.ChecksumIEEE(s.Key))
-	return fmt.Sprintf("DHHC-1:%02d:%s:", s.Hash, base64.StdEncoding.EncodeToString(buf))
+	return fmt.Sprintf("DHHC-1:%02d:%s:", s.Hash, nvmesys.EncodeKeyText(s.Key))
 }
 
 // ParseSecret parses and checks a "DHHC-1:hh:<base64>:" secret: known
@@ -89,16 +83,12 @@ func ParseSecret(s string) (Secret, error) {
 		return Secret{}, fmt.Errorf("%w: bad transform field", ErrInvalidSecret)
 	}
 	b64 = strings.TrimSuffix(b64, ":")
-	raw, err := base64.StdEncoding.DecodeString(b64)
+	key, err := nvmesys.DecodeKeyText(b64)
 	if err != nil {
-		return Secret{}, fmt.Errorf("%w: base64: %v", ErrInvalidSecret, err)
+		return Secret{}, fmt.Errorf("%w: %v", ErrInvalidSecret, err)
 	}
-	if n := len(raw); n != 36 && n != 52 && n != 68 {
-		return Secret{}, fmt.Errorf("%w: key length %d, want 32, 48 or 64", ErrInvalidSecret, n-4)
-	}
-	key := raw[:len(raw)-4]
-	if binary.LittleEndian.Uint32(raw[len(key):]) != crc32.ChecksumIEEE(key) {
-		return Secret{}, fmt.Errorf("%w: CRC mismatch", ErrInvalidSecret)
+	if n := len(key); n != 32 && n != 48 && n != 64 {
+		return Secret{}, fmt.Errorf("%w: key length %d, want 32, 48 or 64", ErrInvalidSecret, n)
 	}
 	h := SecretHash(hh[1] - '0')
 	if want := [...]int{0, 32, 48, 64}[h]; want != 0 && len(key) != want {

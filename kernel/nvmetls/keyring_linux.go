@@ -1,0 +1,82 @@
+package nvmetls
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrNoKeyring is wrapped when the kernel has no .nvme keyring.
+var ErrNoKeyring = errors.New("no .nvme keyring (load the nvme_keyring module; needs NVME_TCP_TLS or NVME_TARGET_TCP_TLS)")
+
+// pskPerm lets the possessor everything and root processes that do not
+// possess the key (tlshd, handed the serial by the kernel) view, read,
+// search and link it.
+const pskPerm = 0x3f1b0000
+
+// Keyring is the serial of the kernel's .nvme keyring, found in
+// /proc/keys (root sees it: the keyring grants its owner, root, view).
+func Keyring() (int, error) {
+	f, err := os.Open("/proc/keys")
+	if err != nil {
+		return 0, fmt.Errorf("find %s keyring: %w", KeyringName, err)
+	}
+	defer f.Close()
+	keys, err := ParseProcKeys(f)
+	if err != nil {
+		return 0, fmt.Errorf("find %s keyring: %w", KeyringName, err)
+	}
+	if id := FindKey(keys, "keyring", KeyringName); id != 0 {
+		return id, nil
+	}
+	return 0, ErrNoKeyring
+}
+
+// Insert adds (or, for an existing identity, updates) the derived key as
+// a "psk" key in keyring and returns its serial. keyring 0 means the
+// .nvme keyring.
+func Insert(keyring int, d Derived) (int, error) {
+	if keyring == 0 {
+		var err error
+		if keyring, err = Keyring(); err != nil {
+			return 0, err
+		}
+	}
+	id, err := unix.AddKey("psk", d.Identity, d.Key, keyring)
+	if err != nil {
+		if errors.Is(err, unix.ENODEV) {
+			return 0, fmt.Errorf("add psk %q: key type psk unknown (load nvme_keyring): %w", d.Identity, err)
+		}
+		return 0, fmt.Errorf("add psk %q to keyring %d: %w", d.Identity, keyring, err)
+	}
+	if _, err := unix.KeyctlInt(unix.KEYCTL_SETPERM, id, pskPerm, 0, 0); err != nil {
+		return id, fmt.Errorf("set permissions of psk %q: %w", d.Identity, err)
+	}
+	return id, nil
+}
+
+// NewKeyring makes a keyring named name in the user keyring of the
+// caller (it lives until revoked, not only as long as the process) and
+// returns its serial: a place for keys that the .nvme keyring must not
+// hold, named with the connect option keyring=.
+func NewKeyring(name string) (int, error) {
+	id, err := unix.AddKey("keyring", name, nil, unix.KEY_SPEC_USER_KEYRING)
+	if err != nil {
+		return 0, fmt.Errorf("add keyring %q: %w", name, err)
+	}
+	if _, err := unix.KeyctlInt(unix.KEYCTL_SETPERM, id, pskPerm, 0, 0); err != nil {
+		return id, fmt.Errorf("set permissions of keyring %q: %w", name, err)
+	}
+	return id, nil
+}
+
+// Revoke revokes the key or keyring id: it stops matching lookups at once
+// and is garbage collected later.
+func Revoke(id int) error {
+	if _, err := unix.KeyctlInt(unix.KEYCTL_REVOKE, id, 0, 0, 0); err != nil {
+		return fmt.Errorf("revoke key %d: %w", id, err)
+	}
+	return nil
+}

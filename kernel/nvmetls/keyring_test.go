@@ -1,0 +1,51 @@
+package nvmetls
+
+import (
+	"strings"
+	"testing"
+)
+
+// A /proc/keys of a 6.12 guest with a PSK in the .nvme keyring.
+const procKeys = `0b5cbe3c I--Q---     1 perm 3f030000     0     0 keyring   .nvme: 1
+1d2e7a2f I--Q---     2 perm 3f1b0000     0     0 psk       NVMe0R01 nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001 nqn.2026-12.io.fabraid:test: 32
+2a8b1f11 I--Q---     1 perm 1f3f0000     0 65534 keyring   _uid.0: empty
+33aa0001 I------     1 perm 3f010000     0     0 asymmetri x: X509.rsa []
+short line
+zzzzzzzz I--Q---     1 perm 3f030000     0     0 keyring   bad: 1
+`
+
+func TestParseProcKeys(t *testing.T) {
+	keys, err := ParseProcKeys(strings.NewReader(procKeys))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 4 {
+		t.Fatalf("parsed %d keys, want 4: %+v", len(keys), keys)
+	}
+	if id := FindKey(keys, "keyring", KeyringName); id != 0x0b5cbe3c {
+		t.Errorf(".nvme keyring = %x", id)
+	}
+	id := "NVMe0R01 " + testHost + " " + testSub
+	if got := FindKey(keys, "psk", id); got != 0x1d2e7a2f {
+		t.Errorf("psk %q = %x; keys %+v", id, got, keys)
+	}
+	if FindKey(keys, "keyring", ".nvme2") != 0 || FindKey(keys, "psk", ".nvme") != 0 {
+		t.Error("found a key that is not there")
+	}
+}
+
+func FuzzParseProcKeys(f *testing.F) {
+	f.Add(procKeys)
+	f.Add("1 a b c d e f keyring : :\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		keys, err := ParseProcKeys(strings.NewReader(s))
+		if err != nil {
+			return
+		}
+		for _, k := range keys {
+			if k.ID <= 0 || k.Type == "" {
+				t.Fatalf("bad key %+v", k)
+			}
+		}
+	})
+}
