@@ -148,6 +148,18 @@ func (w *writeIntent) begin(r int64) error {
 	return nil
 }
 
+// tryBegin is begin when bit r is already durable; it reports false (and
+// announces nothing) when setting it would take a member write.
+func (w *writeIntent) tryBegin(r int64) bool {
+	w.inflight[r].Add(1)
+	w.touched[r].Store(true)
+	if w.isSet(r) {
+		return true
+	}
+	w.inflight[r].Add(-1)
+	return false
+}
+
 // end retires a write announced by begin. The region counts as touched
 // until the next clean session: the write's member writes completed, but a
 // session already under way may have flushed the members before them.

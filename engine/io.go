@@ -51,6 +51,13 @@ func (op *stripeOp) run() bool {
 		return true
 	}
 	op.v.exec.Execute(op.ios)
+	return op.collect()
+}
+
+// collect ends a batch whose IOs ran: members whose IO failed are failed
+// (op.err keeps the first failure that could not be recorded). It reports
+// whether every IO succeeded and empties the batch.
+func (op *stripeOp) collect() bool {
 	ok := true
 	for i := range op.ios {
 		if op.ios[i].Err != nil {

@@ -286,29 +286,46 @@ func (j *journal) place(rg *jring, n int64) (int64, bool) {
 // A member failing here is marked failed and errRetry is returned: nothing
 // of the stripe has been written yet.
 func (j *journal) append(r layout.StripeReq, mask uint64, shards [][]byte, slots []int, epoch uint64) (uint64, error) {
-	if len(slots) == 0 {
-		return 0, fmt.Errorf("journal: no writable member in group %d: %w", r.Group, ErrTooManyFailures)
+	rec, _, err := j.reserve(r, mask, slots, true)
+	if err != nil {
+		return 0, err
 	}
-	n := bitsCount(mask)
-	span := r.Hi - r.Lo
-	size := int64(journalRecordSize(n, span))
+	j.encode(rec, r, mask, shards, epoch)
+	// The record alone must be durable before the stripe's writes: one
+	// FUA write per copy, no flush of the member's other writes.
+	j.v.exec.Execute(rec.ios)
+	return rec.seq, j.written(rec)
+}
+
+// pendingRecord is a journal record between reserve and written: its
+// place in the rings of slots, and the FUA writes that put it there.
+type pendingRecord struct {
+	seq   uint64
+	size  int64
+	slots []int
+	offs  []int64
+	bp    *[]byte // pooled buffer of the first copy
+	ios   []IO
+}
+
+// reserve places a record for mask over r in the rings of slots and
+// counts it in flight. With wait it retires records or waits for logged
+// writes to make room; without, it reports ok false (nothing reserved)
+// when the rings are full.
+func (j *journal) reserve(r layout.StripeReq, mask uint64, slots []int, wait bool) (rec *pendingRecord, ok bool, err error) {
+	if len(slots) == 0 {
+		return nil, false, fmt.Errorf("journal: no writable member in group %d: %w", r.Group, ErrTooManyFailures)
+	}
+	size := int64(journalRecordSize(bitsCount(mask), r.Hi-r.Lo))
 	if size > j.ringEnd-j.ringOff {
-		return 0, fmt.Errorf("journal record of %d bytes exceeds the journal area", size)
+		return nil, false, fmt.Errorf("journal record of %d bytes exceeds the journal area", size)
 	}
 	offs := make([]int64, len(slots))
 	j.mu.Lock()
-	for {
-		ok := true
-		for i, slot := range slots {
-			off, fit := j.place(&j.rings[slot], size)
-			if !fit {
-				ok = false
-				break
-			}
-			offs[i] = off
-		}
-		if ok {
-			break
+	for !j.placeAll(slots, size, offs) {
+		if !wait {
+			j.mu.Unlock()
+			return nil, false, nil
 		}
 		if j.retirable() > j.retired {
 			j.mu.Unlock()
@@ -317,13 +334,13 @@ func (j *journal) append(r layout.StripeReq, mask uint64, shards [][]byte, slots
 			j.mu.Lock()
 			if err != nil {
 				j.mu.Unlock()
-				return 0, fmt.Errorf("journal full: %w", err)
+				return nil, false, fmt.Errorf("journal full: %w", err)
 			}
 			continue
 		}
 		if len(j.inflight) == 0 {
 			j.mu.Unlock()
-			return 0, fmt.Errorf("journal: no room for a record of %d bytes", size)
+			return nil, false, fmt.Errorf("journal: no room for a record of %d bytes", size)
 		}
 		j.cond.Wait() // a logged write in flight will complete
 	}
@@ -336,18 +353,35 @@ func (j *journal) append(r layout.StripeReq, mask uint64, shards [][]byte, slots
 		rg.head = offs[i] + size
 	}
 	j.mu.Unlock()
+	return &pendingRecord{seq: seq, size: size, slots: slots, offs: offs}, true, nil
+}
 
-	rec := &jrecord{seq: seq, epoch: epoch, stripe: r.Stripe, lo: r.Lo, hi: r.Hi, mask: mask}
+// placeAll finds room for size bytes in the ring of every slot (offs).
+// Callers hold mu.
+func (j *journal) placeAll(slots []int, size int64, offs []int64) bool {
+	for i, slot := range slots {
+		off, fit := j.place(&j.rings[slot], size)
+		if !fit {
+			return false
+		}
+		offs[i] = off
+	}
+	return true
+}
+
+// encode builds rec's FUA writes (rec.ios): header and payload in one
+// buffer per copy.
+func (j *journal) encode(rec *pendingRecord, r layout.StripeReq, mask uint64, shards [][]byte, epoch uint64) {
+	span := r.Hi - r.Lo
+	hdr := &jrecord{seq: rec.seq, epoch: epoch, stripe: r.Stripe, lo: r.Lo, hi: r.Hi, mask: mask}
 	crc := uint32(0)
 	for p := 0; p < j.v.geo.K; p++ {
 		if mask&(1<<uint(p)) != 0 {
 			crc = crc32.Update(crc, castagnoli, shards[p][:span])
 		}
 	}
-	// One write per copy: header and payload in one (pooled) buffer.
-	bp := j.bufs.Get().(*[]byte)
-	defer j.bufs.Put(bp)
-	buf := (*bp)[:size]
+	rec.bp = j.bufs.Get().(*[]byte)
+	buf := (*rec.bp)[:rec.size]
 	k := 0
 	for p := 0; p < j.v.geo.K; p++ {
 		if mask&(1<<uint(p)) != 0 {
@@ -355,30 +389,35 @@ func (j *journal) append(r layout.StripeReq, mask uint64, shards [][]byte, slots
 			k++
 		}
 	}
-	var ios []IO
-	for i, slot := range slots {
+	rec.ios = rec.ios[:0]
+	for i, slot := range rec.slots {
 		b := buf
 		if i > 0 {
 			b = bytes.Clone(buf)
 		}
-		encodeRecordHeader(b, j.v.base.VolumeUUID, offs[i], rec, crc)
-		ios = append(ios, IO{Dev: j.v.dev(slot), Write: true, FUA: true, Buf: b, Off: offs[i]})
+		encodeRecordHeader(b, j.v.base.VolumeUUID, rec.offs[i], hdr, crc)
+		rec.ios = append(rec.ios, IO{Dev: j.v.dev(slot), Write: true, FUA: true, Buf: b, Off: rec.offs[i]})
 	}
-	// The record alone must be durable before the stripe's writes: one
-	// FUA write per copy, no flush of the member's other writes.
-	j.v.exec.Execute(ios)
-	for _, io := range ios {
+}
+
+// written ends rec's writes once they ran: a member that failed one is
+// failed and the record dropped (errRetry: nothing of the stripe was
+// written yet, the write is re-planned), else the record counts.
+func (j *journal) written(rec *pendingRecord) error {
+	j.bufs.Put(rec.bp)
+	rec.bp = nil
+	for _, io := range rec.ios {
 		if io.Err != nil {
-			j.done(seq)
-			if err := j.v.failErrored(ios, slots, "journal write"); err != nil {
-				return 0, err
+			j.done(rec.seq)
+			if err := j.v.failErrored(rec.ios, rec.slots, "journal write"); err != nil {
+				return err
 			}
-			return 0, errRetry
+			return errRetry
 		}
 	}
 	j.records.Add(1)
-	j.bytes.Add(size * int64(len(slots)))
-	return seq, nil
+	j.bytes.Add(rec.size * int64(len(rec.slots)))
+	return nil
 }
 
 // done retires a logged write from the in-flight set.

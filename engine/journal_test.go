@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/fabraid/fabraid/engine/layout"
@@ -142,6 +143,11 @@ type crashCase struct {
 	owner bool
 	// ownerJournal turns owner-domain journaling on (Options.OwnerDomain).
 	ownerJournal bool
+	// direct: writers plan their writes (PlanWrite, rounds run one IO
+	// after another) and fall back to WriteAt when not planned; planned
+	// counts the planned ones.
+	direct  bool
+	planned *atomic.Int64
 }
 
 // ownerDomain is the failure domain of the owner in crashRun.
@@ -317,7 +323,18 @@ func crashRun(t *testing.T, rng *rand.Rand, c crashCase) (int, string) {
 						p[j] = byte(r.Uint32())
 					}
 					o.writing(off, p)
-					if _, err := v.WriteAt(p, off); err != nil {
+					planned := false
+					var err error
+					if c.direct {
+						planned, _, err = directWriter{t: t}.write(v, p, off)
+						if planned {
+							c.planned.Add(1)
+						}
+					}
+					if !planned && err == nil {
+						_, err = v.WriteAt(p, off)
+					}
+					if err != nil {
 						t.Errorf("write: %v", err)
 						return
 					}

@@ -171,36 +171,22 @@ func (v *Volume) writeStripe(op *stripeOp, p []byte, r layout.StripeReq) error {
 			return fmt.Errorf("stripe %d: resync: %w", r.Stripe, err)
 		}
 	}
-	for attempt := 0; attempt <= v.geo.Width(); attempt++ {
+	return v.writeStripeLocked(op, p, r, 0)
+}
+
+// writeStripeLocked plans and performs the write of r, re-planning after
+// each read failure, from attempt first on. The caller holds r's
+// write-intent bit (bm.begin), its stripe lock, and resynced it.
+func (v *Volume) writeStripeLocked(op *stripeOp, p []byte, r layout.StripeReq, first int) error {
+	for attempt := first; attempt <= v.geo.Width(); attempt++ {
 		if err := v.stopErr(); err != nil {
 			return err
 		}
-		gen := v.failGen.Load()
-		unreadable, unwritable, journal, owner := v.writeMasks(r.Group, r.Row)
-		avoid := journal | unwritable // positions not durably in sync
-		var ownerExtra uint64
-		if v.jrn == nil {
-			journal = 0
-		} else {
-			// Chunks that are readable now but not durably so (rows a
-			// rebuild passed since its last checkpoint) are planned as
-			// unreadable: they are reconstructed, so their post-write
-			// contents are at hand for the journal.
-			journal &= v.geo.DataMask()
-			unreadable |= journal
-			// The owner's data chunks stay readable: a read-modify-write
-			// reads the untouched ones in addition (below), every other
-			// mode has them at hand.
-			ownerExtra, avoid = v.ownerJournal(owner, avoid, journal)
-		}
-		plan, err := layout.PlanWrite(v.geo, r, unreadable, unwritable)
+		sp, err := v.planStripeWrite(r)
 		if err != nil {
 			return err
 		}
-		if plan.Mode == layout.ModeRMW {
-			plan.Read |= ownerExtra &^ r.Touched()
-		}
-		err = v.execWrite(op, p, r, plan, journal|ownerExtra, avoid, gen)
+		err = v.execWrite(op, p, r, sp.plan, sp.journal, sp.avoid, sp.gen)
 		op.release()
 		if op.err != nil {
 			return op.err
@@ -213,6 +199,50 @@ func (v *Volume) writeStripe(op *stripeOp, p []byte, r layout.StripeReq) error {
 	return fmt.Errorf("stripe %d: %w", r.Stripe, ErrTooManyFailures)
 }
 
+// stripeWritePlan is a stripe write's plan and what execWrite needs with
+// it: the data positions to journal, the positions that must not hold the
+// record, the member failure counter when it was made, and the positions
+// not readable or not writable (lost).
+type stripeWritePlan struct {
+	plan                 layout.WritePlan
+	journal, avoid, lost uint64
+	// stale: data positions journaled because they are not durably in
+	// sync (planned as unreadable), as opposed to the owner's.
+	stale uint64
+	gen   int64
+}
+
+// planStripeWrite plans the write of r from the members' roles now.
+func (v *Volume) planStripeWrite(r layout.StripeReq) (stripeWritePlan, error) {
+	gen := v.failGen.Load()
+	unreadable, unwritable, journal, owner := v.writeMasks(r.Group, r.Row)
+	lost := unreadable | unwritable
+	avoid := journal | unwritable // positions not durably in sync
+	var ownerExtra uint64
+	if v.jrn == nil {
+		journal = 0
+	} else {
+		// Chunks that are readable now but not durably so (rows a
+		// rebuild passed since its last checkpoint) are planned as
+		// unreadable: they are reconstructed, so their post-write
+		// contents are at hand for the journal.
+		journal &= v.geo.DataMask()
+		unreadable |= journal
+		// The owner's data chunks stay readable: a read-modify-write
+		// reads the untouched ones in addition (below), every other
+		// mode has them at hand.
+		ownerExtra, avoid = v.ownerJournal(owner, avoid, journal)
+	}
+	plan, err := layout.PlanWrite(v.geo, r, unreadable, unwritable)
+	if err != nil {
+		return stripeWritePlan{}, err
+	}
+	if plan.Mode == layout.ModeRMW {
+		plan.Read |= ownerExtra &^ r.Touched()
+	}
+	return stripeWritePlan{plan: plan, journal: journal | ownerExtra, avoid: avoid, lost: lost, stale: journal, gen: gen}, nil
+}
+
 // execWrite performs plan. journal is the set of data positions whose
 // post-write contents must be journaled before anything is written (zero
 // without a journal, or when every data chunk is durably readable and none
@@ -222,84 +252,14 @@ func (v *Volume) writeStripe(op *stripeOp, p []byte, r layout.StripeReq) error {
 // In RMW mode plan.Read includes the untouched journaled positions.
 func (v *Volume) execWrite(op *stripeOp, p []byte, r layout.StripeReq, plan layout.WritePlan,
 	journal, avoid uint64, failGen int64) error {
-	g := v.geo
-	mo := g.MemberOffset(r.Row)
-	n := r.Hi - r.Lo
-	lo := int64(r.Lo)
-	covers := r.CoversHull()
-	newData := func(s layout.Seg) []byte { return p[s.BufOff : s.BufOff+int64(s.Len)] }
-
 	// Read phase: nothing has been written yet, so a failure can simply
 	// be retried with a new plan.
-	for pos := 0; pos < g.Width(); pos++ {
-		if plan.Read&(1<<uint(pos)) != 0 {
-			op.shards[pos] = op.buf(n)
-			op.add(v.slotAt(r, pos), false, op.shards[pos], mo+lo)
-		}
-	}
+	v.addWriteReads(op, r, plan)
 	if !op.run() {
 		return errRetry
 	}
-
-	// Compute phase.
-	switch plan.Mode {
-	case layout.ModeRMW:
-		nd := make([][]byte, g.K)
-		for _, s := range r.Segs {
-			if covers&(1<<uint(s.Pos)) != 0 {
-				nd[s.Pos] = newData(s)
-			} else {
-				b := op.buf(n)
-				copy(b, op.shards[s.Pos])
-				copy(b[s.Off-r.Lo:], newData(s))
-				nd[s.Pos] = b
-			}
-		}
-		if err := v.enc.Update(op.shards, nd); err != nil {
-			return fmt.Errorf("stripe %d: parity update: %w", r.Stripe, err)
-		}
-		// The old contents are not needed any more: from here on
-		// op.shards holds every touched data position's post-write
-		// contents, and the untouched ones read for the journal.
-		for pos, d := range nd {
-			if d != nil {
-				op.shards[pos] = d
-			}
-		}
-	default:
-		if plan.Mode == layout.ModeDegraded {
-			required := make([]bool, g.K)
-			for pos := 0; pos < g.K; pos++ {
-				if plan.Reconstruct&(1<<uint(pos)) != 0 {
-					required[pos] = true
-					op.shards[pos] = op.buf(n)[:0]
-				}
-			}
-			for pos := g.K; pos < g.Width(); pos++ {
-				if plan.Read&(1<<uint(pos)) == 0 {
-					op.shards[pos] = nil
-				}
-			}
-			if err := v.enc.ReconstructSome(op.shards, required); err != nil {
-				return fmt.Errorf("stripe %d: reconstruct: %w", r.Stripe, err)
-			}
-		}
-		// Data shards: new data where written, old data elsewhere.
-		for _, s := range r.Segs {
-			if covers&(1<<uint(s.Pos)) != 0 {
-				op.shards[s.Pos] = newData(s)
-			} else {
-				copy(op.shards[s.Pos][s.Off-r.Lo:], newData(s))
-			}
-		}
-		for pos := g.K; pos < g.Width(); pos++ {
-			if op.shards[pos] == nil {
-				op.shards[pos] = op.buf(n)
-			}
-		}
-		if err := v.enc.Encode(op.shards); err != nil {
-			return fmt.Errorf("stripe %d: encode: %w", r.Stripe, err)
-		}
+	if err := v.computeWrite(op, p, r, plan); err != nil {
+		return err
 	}
 
 	// Journal phase: the stripe is degraded, or has data chunks on the
@@ -322,17 +282,113 @@ func (v *Volume) execWrite(op *stripeOp, p []byte, r layout.StripeReq, plan layo
 	// here leaves the survivors consistent (its chunk is what the new
 	// parity implies), so the write succeeds if the stripe still has at
 	// most m lost chunks.
+	v.addWriteWrites(op, p, r, plan)
+	return v.finishWrite(op, r, op.run(), seq, failGen)
+}
+
+// addWriteReads adds the read phase of plan: the chunks over [Lo, Hi) it
+// needs, into op.shards.
+func (v *Volume) addWriteReads(op *stripeOp, r layout.StripeReq, plan layout.WritePlan) {
+	g := v.geo
+	n := r.Hi - r.Lo
+	for pos := 0; pos < g.Width(); pos++ {
+		if plan.Read&(1<<uint(pos)) != 0 {
+			op.shards[pos] = op.buf(n)
+			op.add(v.slotAt(r, pos), false, op.shards[pos], g.MemberOffset(r.Row)+int64(r.Lo))
+		}
+	}
+}
+
+// computeWrite computes parity (and reconstructed data) over [Lo, Hi)
+// once the read phase succeeded. Afterwards op.shards holds every data
+// position's post-write contents in every mode but RMW, and in RMW the
+// touched ones and the journaled ones read in addition, plus parity.
+func (v *Volume) computeWrite(op *stripeOp, p []byte, r layout.StripeReq, plan layout.WritePlan) error {
+	g := v.geo
+	n := r.Hi - r.Lo
+	covers := r.CoversHull()
+	newData := func(s layout.Seg) []byte { return p[s.BufOff : s.BufOff+int64(s.Len)] }
+	if plan.Mode == layout.ModeRMW {
+		nd := make([][]byte, g.K)
+		for _, s := range r.Segs {
+			if covers&(1<<uint(s.Pos)) != 0 {
+				nd[s.Pos] = newData(s)
+			} else {
+				b := op.buf(n)
+				copy(b, op.shards[s.Pos])
+				copy(b[s.Off-r.Lo:], newData(s))
+				nd[s.Pos] = b
+			}
+		}
+		if err := v.enc.Update(op.shards, nd); err != nil {
+			return fmt.Errorf("stripe %d: parity update: %w", r.Stripe, err)
+		}
+		// The old contents are not needed any more.
+		for pos, d := range nd {
+			if d != nil {
+				op.shards[pos] = d
+			}
+		}
+		return nil
+	}
+	if plan.Mode == layout.ModeDegraded {
+		required := make([]bool, g.K)
+		for pos := 0; pos < g.K; pos++ {
+			if plan.Reconstruct&(1<<uint(pos)) != 0 {
+				required[pos] = true
+				op.shards[pos] = op.buf(n)[:0]
+			}
+		}
+		for pos := g.K; pos < g.Width(); pos++ {
+			if plan.Read&(1<<uint(pos)) == 0 {
+				op.shards[pos] = nil
+			}
+		}
+		if err := v.enc.ReconstructSome(op.shards, required); err != nil {
+			return fmt.Errorf("stripe %d: reconstruct: %w", r.Stripe, err)
+		}
+	}
+	// Data shards: new data where written, old data elsewhere.
+	for _, s := range r.Segs {
+		if covers&(1<<uint(s.Pos)) != 0 {
+			op.shards[s.Pos] = newData(s)
+		} else {
+			copy(op.shards[s.Pos][s.Off-r.Lo:], newData(s))
+		}
+	}
+	for pos := g.K; pos < g.Width(); pos++ {
+		if op.shards[pos] == nil {
+			op.shards[pos] = op.buf(n)
+		}
+	}
+	if err := v.enc.Encode(op.shards); err != nil {
+		return fmt.Errorf("stripe %d: encode: %w", r.Stripe, err)
+	}
+	return nil
+}
+
+// addWriteWrites adds the write phase of plan: the new data and the
+// computed parity, to every position plan writes.
+func (v *Volume) addWriteWrites(op *stripeOp, p []byte, r layout.StripeReq, plan layout.WritePlan) {
+	g := v.geo
+	mo := g.MemberOffset(r.Row)
 	for _, s := range r.Segs {
 		if plan.Write&(1<<uint(s.Pos)) != 0 {
-			op.add(v.slotAt(r, s.Pos), true, newData(s), mo+int64(s.Off))
+			op.add(v.slotAt(r, s.Pos), true, p[s.BufOff:s.BufOff+int64(s.Len)], mo+int64(s.Off))
 		}
 	}
 	for pos := g.K; pos < g.Width(); pos++ {
 		if plan.Write&(1<<uint(pos)) != 0 {
-			op.add(v.slotAt(r, pos), true, op.shards[pos], mo+lo)
+			op.add(v.slotAt(r, pos), true, op.shards[pos], mo+int64(r.Lo))
 		}
 	}
-	ok := op.run()
+}
+
+// finishWrite ends a stripe write once its write phase ran (ok: every
+// member write succeeded; seq: its journal record, or 0): steps 7-8 of the
+// state machine.
+func (v *Volume) finishWrite(op *stripeOp, r layout.StripeReq, ok bool, seq uint64, failGen int64) error {
+	g := v.geo
 	if seq != 0 {
 		// The write phase is over: the record leaves the in-flight set
 		// before failGen is read below. A member failure that this

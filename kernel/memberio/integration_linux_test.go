@@ -60,6 +60,7 @@ func memberIOGuest(t *testing.T, series, name string, zeroCopy bool) {
 		t.Run("integrity", func(t *testing.T) { testIntegrity(t, ctl, g.Disks, zeroCopy) })
 		t.Run("error-attribution", func(t *testing.T) { testErrorAttribution(t, ctl, zeroCopy) })
 		t.Run("read-error", func(t *testing.T) { testReadError(t, ctl, zeroCopy) })
+		t.Run("direct-write-error", func(t *testing.T) { testDirectWriteError(t, ctl, zeroCopy) })
 	})
 }
 
@@ -199,6 +200,13 @@ func testIntegrity(t *testing.T, ctl *ublk.Control, disks []string, zeroCopy boo
 	}
 	if bst.DirectReads.Load() < writers*opsEach {
 		t.Errorf("%d reads planned for the queue threads; want every read (%d)", bst.DirectReads.Load(), writers*opsEach)
+	}
+	// Writes inside one stripe to a region whose write-intent bit is set
+	// are carried by the queue threads (the first write of a region sets
+	// it the usual way; a write that meets another on its stripe too).
+	t.Logf("%d writes of %d planned for the queue threads", bst.DirectWrites.Load(), writers*opsEach)
+	if bst.DirectWrites.Load() == 0 {
+		t.Errorf("no write planned for the queue threads")
 	}
 	if st.Bounces.Load() != 0 {
 		t.Errorf("%d bounce copies; engine and ublk buffers should be aligned", st.Bounces.Load())
@@ -402,34 +410,8 @@ func testErrorAttribution(t *testing.T, ctl *ublk.Control, zeroCopy bool) {
 // gets EIO from member 2; the engine fails member 2 before the read returns
 // and the data comes back reconstructed.
 func testReadError(t *testing.T, ctl *ublk.Control, zeroCopy bool) {
-	paths := nullBlk(t, 12, 6, 32)
-	exec, err := memberio.NewExecutor(memberio.ExecutorConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer exec.Close()
-	logs := &logRecorder{}
-	log := slog.New(slog.NewTextHandler(logs, nil))
-	vol, err := engine.Create(engine.Config{Name: "rerr", K: 4, M: 2, AssumeZeroed: true},
-		openMembers(t, paths, memberio.Options{Exclusive: true, Log: log}), paths, engine.Options{Executor: exec, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vol.Close()
-	g := vol.Geometry()
-	bst := &memberio.Stats{}
-	dev, err := ublk.Create(ctl, memberio.Backend{Volume: vol, Stats: bst}, &ublk.Config{ID: ublk.AnyID, Queues: 2, Async: true,
-		MaxIOBytes: 1 << 20, IOMin: g.ChunkSize, IOOpt: int(g.StripeBytes())})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	checkZeroCopy(t, dev, zeroCopy)
-	f, err := os.OpenFile(dev.BlockPath(), os.O_RDWR|unix.O_DIRECT, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	r := newNullRig(t, ctl, zeroCopy, 12, "rerr")
+	paths, vol, g, bst, logs, f := r.paths, r.vol, r.vol.Geometry(), r.bst, r.logs, r.f
 	b := engine.AlignedBuffer(int(g.StripeBytes()) * 2)
 	fill(b, 7)
 	if _, err := f.WriteAt(b, 0); err != nil {
@@ -455,4 +437,94 @@ func testReadError(t *testing.T, ctl *ublk.Control, zeroCopy bool) {
 		t.Fatalf("after the read returned: member 2 is %s (%s), want failed (io-error); log line %q", m.Role, m.Failure, line)
 	}
 	t.Logf("read returned reconstructed data; member 2 (%s) already failed: %s", paths[2], strings.TrimSpace(line))
+}
+
+// testDirectWriteError: member 2 goes bad under written data. 4 KiB writes
+// to each chunk of the first stripe are planned for the queue thread; the
+// first one that reads or writes member 2 gets EIO from it, and member 2 is
+// failed before that write returns (the write is redone degraded); the
+// later ones are not planned (the stripe is degraded) and every write
+// reads back.
+func testDirectWriteError(t *testing.T, ctl *ublk.Control, zeroCopy bool) {
+	r := newNullRig(t, ctl, zeroCopy, 18, "werr")
+	paths, vol, g, bst, logs, f := r.paths, r.vol, r.vol.Geometry(), r.bst, r.logs, r.f
+	want := engine.AlignedBuffer(int(g.StripeBytes()))
+	fill(want, 9)
+	if _, err := f.WriteAt(want, 0); err != nil { // sets the region's bit
+		t.Fatal(err)
+	}
+	rng := fmt.Sprintf("+%d-%d", engine.DefaultDataOffset/512, 32<<11-1)
+	if err := os.WriteFile("/sys/kernel/config/nullb/fb20/badblocks", []byte(rng), 0); err != nil {
+		t.Fatal(err)
+	}
+	failedAt := -1
+	for pos := 0; pos < g.K; pos++ {
+		b := engine.AlignedBuffer(4096)
+		fill(b, uint64(100+pos))
+		before := bst.DirectWrites.Load()
+		off := int64(pos * g.ChunkSize)
+		if _, err := f.WriteAt(b, off); err != nil {
+			t.Fatalf("4 KiB write to chunk %d with member 2 bad: %v", pos, err)
+		}
+		copy(want[off:], b)
+		if failedAt < 0 && vol.Status().Members[2].Role == superblock.RoleFailed {
+			// Member 2 was in sync before this write and failed when it
+			// returned: the write met its error.
+			if bst.DirectWrites.Load() == before {
+				t.Fatalf("the write to chunk %d that failed member 2 was not planned for the queue thread", pos)
+			}
+			failedAt = pos
+		}
+	}
+	line := logs.find("member failed", paths[2], "input/output error")
+	if failedAt < 0 || line == "" {
+		t.Fatalf("member 2 failed at write %d, log line %q", failedAt, line)
+	}
+	got := engine.AlignedBuffer(len(want))
+	if _, err := f.ReadAt(got, 0); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("degraded read back: err %v, equal %v", err, bytes.Equal(got, want))
+	}
+	t.Logf("planned write to chunk %d failed member 2 (%s) before it returned: %s", failedAt, paths[2], strings.TrimSpace(line))
+}
+
+// nullRig is a 4+2 volume on six fresh null_blk devices (fb<first>..),
+// served by ublk with two async queues and opened O_DIRECT, whose engine
+// log is recorded.
+type nullRig struct {
+	paths []string
+	vol   *engine.Volume
+	bst   *memberio.Stats
+	logs  *logRecorder
+	f     *os.File
+}
+
+func newNullRig(t *testing.T, ctl *ublk.Control, zeroCopy bool, first int, name string) *nullRig {
+	t.Helper()
+	r := &nullRig{paths: nullBlk(t, first, 6, 32), bst: &memberio.Stats{}, logs: &logRecorder{}}
+	exec, err := memberio.NewExecutor(memberio.ExecutorConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { exec.Close() })
+	log := slog.New(slog.NewTextHandler(r.logs, nil))
+	r.vol, err = engine.Create(engine.Config{Name: name, K: 4, M: 2, AssumeZeroed: true},
+		openMembers(t, r.paths, memberio.Options{Exclusive: true, Log: log}), r.paths, engine.Options{Executor: exec, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.vol.Close() })
+	g := r.vol.Geometry()
+	dev, err := ublk.Create(ctl, memberio.Backend{Volume: r.vol, Stats: r.bst}, &ublk.Config{ID: ublk.AnyID, Queues: 2, Async: true,
+		MaxIOBytes: 1 << 20, IOMin: g.ChunkSize, IOOpt: int(g.StripeBytes())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	checkZeroCopy(t, dev, zeroCopy)
+	r.f, err = os.OpenFile(dev.BlockPath(), os.O_RDWR|unix.O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.f.Close() })
+	return r
 }

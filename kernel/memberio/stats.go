@@ -17,4 +17,7 @@ type Stats struct {
 	// DirectReads counts reads a Backend planned for a ublk queue thread
 	// to submit itself.
 	DirectReads atomic.Int64
+	// DirectWrites counts writes a Backend planned for a ublk queue
+	// thread to carry out itself.
+	DirectWrites atomic.Int64
 }

@@ -254,3 +254,35 @@ type FileRead struct {
 	Buf []byte
 	Off int64
 }
+
+// DirectWriter is implemented by backends whose healthy small writes are
+// rounds of plain file I/O (the engine volume's read-modify-write: reads
+// of the old data and parity, then the writes): the queue thread submits
+// each round on its own io_uring, with no hand-off to a worker goroutine
+// and back. Writes it does not plan go the usual way.
+type DirectWriter interface {
+	PlanWrite(p []byte, off int64) (PlannedWrite, bool)
+}
+
+// PlannedWrite is one write planned by a DirectWriter, carried out in
+// rounds of file I/O.
+type PlannedWrite interface {
+	// IOs are the current round's file I/Os; their buffers stay valid
+	// until Step.
+	IOs() []FileIO
+	// Step takes the round's results (bytes or -errno, in the order of
+	// IOs). more: the next round is in IOs. Otherwise the queue calls
+	// Finish, from a worker when block is true (Finish may wait then).
+	Step(res []int32) (more, block bool)
+	// Finish ends the write and returns its error.
+	Finish() error
+}
+
+// FileIO is one positional read or write of a file descriptor. A FUA
+// write is durable when it completes (RWF_DSYNC).
+type FileIO struct {
+	Fd         int
+	Buf        []byte
+	Off        int64
+	Write, FUA bool
+}

@@ -46,25 +46,70 @@ type queue struct {
 	done     []completion
 	notified atomic.Bool
 
-	// Direct reads (the backend is a DirectReader): pend[tag] is the read
-	// whose file reads are on this queue's ring.
-	direct DirectReader
-	pend   []*pendingRead
+	// Direct requests (the backend is a DirectReader, a DirectWriter):
+	// pend[tag] is the planned request whose file I/O is on this queue's
+	// ring, pending how many there are. Direct writes need async mode:
+	// they hold their stripe until they finish, so a request the thread
+	// served inline meanwhile could wait for it forever.
+	direct  DirectReader
+	directW DirectWriter
+	pend    []*pendingDirect
+	pending int
+	// inflight counts requests with workers (async mode).
+	inflight int
 }
 
-// pendingRead is a planned read waiting for its file reads.
-type pendingRead struct {
-	pr   PlannedRead
-	lens []int
+// pendingDirect is a planned request waiting for its current round of
+// file I/O.
+type pendingDirect struct {
+	op   directOp
+	ios  []FileIO
 	res  []int32
 	left int
 	n    int32 // request length
-	// buf is the request's user buffer, which PlanRead was given. On a
-	// zero-copy queue the file reads went to the request's pages instead,
-	// so a read redone by Finish (into buf) is copied there (user copy).
-	buf []byte
-	tag int
+	// read: a planned read. buf is the request's user buffer, which
+	// PlanRead was given. On a zero-copy queue the file reads went to the
+	// request's pages instead, so a read redone by Finish (into buf) is
+	// copied there (user copy).
+	read bool
+	buf  []byte
+	tag  int
 }
+
+// directOp is a planned request carried out in rounds of file I/O on the
+// queue's ring: a PlannedRead (one round) or a PlannedWrite.
+type directOp interface {
+	round() []FileIO
+	step(res []int32) (more, block bool)
+	finish(res []int32) error
+}
+
+type readOp struct {
+	pr  PlannedRead
+	ios []FileIO
+}
+
+func newReadOp(pr PlannedRead) *readOp {
+	reads := pr.Reads()
+	ios := make([]FileIO, len(reads))
+	for i, r := range reads {
+		ios[i] = FileIO{Fd: r.Fd, Buf: r.Buf, Off: r.Off}
+	}
+	return &readOp{pr: pr, ios: ios}
+}
+
+func (r *readOp) round() []FileIO { return r.ios }
+
+// step: a read has one round; Finish blocks only to redo a failed read.
+func (r *readOp) step(res []int32) (more, block bool) { return false, !complete(r.ios, res) }
+
+func (r *readOp) finish(res []int32) error { return r.pr.Finish(res) }
+
+type writeOp struct{ pw PlannedWrite }
+
+func (w writeOp) round() []FileIO                     { return w.pw.IOs() }
+func (w writeOp) step(res []int32) (more, block bool) { return w.pw.Step(res) }
+func (w writeOp) finish([]int32) error                { return w.pw.Finish() }
 
 // memberFlag marks a direct read's file read in user_data:
 // memberFlag | tag<<16 | index.
@@ -91,9 +136,14 @@ func newQueue(d *Device, qid int, encoded bool) (*queue, error) {
 		async:    d.cfg.Async,
 		efd:      -1,
 	}
-	if dr, ok := d.backend.(DirectReader); ok && (!q.userCopy || q.zeroCopy) {
-		q.direct = dr
-		q.pend = make([]*pendingRead, q.depth)
+	if !q.userCopy || q.zeroCopy {
+		q.direct, _ = d.backend.(DirectReader)
+		if q.async {
+			q.directW, _ = d.backend.(DirectWriter)
+		}
+	}
+	if q.direct != nil || q.directW != nil {
+		q.pend = make([]*pendingDirect, q.depth)
 	}
 	q.fetchOp, _ = ublksys.EncodeIO(ublksys.UBLK_IO_FETCH_REQ, encoded)
 	q.commitOp, _ = ublksys.EncodeIO(ublksys.UBLK_IO_COMMIT_AND_FETCH_REQ, encoded)
@@ -139,7 +189,7 @@ func (q *queue) run(ready chan<- error) {
 	// Completion work for ublk commands runs in this thread; DEFER_TASKRUN
 	// runs it when the thread waits anyway instead of interrupting it.
 	entries := uint32(q.depth + 1) // a commit per tag, and the eventfd read
-	if q.direct != nil {
+	if q.pend != nil {
 		entries += directExtra
 	}
 	ring, err := uring.New(entries, &uring.Config{CQEntries: 2 * entries, DeferTaskrun: true})
@@ -187,8 +237,7 @@ func (q *queue) run(ready chan<- error) {
 	ready <- nil
 
 	active := q.depth
-	inflight := 0 // requests with workers (async mode)
-	newReqs := 0  // new requests in the current batch of completions
+	newReqs := 0 // new requests in the current batch of completions
 	commit := func(tag int, res int32) {
 		if err := q.submit(ring, q.commitOp, tag, res); err != nil {
 			q.d.setQueueErr(fmt.Errorf("queue %d: commit tag %d: %w", q.id, tag, err))
@@ -205,7 +254,7 @@ func (q *queue) run(ready chan<- error) {
 			for _, d := range done {
 				commit(d.tag, d.res)
 			}
-			inflight -= len(done)
+			q.inflight -= len(done)
 			if c.Res != -int32(unix.ECANCELED) {
 				if err := q.armEventfd(ring); err != nil {
 					q.d.setQueueErr(fmt.Errorf("queue %d: %w", q.id, err))
@@ -214,15 +263,18 @@ func (q *queue) run(ready chan<- error) {
 			return
 		}
 		if c.UserData&memberFlag != 0 {
-			q.fileReadDone(ring, int(c.UserData>>16&0xffff), int(c.UserData&0xffff), c.Res, commit, &inflight)
+			q.fileIODone(ring, int(c.UserData>>16&0xffff), int(c.UserData&0xffff), c.Res, commit)
 			return
 		}
 		tag := int(c.UserData)
 		switch {
-		case c.Res == ublksys.UBLK_IO_RES_OK && q.direct != nil && q.submitDirect(ring, tag, commit):
-			// Its file reads are on the ring.
-		case c.Res == ublksys.UBLK_IO_RES_OK && q.async && (inflight > 0 || newReqs > 1):
-			inflight++
+		case c.Res == ublksys.UBLK_IO_RES_OK && q.pend != nil && q.submitDirect(ring, tag, commit):
+			// Its file I/O is on the ring.
+		case c.Res == ublksys.UBLK_IO_RES_OK && q.async && (q.inflight > 0 || q.pending > 0 || newReqs > 1):
+			// A request served inline while planned ones are pending
+			// could wait for them (a stripe lock, a frozen gate) while
+			// their completions wait for this thread.
+			q.inflight++
 			q.workers.Add(1)
 			go q.work(tag)
 		case c.Res == ublksys.UBLK_IO_RES_OK:
@@ -260,97 +312,135 @@ func (q *queue) run(ready chan<- error) {
 	}
 }
 
-// submitDirect plans tag's request as a direct read and queues its file
-// reads; false means it is not a read the backend planned.
+// submitDirect plans tag's request as a direct read or write and queues
+// its first round of file I/O; false means the backend did not plan it.
 func (q *queue) submitDirect(ring *uring.Ring, tag int, commit func(int, int32)) bool {
 	r, err := decodeDesc(q.descs[tag], q.d.size, q.bufSize)
-	if err != nil || r.op != opRead {
-		return false
-	}
-	if q.zeroCopy && q.descs[tag].OpFlags&ublksys.UBLK_IO_F_NEED_REG_BUF != 0 {
-		// The automatic registration failed: serve goes through user copy.
+	if err != nil {
 		return false
 	}
 	buf := q.buf(tag)[:r.len]
-	pr, ok := q.direct.PlanRead(buf, r.off)
-	if !ok {
-		return false
-	}
-	reads := pr.Reads()
-	p := &pendingRead{pr: pr, lens: make([]int, len(reads)), res: make([]int32, len(reads)), left: len(reads), n: int32(r.len), buf: buf, tag: tag}
-	if len(reads) == 0 {
-		commit(tag, q.finishResult(p))
-		return true
-	}
-	q.pend[tag] = p
-	for i, fr := range reads {
-		p.lens[i] = len(fr.Buf)
-		sqe, err := ring.NextSQE()
-		if errors.Is(err, uring.ErrSQFull) {
-			if _, err = ring.Submit(); err == nil {
-				sqe, err = ring.NextSQE()
+	p := &pendingDirect{n: int32(r.len), buf: buf, tag: tag}
+	switch {
+	case r.op == opRead && q.direct != nil:
+		if q.zeroCopy && q.descs[tag].OpFlags&ublksys.UBLK_IO_F_NEED_REG_BUF != 0 {
+			// The automatic registration failed: serve goes through user copy.
+			return false
+		}
+		pr, ok := q.direct.PlanRead(buf, r.off)
+		if !ok {
+			return false
+		}
+		p.op, p.read = newReadOp(pr), true
+	case r.op == opWrite && q.directW != nil && !r.fua():
+		if q.userCopy {
+			if _, err := unix.Pread(q.fd, buf, ublksys.UserCopyOffset(uint16(q.id), uint16(tag), 0)); err != nil {
+				return false // serve copies it again and fails the request
 			}
 		}
+		pw, ok := q.directW.PlanWrite(buf, r.off)
+		if !ok {
+			return false
+		}
+		p.op = writeOp{pw}
+	default:
+		return false
+	}
+	q.pend[tag] = p
+	q.pending++
+	q.submitRound(ring, p, commit)
+	return true
+}
+
+// submitRound queues the file I/O of p's current round.
+func (q *queue) submitRound(ring *uring.Ring, p *pendingDirect, commit func(int, int32)) {
+	p.ios = p.op.round()
+	p.res = append(p.res[:0], make([]int32, len(p.ios))...)
+	p.left = len(p.ios)
+	if p.left == 0 {
+		q.roundDone(ring, p, commit)
+		return
+	}
+	if ring.Entries()-ring.Pending() < uint32(len(p.ios)) {
+		ring.Submit() // room for the whole round; a failure shows below
+	}
+	for i, fio := range p.ios {
+		sqe, err := ring.NextSQE()
 		if err != nil {
-			// Cannot queue the rest: they count as failed, so Finish
-			// redoes the request the slow way once the queued ones are
-			// back.
-			for j := i; j < len(reads); j++ {
+			// Cannot queue the rest: they count as failed, so the
+			// backend redoes the request another way once the queued
+			// ones are back.
+			for j := i; j < len(p.ios); j++ {
 				p.res[j] = -int32(unix.EAGAIN)
 				p.left--
 			}
 			if p.left == 0 {
-				q.pend[tag] = nil
-				commit(tag, q.finishResult(p))
+				q.roundDone(ring, p, commit)
 			}
-			return true
+			return
 		}
-		ud := memberFlag | uint64(tag)<<16 | uint64(i)
-		if q.zeroCopy {
-			// fr.Buf lies inside buf (PlannedRead): its offset there is
-			// its offset in the request's registered pages.
-			at := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(fr.Buf))) - uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
-			sqe.PrepReadFixed(fr.Fd, uint16(tag), at, len(fr.Buf), fr.Off, ud)
-		} else {
-			sqe.PrepRead(fr.Fd, fr.Buf, fr.Off, ud)
+		ud := memberFlag | uint64(p.tag)<<16 | uint64(i)
+		switch {
+		case fio.Write:
+			sqe.PrepWrite(fio.Fd, fio.Buf, fio.Off, ud)
+			if fio.FUA {
+				sqe.OpFlags = unix.RWF_DSYNC
+			}
+		case q.zeroCopy && p.read:
+			// fio.Buf lies inside p.buf (PlannedRead): its offset there
+			// is its offset in the request's registered pages.
+			at := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(fio.Buf))) - uintptr(unsafe.Pointer(unsafe.SliceData(p.buf))))
+			sqe.PrepReadFixed(fio.Fd, uint16(p.tag), at, len(fio.Buf), fio.Off, ud)
+		default:
+			sqe.PrepRead(fio.Fd, fio.Buf, fio.Off, ud)
 		}
 	}
-	return true
 }
 
-// fileReadDone records one file read of tag's direct read; the last one
-// completes the request: inline when every read succeeded, in a worker
-// when one failed (Finish may block then).
-func (q *queue) fileReadDone(ring *uring.Ring, tag, i int, res int32, commit func(int, int32), inflight *int) {
+// fileIODone records one file I/O of tag's current round; the last one
+// ends the round.
+func (q *queue) fileIODone(ring *uring.Ring, tag, i int, res int32, commit func(int, int32)) {
 	p := q.pend[tag]
-	if p == nil || i >= len(p.res) {
-		q.d.setQueueErr(fmt.Errorf("queue %d: completion of an unknown file read (tag %d, %d)", q.id, tag, i))
+	if p == nil || i >= len(p.res) || p.left == 0 {
+		q.d.setQueueErr(fmt.Errorf("queue %d: completion of an unknown file I/O (tag %d, %d)", q.id, tag, i))
 		return
 	}
 	p.res[i] = res
 	p.left--
-	if p.left > 0 {
+	if p.left == 0 {
+		q.roundDone(ring, p, commit)
+	}
+}
+
+// roundDone hands a finished round to the backend: it queues the next
+// round, or completes the request: inline when Finish will not block, in
+// a worker when it may.
+func (q *queue) roundDone(ring *uring.Ring, p *pendingDirect, commit func(int, int32)) {
+	more, block := p.op.step(p.res)
+	if more {
+		q.submitRound(ring, p, commit)
 		return
 	}
-	q.pend[tag] = nil
-	if p.allRead() || !q.async {
-		commit(tag, q.finishResult(p))
+	q.pend[p.tag] = nil
+	q.pending--
+	if !block || !q.async {
+		commit(p.tag, q.finishResult(p))
 		return
 	}
-	*inflight++
+	q.inflight++
 	q.workers.Add(1)
 	go func() {
 		defer q.workers.Done()
-		q.handBack(tag, q.finishResult(p))
+		q.handBack(p.tag, q.finishResult(p))
 	}()
 }
 
-// finishResult finishes a direct read and returns its commit result.
-func (q *queue) finishResult(p *pendingRead) int32 {
-	if err := p.pr.Finish(p.res); err != nil {
+// finishResult finishes a direct request and returns its commit result.
+func (q *queue) finishResult(p *pendingDirect) int32 {
+	if err := p.op.finish(p.res); err != nil {
 		return q.errResult(err)
 	}
-	if q.zeroCopy && !p.allRead() {
+	if q.zeroCopy && p.read && !complete(p.ios, p.res) {
 		// Finish redid the read into p.buf; the request's pages hold
 		// only what the file reads that succeeded put there.
 		if _, err := unix.Pwrite(q.fd, p.buf, ublksys.UserCopyOffset(uint16(q.id), uint16(p.tag), 0)); err != nil {
@@ -360,10 +450,10 @@ func (q *queue) finishResult(p *pendingRead) int32 {
 	return p.n
 }
 
-// allRead reports whether every file read returned its full length.
-func (p *pendingRead) allRead() bool {
-	for j, r := range p.res {
-		if int(r) != p.lens[j] {
+// complete reports whether every file I/O moved its full length.
+func complete(ios []FileIO, res []int32) bool {
+	for j, r := range res {
+		if int(r) != len(ios[j].Buf) {
 			return false
 		}
 	}

@@ -1,0 +1,299 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/fabraid/fabraid/engine/layout"
+)
+
+// DirectWrite is a healthy one-stripe write planned for a caller that
+// submits the member I/O itself, such as a ublk queue thread on its own
+// io_uring: a small write then costs no goroutine hand-off, only its rounds
+// of member I/O: the reads of a read-modify-write, the journal record when
+// the stripe has data on the owner's members (owner-domain journaling),
+// then the data and parity writes. It is the stripe write of writeStripe,
+// steps 1-8, with every step that would wait taken only when it need not:
+//
+//   - PlanWrite takes the write-intent bit only when it is already durable
+//     and the stripe lock only when it is free, plans only a stripe whose
+//     members are all in sync, and lets each round through the freeze gate
+//     only while it is open;
+//   - after each round the caller calls Step. Step computes parity after
+//     the reads, reserves the journal record only where the rings have
+//     room, and hands out the next round; when a member I/O failed, the
+//     journal is full, the gate shut between rounds, or a member failure
+//     is not yet recorded, it stops and tells the caller that Finish may
+//     block, and Finish then carries the write on the general path
+//     (re-planned after a failed read or journal write, member failures
+//     handled as writeStripe does), still holding the bit and the lock.
+//
+// The caller performs the IOs of each round (any order), sets each IO's
+// Err, calls Step, and once Step reports no further round calls Finish
+// exactly once. A planned write holds its stripe lock from PlanWrite to
+// Finish.
+type DirectWrite struct {
+	IOs []IO
+
+	v       *Volume
+	op      *stripeOp
+	p       []byte
+	off     int64
+	r       layout.StripeReq
+	sp      stripeWritePlan
+	region  int64
+	lk      *sync.RWMutex
+	state   directWriteState
+	rec     *pendingRecord // the journal record, once reserved
+	seq     uint64         // the journal record, once written
+	err     error          // a compute error: Finish returns it
+	t0      time.Time
+	counted bool
+}
+
+type directWriteState int
+
+const (
+	dwReading       directWriteState = iota // IOs: the read phase, through the gate
+	dwJournaling                            // IOs: the journal record, through the gate
+	dwWriting                               // IOs: the write phase, through the gate
+	dwReadFailed                            // a read failed: Finish re-plans
+	dwJournalHeld                           // no room in the journal: Finish appends
+	dwJournalQueued                         // record encoded, the gate was shut
+	dwJournalRan                            // the record's writes ran, one failed
+	dwWritesHeld                            // write phase to queue, the gate was shut
+	dwWritten                               // the write phase ran: Finish ends it
+	dwFailed                                // err is set
+)
+
+// PlanWrite plans a write of len(p) bytes at off that lies inside one
+// stripe of a healthy volume and can start without waiting (see
+// DirectWrite). It returns false when the write needs WriteAt; nothing is
+// then held. p must stay unchanged until Finish.
+func (v *Volume) PlanWrite(p []byte, off int64) (*DirectWrite, bool) {
+	if v.check() != nil || v.geo.CheckRange(off, len(p)) != nil || len(p) == 0 {
+		return nil, false
+	}
+	op := v.newOp()
+	reqs := op.split(off, len(p))
+	if len(reqs) != 1 {
+		v.putOp(op)
+		return nil, false
+	}
+	d := &DirectWrite{v: v, op: op, p: p, off: off, r: reqs[0], t0: time.Now()}
+	if !d.take() {
+		v.putOp(op)
+		return nil, false
+	}
+	if v.background.Load() {
+		v.inflight.Add(1) // a rebuild or scrub yields to it, as to WriteAt
+		v.foreground.Add(1)
+		d.counted = true
+	}
+	v.addWriteReads(op, d.r, d.sp.plan)
+	d.state, d.IOs = dwReading, op.ios
+	if len(op.ios) == 0 { // a full-stripe write: nothing to read
+		v.gate.exit()
+		d.afterReads()
+	}
+	return d, true
+}
+
+// take acquires what the write holds (bit, lock, plan, a pass through the
+// gate) without waiting, or nothing.
+func (d *DirectWrite) take() bool {
+	v, r := d.v, d.r
+	d.region = v.bm.region(r.Row)
+	if !v.bm.tryBegin(d.region) {
+		return false
+	}
+	d.lk = v.lockFor(r.Stripe)
+	if !d.lk.TryLock() {
+		v.bm.end(d.region)
+		return false
+	}
+	sp, err := v.planStripeWrite(r)
+	ok := err == nil && sp.lost == 0 && sp.stale == 0 && sp.plan.Mode != layout.ModeDegraded && v.stopErr() == nil
+	if rs := v.rs.Load(); ok && rs != nil && rs.needs(r.Stripe, r.Group, r.Row) {
+		ok = false // the stripe's parity may be torn: writeStripe resyncs it
+	}
+	if !ok || !v.gate.tryEnter() {
+		d.lk.Unlock()
+		v.bm.end(d.region)
+		return false
+	}
+	d.sp = sp
+	return true
+}
+
+// Step ends the round whose IOs the caller performed. more reports that
+// the next round's IOs are in d.IOs. Otherwise the caller calls Finish;
+// block reports that Finish may wait (for member failures to be handled,
+// the general path, or a frozen volume), so a caller that must not wait
+// calls it elsewhere.
+func (d *DirectWrite) Step() (more, block bool) {
+	v := d.v
+	if d.state != dwReading && d.state != dwJournaling && d.state != dwWriting {
+		return false, d.state != dwFailed
+	}
+	v.gate.exit() // the round's member I/O is done
+	failed := false
+	for i := range d.IOs {
+		failed = failed || d.IOs[i].Err != nil
+	}
+	d.IOs = nil
+	switch {
+	case d.state == dwReading && failed:
+		d.state = dwReadFailed
+		return false, true
+	case d.state == dwJournaling && failed:
+		d.state = dwJournalRan
+		return false, true
+	case d.state == dwWriting:
+		d.state = dwWritten
+		gen := v.failGen.Load()
+		return false, failed || gen != d.sp.gen || v.recordedGen.Load() < gen
+	case d.state == dwReading:
+		d.afterReads()
+	case d.state == dwJournaling:
+		// Every copy is durable: written does not wait.
+		if err := v.jrn.written(d.rec); err != nil {
+			d.state, d.err = dwFailed, err
+			return false, false
+		}
+		d.seq = d.rec.seq
+		d.queueWrites()
+	}
+	return d.IOs != nil, d.state != dwFailed
+}
+
+// afterReads computes parity and hands out the next round: the journal
+// record where the stripe needs one and the rings have room, else the
+// writes.
+func (d *DirectWrite) afterReads() {
+	v, op := d.v, d.op
+	if err := v.computeWrite(op, d.p, d.r, d.sp.plan); err != nil {
+		d.state, d.err = dwFailed, err
+		return
+	}
+	if d.sp.journal == 0 {
+		d.queueWrites()
+		return
+	}
+	rec, ok, err := v.jrn.reserve(d.r, d.sp.journal, v.journalSlot(d.r, d.sp.avoid), false)
+	switch {
+	case err != nil:
+		d.state, d.err = dwFailed, err
+		return
+	case !ok:
+		d.state = dwJournalHeld
+		return
+	}
+	v.jrn.encode(rec, d.r, d.sp.journal, op.shards, v.epoch.Load())
+	d.rec = rec
+	if !v.gate.tryEnter() {
+		d.state = dwJournalQueued
+		return
+	}
+	d.state, d.IOs = dwJournaling, rec.ios
+}
+
+// queueWrites hands out the write phase, or leaves it to Finish when the
+// gate is shut.
+func (d *DirectWrite) queueWrites() {
+	v, op := d.v, d.op
+	op.ios, op.slots = op.ios[:0], op.slots[:0]
+	v.addWriteWrites(op, d.p, d.r, d.sp.plan)
+	if !v.gate.tryEnter() {
+		d.state = dwWritesHeld
+		return
+	}
+	d.state, d.IOs = dwWriting, op.ios
+}
+
+// Finish ends the write and returns what WriteAt would have: len(p) once
+// the data is written and parity consistent, or the error. It releases
+// everything the write held.
+func (d *DirectWrite) Finish() (int, error) {
+	v, op := d.v, d.op
+	err := d.finish()
+	op.release()
+	op.err = nil
+	v.putOp(op)
+	d.op, d.IOs = nil, nil
+	d.lk.Unlock()
+	v.bm.end(d.region)
+	v.endRequest(d.counted)
+	n := len(d.p)
+	if err != nil {
+		n, err = 0, fmt.Errorf("write at %d: %w", d.off, err)
+	}
+	v.stats.write.done(d.t0, int64(n), err)
+	return n, err
+}
+
+func (d *DirectWrite) finish() error {
+	v, op := d.v, d.op
+	switch d.state {
+	case dwFailed:
+		return d.err
+	case dwReadFailed:
+		// Nothing was written: as execWrite's failed read phase, the
+		// members are failed and the write re-planned.
+		op.collect()
+		return d.replan()
+	case dwJournalHeld:
+		seq, err := v.jrn.append(d.r, d.sp.journal, op.shards, v.journalSlot(d.r, d.sp.avoid), v.epoch.Load())
+		if err != nil {
+			return d.replanAfter(err)
+		}
+		return d.writeBlocking(seq)
+	case dwJournalQueued, dwJournalRan:
+		if d.state == dwJournalQueued {
+			v.exec.Execute(d.rec.ios)
+		}
+		if err := v.jrn.written(d.rec); err != nil {
+			return d.replanAfter(err)
+		}
+		return d.writeBlocking(d.rec.seq)
+	case dwWritesHeld:
+		return v.finishWrite(op, d.r, op.run(), d.seq, d.sp.gen)
+	case dwWritten:
+		return v.finishWrite(op, d.r, op.collect(), d.seq, d.sp.gen)
+	}
+	// Finish before the last Step: the caller broke the contract; the
+	// round's pass through the gate ends here.
+	v.gate.exit()
+	return fmt.Errorf("stripe %d: planned write finished in state %d", d.r.Stripe, d.state)
+}
+
+// replanAfter is writeStripeLocked's answer to a failed journal append:
+// errRetry (a member failed, nothing of the stripe written) re-plans.
+func (d *DirectWrite) replanAfter(err error) error {
+	if !errors.Is(err, errRetry) {
+		return err
+	}
+	return d.replan()
+}
+
+// replan carries the write on the general path from its second attempt,
+// as writeStripeLocked does after a failed first one.
+func (d *DirectWrite) replan() error {
+	op := d.op
+	op.release()
+	if op.err != nil {
+		return op.err
+	}
+	return d.v.writeStripeLocked(op, d.p, d.r, 1)
+}
+
+// writeBlocking runs the write phase on the general path once the record
+// seq (or 0) is durable.
+func (d *DirectWrite) writeBlocking(seq uint64) error {
+	v, op := d.v, d.op
+	op.ios, op.slots = op.ios[:0], op.slots[:0]
+	v.addWriteWrites(op, d.p, d.r, d.sp.plan)
+	return v.finishWrite(op, d.r, op.run(), seq, d.sp.gen)
+}
