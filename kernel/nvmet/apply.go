@@ -100,7 +100,11 @@ func (t *Target) exec(o Op) (skipped bool, err error) {
 				return true, nil
 			}
 			if _, perr := os.Stat(filepath.Dir(full)); perr == nil {
-				return false, newError("write", o.Path, o.redacted(), fmt.Errorf("attribute %s: %w", filepath.Base(full), ErrNotSupported))
+				attr := filepath.Base(full)
+				if h := missingAttrHint(attr); h != "" {
+					return false, newError("write", o.Path, o.redacted(), fmt.Errorf("attribute %s: %w (%s)", attr, ErrNotSupported, h))
+				}
+				return false, newError("write", o.Path, o.redacted(), fmt.Errorf("attribute %s: %w", attr, ErrNotSupported))
 			}
 		}
 		err = writeAttr(full, o.Value)

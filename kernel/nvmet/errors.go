@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
+	"strings"
 	"syscall"
 )
 
@@ -49,7 +51,10 @@ func hint(e *Error) string {
 	if !errors.As(e.Err, &errno) {
 		return ""
 	}
+	base := path.Base(e.Path)
 	switch {
+	case e.Op == "write" && (base == "addr_tsas" || base == "addr_treq") && errno == syscall.EINVAL:
+		return "TLS on nvmet ports needs a kernel with NVME_TARGET_TCP_TLS and the .nvme keyring: load nvme_keyring before the port is made; see dmesg"
 	case errno == syscall.EACCES && e.Op == "write":
 		return "port attributes change only while no subsystem is linked"
 	case errno == syscall.EBUSY && e.Op == "write":
@@ -58,6 +63,18 @@ func hint(e *Error) string {
 		return "see dmesg for the nvmet message; serial, model and firmware are fixed once a host has connected"
 	case errno == syscall.ENOENT && e.Op == "mkdir":
 		return "is the nvmet module loaded and configfs mounted? try: modprobe nvmet"
+	}
+	return ""
+}
+
+// missingAttrHint names what a kernel lacks when a configfs attribute
+// does not exist.
+func missingAttrHint(attr string) string {
+	switch {
+	case attr == "addr_tsas" || attr == "addr_treq":
+		return "TLS needs Linux 6.7 or later with NVME_TARGET_TCP_TLS"
+	case strings.HasPrefix(attr, "dhchap_"):
+		return "DH-HMAC-CHAP needs NVME_TARGET_AUTH"
 	}
 	return ""
 }

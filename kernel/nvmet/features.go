@@ -10,8 +10,11 @@ import (
 // Features lists optional nvmet capabilities, detected by the presence of
 // configfs attributes (never by kernel version: distributions backport).
 type Features struct {
-	Auth         bool // hosts/*/dhchap_key: DH-HMAC-CHAP (6.0, NVME_TARGET_AUTH)
-	TLS          bool // ports/*/addr_tsas: TLS 1.3 on tcp ports (6.7, NVME_TARGET_TCP_TLS)
+	Auth bool // hosts/*/dhchap_key: DH-HMAC-CHAP (6.0, NVME_TARGET_AUTH)
+	// TLS: a tcp port takes addr_tsas "tls1.3" (Linux 6.7 with
+	// NVME_TARGET_TCP_TLS, and the .nvme keyring present when the port
+	// was made). Read sets it from the attribute's presence alone.
+	TLS          bool
 	Firmware     bool // subsystems/*/attr_firmware (6.2)
 	MaxQueueSize bool // ports/*/param_max_queue_size (6.9)
 	Passthru     bool // subsystems/*/passthru (NVME_TARGET_PASSTHRU)
@@ -37,6 +40,15 @@ func (f Features) String() string {
 		s = append(s, "transport:"+string(t))
 	}
 	return strings.Join(s, ",")
+}
+
+// RequireTLS returns nil when nvmet's tcp ports can require TLS, else an
+// error wrapping ErrNotSupported that names what is missing.
+func (f Features) RequireTLS() error {
+	if f.TLS {
+		return nil
+	}
+	return fmt.Errorf("nvmet TLS: %w: needs Linux 6.7 or later with NVME_TARGET_TCP_TLS (and NVME_TCP_TLS on hosts), the nvme_keyring module loaded before nvmet, and tlshd", ErrNotSupported)
 }
 
 // Probe detects Features by creating a throw-away host, subsystem and port
@@ -73,6 +85,10 @@ func Probe(root, sysModule string, own Ownership) (Features, error) {
 		if p.attr == "addr_tsas" {
 			_, err := os.Stat(filepath.Join(dir, "param_max_queue_size"))
 			f.MaxQueueSize = err == nil
+			// The attribute exists from 6.7 on whatever the
+			// configuration; only a write of tls1.3 tells.
+			f.TLS = f.TLS && writeAttr(filepath.Join(dir, "addr_trtype"), string(TCP)) == nil &&
+				writeAttr(filepath.Join(dir, "addr_tsas"), "tls1.3") == nil
 		}
 		if err := os.Remove(dir); err != nil {
 			return f, fmt.Errorf("probe nvmet features: %w", newError("rmdir", p.dir, "", err))

@@ -1,8 +1,11 @@
 package nvmet
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -27,5 +30,20 @@ func TestHostAuth(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, "hosts", "nqn.test:taken")); err != nil {
 		t.Errorf("existing host entry removed: %v", err)
+	}
+}
+
+// TestRequireTLS: the error names the kernel option.
+func TestRequireTLS(t *testing.T) {
+	if err := (Features{TLS: true}).RequireTLS(); err != nil {
+		t.Fatal(err)
+	}
+	err := Features{}.RequireTLS()
+	if !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "NVME_TARGET_TCP_TLS") {
+		t.Fatalf("RequireTLS = %v", err)
+	}
+	e := newError("write", "ports/1/addr_tsas", "tls1.3", syscall.EINVAL)
+	if !strings.Contains(e.Error(), "NVME_TARGET_TCP_TLS") {
+		t.Errorf("EINVAL on addr_tsas: %v", e)
 	}
 }

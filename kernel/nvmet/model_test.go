@@ -277,7 +277,12 @@ func (m *model) exec(o Op) error {
 		case "addr_trsvcid":
 			pt.ServiceID = o.Value
 		case "addr_tsas":
-			pt.TLS = o.Value == "tls1.3"
+			pt.TLS, pt.TLSOptional = o.Value == "tls1.3", false
+		case "addr_treq":
+			if pt.TLS && o.Value == "not specified" {
+				return fail(o, "EINVAL: treq not specified with tls1.3")
+			}
+			pt.TLSOptional = pt.TLS && o.Value == "not required"
 		default:
 			return fail(o, "bad attribute")
 		}
@@ -395,8 +400,11 @@ func randSpec(r *rand.Rand) Spec {
 			continue
 		}
 		p := Port{ID: id, Transport: TCP, Address: []string{"10.0.0.1", "10.0.0.2", "fd00::1"}[r.IntN(3)], ServiceID: []string{"4420", "4421"}[r.IntN(2)]}
+		if r.IntN(4) == 0 {
+			p.TLS, p.TLSOptional = true, r.IntN(2) == 0
+		}
 		if r.IntN(5) == 0 {
-			p.Transport, p.Address, p.ServiceID = Loop, "", ""
+			p.Transport, p.Address, p.ServiceID, p.TLS, p.TLSOptional = Loop, "", "", false, false
 		}
 		for _, sub := range s.Subsystems {
 			if r.IntN(3) > 0 {

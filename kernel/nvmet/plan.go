@@ -361,7 +361,10 @@ func Diff(desired Spec, actual State, own Ownership) (Plan, error) {
 				add(Op{Kind: OpWrite, Path: path.Join(pdir, "addr_trsvcid"), Value: dp.ServiceID})
 			}
 			if dp.TLS {
+				// The kernel sets treq "required" with tsas tls1.3;
+				// write it anyway so the port says what the Spec says.
 				add(Op{Kind: OpWrite, Path: path.Join(pdir, "addr_tsas"), Value: "tls1.3"})
+				add(Op{Kind: OpWrite, Path: path.Join(pdir, "addr_treq"), Value: dp.treq()})
 			}
 		}
 		for _, g := range sortedGroups(ap.ANAStates) {
@@ -407,7 +410,15 @@ func portAddrDiffers(d, a Port, f Features) bool {
 	if d.Address != a.Address || d.ServiceID != a.ServiceID {
 		return true
 	}
-	return d.TLS != a.TLS && (d.TLS || f.TLS)
+	return d.TLS != a.TLS && (d.TLS || f.TLS) || d.TLS && d.TLSOptional != a.TLSOptional
+}
+
+// treq is the addr_treq value of a TLS port.
+func (p Port) treq() string {
+	if p.TLSOptional {
+		return "not required"
+	}
+	return "required"
 }
 
 func nsIdentityDiffers(d, a Namespace) bool {

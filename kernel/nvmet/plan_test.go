@@ -84,6 +84,42 @@ write ports/18001/addr_trsvcid = "4420"
 link ports/18001/subsystems/` + nqnA + ` -> subsystems/` + nqnA,
 		},
 		{
+			name: "tls port required, then optional",
+			desired: func() Spec {
+				s := base()
+				s.Ports[0].TLS, s.Ports[0].TLSOptional = true, true
+				return s
+			},
+			actual: func() State {
+				st := converged(base())
+				st.Ports[0].TLS = true
+				return st
+			},
+			want: `
+unlink ports/18001/subsystems/` + nqnA + `
+write ports/18001/addr_trtype = "tcp"
+write ports/18001/addr_adrfam = "ipv4"
+write ports/18001/addr_traddr = "169.254.77.1"
+write ports/18001/addr_trsvcid = "4420"
+write ports/18001/addr_tsas = "tls1.3"
+write ports/18001/addr_treq = "not required"
+link ports/18001/subsystems/` + nqnA + ` -> subsystems/` + nqnA,
+		},
+		{
+			name: "tls port converged",
+			desired: func() Spec {
+				s := base()
+				s.Ports[0].TLS = true
+				return s
+			},
+			actual: func() State {
+				s := base()
+				s.Ports[0].TLS = true
+				return converged(s)
+			},
+			want: ``,
+		},
+		{
 			name:    "converged is a no-op",
 			desired: base,
 			actual:  func() State { return converged(base()) },
@@ -331,6 +367,7 @@ func TestValidate(t *testing.T) {
 		{"bad nqn", func(s *Spec) { s.Hosts[0].NQN = "host1" }, "invalid NQN"},
 		{"bad key", func(s *Spec) { s.Hosts[0].DHCHAPKey = "secret" }, "DHHC-1"},
 		{"tls on rdma", func(s *Spec) { s.Ports[0].Transport = RDMA; s.Ports[0].TLS = true }, "TLS"},
+		{"tls optional without tls", func(s *Spec) { s.Ports[0].TLSOptional = true }, "TLS optional needs TLS"},
 		{"duplicate subsystem", func(s *Spec) { s.Subsystems = append(s.Subsystems, s.Subsystems[0]) }, "twice"},
 		{"cntlid range", func(s *Spec) { s.Subsystems[0].CntlIDMin, s.Subsystems[0].CntlIDMax = 1000, 1998 }, ""},
 		{"cntlid min only", func(s *Spec) { s.Subsystems[0].CntlIDMin = 1000 }, "controller id range"},

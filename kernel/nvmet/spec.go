@@ -101,10 +101,15 @@ type Port struct {
 	Family    string
 	Address   string // addr_traddr; empty for loop
 	ServiceID string // addr_trsvcid, e.g. "4420"; empty for loop
-	// TLS requires TLS 1.3 on a tcp port (addr_tsas "tls1.3", treq
-	// "required"). Needs addr_tsas (Linux 6.7 with NVME_TARGET_TCP_TLS) and
-	// the kernel's .nvme keyring plus tlshd.
+	// TLS requires TLS 1.3 on a tcp port (addr_tsas "tls1.3", addr_treq
+	// "required"). Needs addr_tsas (Linux 6.7) with NVME_TARGET_TCP_TLS,
+	// the kernel's .nvme keyring (module nvme_keyring, loaded before the
+	// port is made) holding the hosts' PSKs (kernel/nvmetls), and tlshd.
 	TLS bool
+	// TLSOptional (with TLS) sets addr_treq "not required": the port
+	// also accepts connections without TLS, a step while hosts move to
+	// TLS. Read reports it for TLS ports.
+	TLSOptional bool
 	// Subsystems lists the NQNs linked on this port; each must be in
 	// Spec.Subsystems. Unlinking a subsystem tears its controllers down on
 	// this port.
@@ -261,6 +266,9 @@ func (s Spec) Validate(own Ownership) error {
 		}
 		if p.TLS && p.Transport != TCP {
 			return fmt.Errorf("port %d: TLS needs the tcp transport", p.ID)
+		}
+		if p.TLSOptional && !p.TLS {
+			return fmt.Errorf("port %d: TLS optional needs TLS", p.ID)
 		}
 		linked := map[string]bool{}
 		for _, nqn := range p.Subsystems {

@@ -122,6 +122,9 @@ func Read(root string) (State, error) {
 		if v, ok := readAttr(root, rel, "addr_tsas"); ok {
 			st.Features.TLS = true
 			p.TLS = v == "tls1.3"
+			if t, _ := readAttr(root, rel, "addr_treq"); p.TLS {
+				p.TLSOptional = strings.HasPrefix(t, "not required")
+			}
 		}
 		if _, ok := readAttr(root, rel, "param_max_queue_size"); ok {
 			st.Features.MaxQueueSize = true

@@ -71,7 +71,16 @@ type Options struct {
 	DHCHAPSecret     string
 	DHCHAPCtrlSecret string
 
-	TLS       bool // TLS 1.3 with a PSK from the .nvme keyring (needs tlshd)
+	// TLS asks for TLS 1.3 with a PSK (NVME_TCP_TLS; tlshd runs the
+	// handshake). The kernel looks the PSK up by its identity (see
+	// kernel/nvmetls) in Keyring, or uses TLSKey.
+	TLS bool
+	// Keyring (keyring=) is the serial of the keyring searched for the
+	// PSK and handed to tlshd; 0 is the kernel's .nvme keyring.
+	Keyring int
+	// TLSKey (tls_key=) is the serial of the PSK to use instead of the
+	// one found by identity; 0 looks it up.
+	TLSKey    int
 	Discovery bool // persistent discovery controller semantics ("discovery")
 }
 
@@ -244,6 +253,12 @@ func (o Options) Validate() error {
 	if o.TLS && o.Transport != TCP {
 		return bad("tls needs the tcp transport")
 	}
+	if o.Keyring < 0 || o.TLSKey < 0 {
+		return bad("keyring %d, tls_key %d: serials are positive", o.Keyring, o.TLSKey)
+	}
+	if (o.Keyring != 0 || o.TLSKey != 0) && !o.TLS {
+		return bad("keyring and tls_key need tls")
+	}
 	return nil
 }
 
@@ -267,6 +282,9 @@ func (o Options) Redacted() string { return o.render(true) }
 
 // String is Redacted: fmt's %v and %s never print a secret.
 func (o Options) String() string { return o.Redacted() }
+
+// GoString is Redacted too (%#v).
+func (o Options) GoString() string { return "nvmf.Options{" + o.Redacted() + "}" }
 
 // LogValue keeps the secrets out of slog output.
 func (o Options) LogValue() slog.Value { return slog.StringValue(o.Redacted()) }
@@ -344,6 +362,12 @@ func (o Options) render(redact bool) string {
 	}
 	secret("dhchap_secret", o.DHCHAPSecret)
 	secret("dhchap_ctrl_secret", o.DHCHAPCtrlSecret)
+	if o.Keyring != 0 {
+		num("keyring", o.Keyring)
+	}
+	if o.TLSKey != 0 {
+		num("tls_key", o.TLSKey)
+	}
 	if o.TLS {
 		kv("tls", "")
 	}
@@ -437,6 +461,10 @@ func ParseOptions(s string) (Options, error) {
 			err = str(&o.DHCHAPCtrlSecret)
 		case "tls":
 			err = flag(&o.TLS)
+		case "keyring":
+			err = num(&o.Keyring)
+		case "tls_key":
+			err = num(&o.TLSKey)
 		case "discovery":
 			err = flag(&o.Discovery)
 		default:

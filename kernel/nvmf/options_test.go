@@ -32,6 +32,7 @@ func TestOptionsString(t *testing.T) {
 		{"member profile", func(o *Options) { o.Timeouts = member() }, "transport=tcp,traddr=169.254.77.1,trsvcid=4420,nqn=" + testNQN + ",hostnqn=" + testHostNQN + ",hostid=" + testHostID + ",keep_alive_tmo=2,reconnect_delay=2,ctrl_loss_tmo=60,fast_io_fail_tmo=0"},
 		{"discovery", func(o *Options) { o.NQN = ""; o.Discovery = true; o.ServiceID = "8009" }, "transport=tcp,traddr=169.254.77.1,trsvcid=8009,nqn=" + DiscoveryNQN + ",hostnqn=" + testHostNQN + ",hostid=" + testHostID + ",discovery"},
 		{"loop", func(o *Options) { o.Transport, o.Address, o.ServiceID = Loop, "", "" }, "transport=loop,nqn=" + testNQN + ",hostnqn=" + testHostNQN + ",hostid=" + testHostID},
+		{"tls with keyring and key", func(o *Options) { o.TLS, o.Keyring, o.TLSKey = true, 0x1234, 0x5678 }, "transport=tcp,traddr=169.254.77.1,trsvcid=4420,nqn=" + testNQN + ",hostnqn=" + testHostNQN + ",hostid=" + testHostID + ",keyring=4660,tls_key=22136,tls"},
 		{"everything", func(o *Options) {
 			o.HostAddress, o.HostIface, o.QueueSize, o.IOQueues, o.WriteQueues, o.PollQueues = "169.254.77.2", "eth0", 256, 4, 2, 1
 			o.DuplicateConnect, o.HeaderDigest, o.DataDigest, o.DHCHAPSecret, o.DHCHAPCtrlSecret, o.TLS = true, true, true, secret, secret, true
@@ -89,6 +90,8 @@ func TestOptionsValidate(t *testing.T) {
 		{"ctrl secret alone", func(o *Options) { o.DHCHAPCtrlSecret = Secret{Key: make([]byte, 32)}.Reveal() }, "needs dhchap_secret"},
 		{"iface injection", func(o *Options) { o.HostIface = "eth0,tls" }, "host_iface"},
 		{"tls on rdma", func(o *Options) { o.Transport = RDMA; o.TLS = true }, "tls"},
+		{"keyring without tls", func(o *Options) { o.Keyring = 5 }, "need tls"},
+		{"negative tls_key", func(o *Options) { o.TLS, o.TLSKey = true, -1 }, "serials"},
 		{"loop with address", func(o *Options) { o.Transport = Loop }, "loop"},
 	}
 	for _, tt := range tests {
@@ -202,7 +205,7 @@ func TestOptionsNeverPrintSecret(t *testing.T) {
 		Opts Options
 	}{"x", o}
 	for what, s := range map[string]string{
-		"%v": fmt.Sprintf("%v", o), "%+v": fmt.Sprintf("%+v", o), "%s": fmt.Sprintf("%s", &o),
+		"%v": fmt.Sprintf("%v", o), "%+v": fmt.Sprintf("%+v", o), "%s": fmt.Sprintf("%s", &o), "%#v": fmt.Sprintf("%#v", o),
 		"struct %+v": fmt.Sprintf("%+v", wrapped), "slog": logged.String(), "error": fmt.Errorf("connect %v: failed", o).Error(),
 	} {
 		if strings.Contains(s, "AAAAAAAA") {
