@@ -113,8 +113,9 @@ var (
 	}
 )
 
-// sample is one measurement: the figure and the guest CPU busy fraction.
-type sample struct{ v, cpu float64 }
+// sample is one measurement: the figure, the guest CPU busy fraction, and
+// for fio jobs the 99th percentile of completion latency (ms).
+type sample struct{ v, cpu, p99 float64 }
 
 // results collects samples by set, job and target (raw, md, fabraid,
 // fabraid_nvme).
@@ -133,12 +134,14 @@ func median(s []sample) sample {
 	}
 	v := make([]float64, len(s))
 	c := make([]float64, len(s))
+	p := make([]float64, len(s))
 	for i, x := range s {
-		v[i], c[i] = x.v, x.cpu
+		v[i], c[i], p[i] = x.v, x.cpu, x.p99
 	}
 	sort.Float64s(v)
 	sort.Float64s(c)
-	return sample{v[len(v)/2], c[len(c)/2]}
+	sort.Float64s(p)
+	return sample{v[len(v)/2], c[len(c)/2], p[len(p)/2]}
 }
 
 func benchGuest(t *testing.T, g *vmtest.Env) {
@@ -188,7 +191,7 @@ func report(t *testing.T, set string, r results) {
 	for _, j := range append(append([]job(nil), healthyJobs...), degradedJobs...) {
 		names = append(names, j.name)
 	}
-	names = append(names, "rebuild")
+	names = append(names, "rebuild", busyRead.name)
 	for _, name := range names {
 		m := r[name]
 		raw, md, fab, nv := median(m["raw"]), median(m["md"]), median(m["fabraid"]), median(m["fabraid_nvme"])
@@ -219,6 +222,15 @@ func report(t *testing.T, set string, r results) {
 			if hm := median(r[strings.TrimPrefix(name, "degraded_")]["md"]); hm.v > 0 {
 				line["md_degraded_healthy"] = round2(md.v / hm.v)
 			}
+		}
+		if unit == "IOPS" {
+			line["p99_ms_md"], line["p99_ms_fabraid"] = round2(md.p99), round2(fab.p99)
+		}
+		if name == busyRead.name {
+			// The same job on the same degraded array just before the
+			// rebuild began.
+			d := r["degraded_rand_read_4k"]
+			line["p99_ms_md_no_rebuild"], line["p99_ms_fabraid_no_rebuild"] = round2(median(d["md"]).p99), round2(median(d["fabraid"]).p99)
 		}
 		b, _ := json.Marshal(line)
 		fmt.Printf("VMBENCH %s\n", b)
@@ -269,8 +281,11 @@ func fioRun(t *testing.T, j job, devs []string, size int64, seconds int) sample 
 	var res struct {
 		Jobs []struct {
 			Read, Write struct {
-				BW   float64 `json:"bw"` // KiB/s
-				IOPS float64 `json:"iops"`
+				BW    float64 `json:"bw"` // KiB/s
+				IOPS  float64 `json:"iops"`
+				ClatN struct {
+					Percentile map[string]float64 `json:"percentile"`
+				} `json:"clat_ns"`
 			}
 		} `json:"jobs"`
 	}
@@ -289,8 +304,13 @@ func fioRun(t *testing.T, j job, devs []string, size int64, seconds int) sample 
 	if t1 > t0 {
 		cpu = float64(b1-b0) / float64(t1-t0)
 	}
-	return sample{v, cpu}
+	return sample{v, cpu, st.ClatN.Percentile["99.000000"] / 1e6}
 }
+
+// busyRead is the foreground job that runs while a member is rebuilt
+// (issue 26): the degraded 4 KiB random read, whose p99 without a rebuild
+// is measured just before.
+var busyRead = job{"rebuild_rand_read_4k", "randread", "4k", 32, 0, "IOPS"}
 
 func devSize(t *testing.T, dev string) int64 {
 	f, err := os.Open(dev)
@@ -402,6 +422,7 @@ func runMD(t *testing.T, r results, disks []string) {
 	b0, c0 := cpuTimes()
 	t0 := time.Now()
 	mdadm(t, "/dev/md0", "--add", disks[6])
+	r.add(busyRead.name, "md", fio(t, busyRead, []string{"/dev/md0"}, size))
 	for {
 		time.Sleep(50 * time.Millisecond)
 		if readTrim("/sys/block/md0/md/sync_action") == "idle" && readTrim("/sys/block/md0/md/degraded") == "0" {
@@ -413,7 +434,7 @@ func runMD(t *testing.T, r results, disks []string) {
 	}
 	sec := time.Since(t0).Seconds()
 	b1, c1 := cpuTimes()
-	r.add("rebuild", "md", sample{float64(compKiB) / 1024 / sec, float64(b1-b0) / float64(c1-c0)})
+	r.add("rebuild", "md", sample{v: float64(compKiB) / 1024 / sec, cpu: float64(b1-b0) / float64(c1-c0)})
 }
 
 // runFabraid measures a fabraid 4+2 volume (64 KiB chunk) created through
@@ -446,17 +467,33 @@ func runFabraid(t *testing.T, r results, disks []string) {
 		r.add(j.name, "fabraid", fio(t, j, []string{in.Ublk}, in.Size))
 	}
 	b0, c0 := cpuTimes()
-	mustFab(t, "volume", "replace", "bench", "0", disks[6], "--wait")
+	mustFab(t, "volume", "replace", "bench", "0", disks[6])
+	r.add(busyRead.name, "fabraid", fio(t, busyRead, []string{in.Ublk}, in.Size))
+	after := awaitRebuilt(t)
 	b1, c1 := cpuTimes()
-	var after api.Volume
-	if err := json.Unmarshal([]byte(mustFab(t, "volume", "show", "bench", "--json")), &after); err != nil {
-		t.Fatal(err)
-	}
-	if after.LastTask == nil || after.LastTask.Kind != "rebuild" || after.LastTask.Error != "" || after.LastTask.Seconds <= 0 {
-		t.Fatalf("rebuild: %+v", after.LastTask)
-	}
 	member := float64(in.Size / int64(in.K))
-	r.add("rebuild", "fabraid", sample{member / (1 << 20) / after.LastTask.Seconds, float64(b1-b0) / float64(c1-c0)})
+	r.add("rebuild", "fabraid", sample{v: member / (1 << 20) / after.LastTask.Seconds, cpu: float64(b1-b0) / float64(c1-c0)})
+}
+
+// awaitRebuilt waits until the bench volume's rebuild ended and returns
+// the volume then.
+func awaitRebuilt(t *testing.T) api.Volume {
+	t.Helper()
+	for t0 := time.Now(); ; time.Sleep(100 * time.Millisecond) {
+		var v api.Volume
+		if err := json.Unmarshal([]byte(mustFab(t, "volume", "show", "bench", "--json")), &v); err != nil {
+			t.Fatal(err)
+		}
+		if v.Task == "" && v.LastTask != nil && v.LastTask.Kind == "rebuild" {
+			if v.LastTask.Error != "" || v.LastTask.Seconds <= 0 {
+				t.Fatalf("rebuild: %+v", v.LastTask)
+			}
+			return v
+		}
+		if time.Since(t0) > 10*time.Minute {
+			t.Fatalf("rebuild did not end in 10 min: state %s, task %q", v.State, v.Task)
+		}
+	}
 }
 
 func mustFab(t *testing.T, args ...string) string {
@@ -543,7 +580,7 @@ func nullBlk(t *testing.T, n, sizeMB int) []string {
 // more, for profileSeconds+2 s, while the engine's CPU profile is taken
 // over its socket (not part of the figures).
 var (
-	profiledJobs           = []job{healthyJobs[0], healthyJobs[1], healthyJobs[2]}
+	profiledJobs           = healthyJobs
 	profileDir, profileSet string
 )
 
