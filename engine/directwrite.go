@@ -65,6 +65,7 @@ const (
 	dwJournalRan                            // the record's writes ran, one failed
 	dwWritesHeld                            // write phase to queue, the gate was shut
 	dwWritten                               // the write phase ran: Finish ends it
+	dwDone                                  // written, nothing left that may wait
 	dwFailed                                // err is set
 )
 
@@ -152,9 +153,19 @@ func (d *DirectWrite) Step() (more, block bool) {
 		d.state = dwJournalRan
 		return false, true
 	case d.state == dwWriting:
-		d.state = dwWritten
+		// Done unless a member failed since the plan or a failure is not
+		// yet recorded: a failure marked after this check came after
+		// every write of this one completed, so the metadata write that
+		// records it flushes them, and no member was skipped. The record
+		// leaves the in-flight set first, as in execWrite.
+		v.journalDone(d.r, d.seq)
 		gen := v.failGen.Load()
-		return false, failed || gen != d.sp.gen || v.recordedGen.Load() < gen
+		if failed || gen != d.sp.gen || v.recordedGen.Load() < gen || v.faults.ackBeforeRecorded {
+			d.state = dwWritten
+			return false, true
+		}
+		d.state = dwDone
+		return false, false
 	case d.state == dwReading:
 		d.afterReads()
 	case d.state == dwJournaling:
@@ -215,7 +226,8 @@ func (d *DirectWrite) queueWrites() {
 
 // Finish ends the write and returns what WriteAt would have: len(p) once
 // the data is written and parity consistent, or the error. It releases
-// everything the write held.
+// everything the write held. After a Step that reported block false it
+// does not wait.
 func (d *DirectWrite) Finish() (int, error) {
 	v, op := d.v, d.op
 	err := d.finish()
@@ -259,9 +271,13 @@ func (d *DirectWrite) finish() error {
 		}
 		return d.writeBlocking(d.rec.seq)
 	case dwWritesHeld:
-		return v.finishWrite(op, d.r, op.run(), d.seq, d.sp.gen)
+		ok := op.run()
+		v.journalDone(d.r, d.seq)
+		return v.finishWrite(op, d.r, ok, d.seq, d.sp.gen)
 	case dwWritten:
 		return v.finishWrite(op, d.r, op.collect(), d.seq, d.sp.gen)
+	case dwDone:
+		return nil // Finish may run on a thread that must not wait
 	}
 	// Finish before the last Step: the caller broke the contract; the
 	// round's pass through the gate ends here.
@@ -295,5 +311,7 @@ func (d *DirectWrite) writeBlocking(seq uint64) error {
 	v, op := d.v, d.op
 	op.ios, op.slots = op.ios[:0], op.slots[:0]
 	v.addWriteWrites(op, d.p, d.r, d.sp.plan)
-	return v.finishWrite(op, d.r, op.run(), seq, d.sp.gen)
+	ok := op.run()
+	v.journalDone(d.r, seq)
+	return v.finishWrite(op, d.r, ok, seq, d.sp.gen)
 }

@@ -321,3 +321,48 @@ func TestJournalCrashOwnerDomainDirect(t *testing.T) {
 		t.Fatal("no write was planned: the test does not reach the planned path")
 	}
 }
+
+// TestDirectWriteFinishDoesNotWait: once Step reported that Finish does not
+// block, Finish returns even while a member failure is being recorded
+// (metaMu held, the failure not yet recorded): the ublk queue thread calls
+// it inline, and waiting there would stall every request on its queue.
+func TestDirectWriteFinishDoesNotWait(t *testing.T) {
+	v, _ := newTestVolume(t, Config{Name: "dwn", K: 4, M: 2, ChunkSize: 8192}, 1<<20)
+	defer v.Close()
+	if _, err := v.WriteAt(make([]byte, v.Geometry().StripeBytes()), 0); err != nil {
+		t.Fatal(err)
+	}
+	d, ok := v.PlanWrite(make([]byte, 4096), 0)
+	if !ok {
+		t.Fatal("not planned")
+	}
+	more, block := true, false
+	for more {
+		SyncExecutor{}.Execute(d.IOs)
+		more, block = d.Step()
+	}
+	if block {
+		t.Fatal("Step says Finish blocks on a healthy volume")
+	}
+	// A recorder of a member failure that came after the writes.
+	v.metaMu.Lock()
+	v.failGen.Add(1)
+	done := make(chan error, 1)
+	go func() { _, err := d.Finish(); done <- err }()
+	var err error
+	waited := false
+	select {
+	case err = <-done:
+	case <-time.After(2 * time.Second):
+		waited = true
+	}
+	v.failGen.Add(-1)
+	v.metaMu.Unlock()
+	if waited {
+		<-done
+		t.Fatal("Finish waited for a failure recorded after the write's member I/O")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}

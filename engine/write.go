@@ -283,7 +283,9 @@ func (v *Volume) execWrite(op *stripeOp, p []byte, r layout.StripeReq, plan layo
 	// parity implies), so the write succeeds if the stripe still has at
 	// most m lost chunks.
 	v.addWriteWrites(op, p, r, plan)
-	return v.finishWrite(op, r, op.run(), seq, failGen)
+	ok := op.run()
+	v.journalDone(r, seq)
+	return v.finishWrite(op, r, ok, seq, failGen)
 }
 
 // addWriteReads adds the read phase of plan: the chunks over [Lo, Hi) it
@@ -385,22 +387,14 @@ func (v *Volume) addWriteWrites(op *stripeOp, p []byte, r layout.StripeReq, plan
 }
 
 // finishWrite ends a stripe write once its write phase ran (ok: every
-// member write succeeded; seq: its journal record, or 0): steps 7-8 of the
-// state machine.
+// member write succeeded; seq: its journal record, or 0, already retired
+// from the in-flight set with journalDone): steps 7-8 of the state
+// machine. journalDone comes first: a member failure that the read of
+// failGen below does not see then retires after it (markFailedLocked
+// bumps failGen before the failure's retire reads the in-flight set), so
+// that retire covers this record; one that it sees is handled here.
 func (v *Volume) finishWrite(op *stripeOp, r layout.StripeReq, ok bool, seq uint64, failGen int64) error {
 	g := v.geo
-	if seq != 0 {
-		// The write phase is over: the record leaves the in-flight set
-		// before failGen is read below. A member failure that this
-		// read does not see then retires after done (markFailedLocked
-		// bumps failGen before the failure's retire reads the in-flight
-		// set), so that retire covers this record; one that it sees is
-		// handled below.
-		if v.hooks.beforeJournalDone != nil {
-			v.hooks.beforeJournalDone(r.Stripe)
-		}
-		v.jrn.done(seq)
-	}
 	if op.err != nil {
 		// A member failed in the write phase and the failure could
 		// not be recorded: after a crash its stale chunk would be
@@ -443,6 +437,18 @@ func (v *Volume) finishWrite(op *stripeOp, r layout.StripeReq, ok bool, seq uint
 		}
 	}
 	return nil
+}
+
+// journalDone retires the journal record seq (0: none) of a stripe write
+// whose write phase is over from the in-flight set.
+func (v *Volume) journalDone(r layout.StripeReq, seq uint64) {
+	if seq == 0 {
+		return
+	}
+	if v.hooks.beforeJournalDone != nil {
+		v.hooks.beforeJournalDone(r.Stripe)
+	}
+	v.jrn.done(seq)
 }
 
 // waitFailuresRecorded returns once every member failure marked so far is
