@@ -183,6 +183,16 @@ func (w *writeIntent) idleCandidates() []int64 {
 	return c
 }
 
+// anySet reports whether a bit is set.
+func (w *writeIntent) anySet() bool {
+	for i := range w.words {
+		if w.words[i].Load() != 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // allSet returns every set region (for a clean shutdown).
 func (w *writeIntent) allSet() []int64 {
 	var c []int64

@@ -201,6 +201,7 @@ func create(cfg Config, devs []Member, names []string, opts Options, h testHooks
 			return nil, fmt.Errorf("create volume %q: %w", cfg.Name, err)
 		}
 	}
+	v.startIdleCleaner(opts.IdleClean)
 	return v, nil
 }
 

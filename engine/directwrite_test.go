@@ -3,12 +3,14 @@ package engine
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/fabraid/fabraid/engine/layout"
 	"github.com/fabraid/fabraid/engine/superblock"
 )
 
@@ -365,4 +367,54 @@ func TestDirectWriteFinishDoesNotWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestIdleClean: with Options.IdleClean a volume that stops being written
+// cleans its write-intent bitmap by itself, on disk too, without a
+// consumer flush; a later write sets its bit again, and it clears again.
+func TestIdleClean(t *testing.T) {
+	g := layout.Geometry{K: 4, M: 2, Groups: 1}
+	_, devs := memMembers(g.Members(), 1<<20)
+	v, err := Create(Config{Name: "idle", K: 4, M: 2, ChunkSize: 4096, RegionSize: 64 << 10, DataOffset: 256 << 10}, devs, nil,
+		Options{Logger: quietLogger(), IdleClean: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	awaitClean := func(what string) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); v.bm.anySet(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: write-intent bits still set 20 s after the last write", what)
+			}
+		}
+	}
+	for round := range 2 {
+		if _, err := v.WriteAt(bytes.Repeat([]byte{byte(round + 1)}, 8192), int64(round)*(128<<10)); err != nil {
+			t.Fatal(err)
+		}
+		if !v.bm.anySet() {
+			t.Fatalf("round %d: no bit set after a write", round)
+		}
+		awaitClean(fmt.Sprintf("round %d", round))
+		// On disk too: what an assembly would read.
+		for slot, d := range devs {
+			if dirty := readBitmap(t, v, d); dirty.any() {
+				t.Fatalf("round %d: member %d's bitmap still has dirty regions", round, slot)
+			}
+		}
+	}
+	if st := v.IOStats(); st.Flush.Requests != 0 {
+		t.Errorf("%d flushes counted as the consumer's", st.Flush.Requests)
+	}
+}
+
+// readBitmap reads the write-intent bitmap on member d.
+func readBitmap(t *testing.T, v *Volume, d Member) bitset {
+	t.Helper()
+	buf := make([]byte, v.base.BitmapBytes)
+	if _, err := d.ReadAt(buf, v.base.BitmapOffset); err != nil {
+		t.Fatal(err)
+	}
+	return decodeBitset(buf, v.bm.n)
 }

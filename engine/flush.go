@@ -136,4 +136,41 @@ func (v *Volume) Abandon() {
 func (v *Volume) stopBackground() {
 	v.stopOnce.Do(func() { close(v.done) })
 	v.resyncWG.Wait()
+	v.cleanerWG.Wait()
+}
+
+// startIdleCleaner starts the idle cleaner of Options.IdleClean.
+func (v *Volume) startIdleCleaner(every time.Duration) {
+	if every <= 0 {
+		return
+	}
+	v.cleanerWG.Add(1)
+	go func() {
+		defer v.cleanerWG.Done()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		last := v.stats.write.requests.Load()
+		for {
+			select {
+			case <-v.done:
+				return
+			case <-t.C:
+			}
+			writes := v.stats.write.requests.Load()
+			if writes == last && v.idleCleanDue() {
+				// Not counted as a consumer flush; a failure is the
+				// volume's own business (members failed, logged there).
+				if err := v.flush(); err != nil {
+					v.log.Debug("idle bitmap clean", "err", err)
+				}
+			}
+			last = writes
+		}
+	}()
+}
+
+// idleCleanDue reports whether the idle cleaner should run a clean
+// session now: bits are set, the volume runs, is in sync and not frozen.
+func (v *Volume) idleCleanDue() bool {
+	return v.check() == nil && !v.gate.frozen() && v.allInSync() && v.rs.Load() == nil && v.bm.anySet()
 }

@@ -250,6 +250,7 @@ func assemble(devs []Member, names []string, opts Options, h testHooks) (*Volume
 		v.resyncWG.Add(1)
 		go v.resyncBackground(rs, opts.Resync, h.resyncGate)
 	}
+	v.startIdleCleaner(opts.IdleClean)
 	return v, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/klauspost/reedsolomon"
 
@@ -106,6 +107,15 @@ type Options struct {
 	// domain holds at most m members; empty (the default) turns it off,
 	// as for a one-node volume, which dies with its node as a whole.
 	OwnerDomain string
+	// IdleClean, when positive, cleans the write-intent bitmap of a
+	// volume that stays idle: every IdleClean, if no write completed
+	// since the previous tick and bits are set, the members are flushed
+	// and the regions idle for a whole tick are cleared (the clean of
+	// Flush; md's bitmap daemon_sleep). Bits then clear within two ticks
+	// of the last write even when the consumer never flushes, so a crash
+	// or a member's return resyncs only what was written since. Zero
+	// (the default) cleans at consumer flushes only.
+	IdleClean time.Duration
 }
 
 // Volume is an assembled fabraid volume: k+m parity over member devices.
@@ -176,8 +186,9 @@ type Volume struct {
 	// background (nil otherwise); resyncWG waits for its goroutine.
 	rs         atomic.Pointer[resyncState]
 	resyncWG   sync.WaitGroup
-	resyncDone chan struct{} // closed when no background resync runs
-	hooks      testHooks     // tests only; see hooks.go
+	cleanerWG  sync.WaitGroup // the idle cleaner (Options.IdleClean)
+	resyncDone chan struct{}  // closed when no background resync runs
+	hooks      testHooks      // tests only; see hooks.go
 	progress   atomic.Pointer[Progress]
 	// lastRebuild is the progress of the last rebuild when it ended
 	// (finished, stopped or failed), with its final Bytes.

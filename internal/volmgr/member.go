@@ -75,5 +75,13 @@ func assemble(paths []string, ownerDomain string, epoch uint64, exec engine.Exec
 		}
 		devs = append(devs, m)
 	}
-	return engine.Assemble(devs, paths, engine.Options{Logger: log, Executor: exec, OwnerDomain: ownerDomain, Epoch: epoch})
+	return engine.Assemble(devs, paths, engine.Options{Logger: log, Executor: exec, OwnerDomain: ownerDomain, Epoch: epoch,
+		IdleClean: idleClean})
 }
+
+// idleClean is how often an engine whose volume stopped being written
+// cleans its write-intent bitmap (engine.Options.IdleClean): md's bitmap
+// daemon_sleep default. A crash or a returning member then resyncs only
+// the regions written in the last seconds, though the consumer never
+// flushed; a volume being written pays nothing.
+const idleClean = 5 * time.Second
