@@ -26,7 +26,7 @@ func TestTargetBackendPluginChecked(t *testing.T) {
 		c.StateDir = filepath.Join(dir, "state")
 		c.APISocket = filepath.Join(dir, "run/api.sock")
 		d, err := New(Options{Config: c, Version: "test", HostDir: filepath.Join(dir, "nvme"), EngineBinary: "/bin/false", PluginDir: plugins})
-		if err == nil && backend != config.BackendNvmet && (d.plugin == nil || d.loop.x.Target != d.plugin) {
+		if err == nil && backend != config.BackendNvmet && (d.plugin == nil || d.plane.DriveTarget() != d.plugin) {
 			t.Errorf("%s: no plugin runner, or the drive exporter does not use it", backend)
 		}
 		return err

@@ -20,6 +20,7 @@ import (
 
 	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/cluster"
+	"github.com/fabraid/fabraid/internal/clusterplane"
 	"github.com/fabraid/fabraid/internal/config"
 	"github.com/fabraid/fabraid/internal/drive"
 	"github.com/fabraid/fabraid/internal/unixsock"
@@ -53,10 +54,11 @@ type Daemon struct {
 	// cluster is the node's cluster membership; in no cluster it runs
 	// nothing and the node is a one-node system.
 	cluster *cluster.Node
-	// owners is the node's owner session and held volumes (clusterowner.go).
-	owners *ownership
-	// loop is the data-plane state in a cluster (clusterloop.go).
-	loop *clusterLoop
+	// plane is the cluster data plane (package clusterplane); the volume
+	// API goes to it while the node is in a cluster (volumes()).
+	plane *clusterplane.Plane
+	// local is the one-node volume API over mgr.
+	local *localVolumes
 	// heads re-triggers volume heads that missed their name link
 	// (headnames.go); only the run loop uses it.
 	heads  *headNamer
@@ -80,7 +82,7 @@ func New(o Options) (*Daemon, error) {
 	if o.RunDir == "" {
 		o.RunDir = filepath.Dir(o.Config.APISocket)
 	}
-	d := &Daemon{opts: o, log: o.Log, kick: make(chan struct{}, 1), loop: newClusterLoop(), heads: newHeadNamer(o.Log)}
+	d := &Daemon{opts: o, log: o.Log, kick: make(chan struct{}, 1), heads: newHeadNamer(o.Log)}
 	start, err := d.starter()
 	if err != nil {
 		return nil, err
@@ -92,18 +94,21 @@ func New(o Options) (*Daemon, error) {
 	if d.plugin != nil {
 		// Volume and drive exports share the plugin (separate scopes).
 		mo.Target = d.plugin
-		d.loop.x.Target = d.plugin
 	}
 	mgr, err := volmgr.New(mo)
 	if err != nil {
 		d.closePlugin()
 		return nil, err
 	}
-	d.mgr = mgr
-	d.owners = newOwnership(o.Config.NodeName, time.Duration(o.Config.Cluster.OwnerLeaseTTL)*time.Second, o.Log, mgr.FreezeAll, d.Kick)
+	d.mgr, d.local = mgr, &localVolumes{mgr: mgr, kick: d.Kick}
 	if d.cluster, err = d.newCluster(); err != nil {
 		return nil, err
 	}
+	po := clusterplane.Options{Config: o.Config, Log: o.Log, Manager: mgr, Node: d.cluster, Kick: d.Kick}
+	if d.plugin != nil {
+		po.Target = d.plugin // drive exports share the plugin with volume exports
+	}
+	d.plane = clusterplane.New(po)
 	return d, nil
 }
 
@@ -156,16 +161,12 @@ func (d *Daemon) Kick() {
 }
 
 func (d *Daemon) reconcile(ctx context.Context) {
-	if d.inCluster() {
-		if err := d.reconcileCluster(ctx); errors.Is(err, errNoEtcd) {
-			d.log.Info("cluster: waiting for etcd before reconciling volumes")
-		} else if err != nil {
-			d.errors.Add(1)
-			d.log.Error("reconcile (cluster)", "err", err)
-		}
-	} else if err := d.mgr.Reconcile(ctx); err != nil {
+	vs := d.volumes()
+	if err := vs.Reconcile(ctx); errors.Is(err, clusterplane.ErrNoEtcd) {
+		d.log.Info("cluster: waiting for etcd before reconciling volumes")
+	} else if err != nil {
 		d.errors.Add(1)
-		d.log.Error("reconcile", "err", err)
+		d.log.Error(reconcileMessage(vs), "err", err)
 	}
 	if err := d.cluster.Refresh(ctx); err != nil {
 		d.log.Warn("cluster: cannot update this node's registry record", "err", err)
@@ -232,7 +233,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		// Before the cluster client goes: freeze the engines and revoke
 		// the owner lease (another node may take the volumes over).
 		cctx, cancel := context.WithTimeout(context.Background(), cluster.RevokeTimeout)
-		d.owners.close(cctx)
+		d.plane.Close(cctx)
 		cancel()
 	}()
 	apiSrv := &http.Server{Handler: d.Handler()}
@@ -338,121 +339,21 @@ func (d *Daemon) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/node", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, api.Node{Name: d.opts.Config.NodeName, HostNQN: d.mgr.HostNQN(), Version: d.opts.Version, PID: os.Getpid()}, nil)
 	})
-	d.clusterRoutes(mux, reply, decode)
+	d.clusterRoutes(mux, reply, decode) // membership.go
 	d.udevRoutes(mux, reply, decode)
-	d.moveRoutes(mux, reply, decode)  // clustermove.go
-	d.drainRoutes(mux, reply, decode) // clusterdrain.go
-	mux.HandleFunc("GET /v1/volumes", func(w http.ResponseWriter, r *http.Request) {
-		if d.inCluster() {
-			v, err := d.clusterList(r.Context())
-			reply(w, v, err)
-			return
-		}
-		v := d.mgr.List()
-		if v == nil {
-			v = []api.Volume{}
-		}
-		reply(w, v, nil)
-	})
-	mux.HandleFunc("POST /v1/volumes", func(w http.ResponseWriter, r *http.Request) {
-		var q api.CreateRequest
-		if err := decode(r, &q); err != nil {
-			reply(w, nil, err)
-			return
-		}
-		if d.inCluster() {
-			in, err := d.clusterCreate(r.Context(), q)
-			reply(w, in, err)
-			return
-		}
-		in, err := d.mgr.Create(r.Context(), q)
-		if err == nil {
-			d.Kick()
-		}
-		reply(w, in, err)
-	})
-	mux.HandleFunc("GET /v1/volumes/{ref}", func(w http.ResponseWriter, r *http.Request) {
-		if d.inCluster() {
-			in, err := d.clusterShow(r.Context(), r.PathValue("ref"))
-			reply(w, in, err)
-			return
-		}
-		in, err := d.mgr.Info(r.PathValue("ref"))
-		reply(w, in, err)
-	})
-	mux.HandleFunc("DELETE /v1/volumes/{ref}", func(w http.ResponseWriter, r *http.Request) {
-		if d.inCluster() {
-			reply(w, nil, d.clusterDelete(r.Context(), r.PathValue("ref")))
-			return
-		}
-		err := d.mgr.Delete(r.Context(), r.PathValue("ref"))
-		d.Kick()
-		reply(w, nil, err)
-	})
-	mux.HandleFunc("GET /v1/volumes/{ref}/requests/{id}", func(w http.ResponseWriter, r *http.Request) {
-		if !d.inCluster() {
-			reply(w, nil, fmt.Errorf("%w: request %s: requests exist only in a cluster", volmgr.ErrNotFound, r.PathValue("id")))
-			return
-		}
-		out, err := d.clusterRequest(r.Context(), r.PathValue("ref"), r.PathValue("id"))
-		replyOp(w, reply, out, err)
-	})
-	mux.HandleFunc("POST /v1/volumes/{ref}/{op}", func(w http.ResponseWriter, r *http.Request) {
-		var q api.OpRequest
-		if err := decode(r, &q); err != nil {
-			reply(w, nil, err)
-			return
-		}
-		ref := r.PathValue("ref")
-		if d.inCluster() {
-			out, err := d.clusterOp(r.Context(), ref, r.PathValue("op"), q)
-			replyOp(w, reply, out, err)
-			return
-		}
-		var err error
-		switch r.PathValue("op") {
-		case "fail":
-			err = d.mgr.Fail(ref, q.Slot, q.Force)
-		case "re-add":
-			err = d.mgr.ReAdd(ref, q.Slot, q.Rate)
-		case "replace":
-			err = d.mgr.Replace(ref, q.Slot, q.Drive, q.Rate)
-		case "rebuild":
-			err = d.mgr.Rebuild(ref, q.Rate)
-		case "scrub":
-			err = d.mgr.Scrub(ref, q.Repair, q.Rate)
-		default:
-			err = fmt.Errorf("%w: unknown operation %q", errBadRequest, r.PathValue("op"))
-		}
-		d.Kick()
-		reply(w, nil, err)
-	})
+	d.volumeRoutes(mux, reply, decode) // volumes.go
 	return mux
 }
 
-var errBadRequest = errors.New("bad request")
+// errBadRequest (400) is wrapped by refusals of a malformed request.
+var errBadRequest = clusterplane.ErrBadRequest
 
 // errorCode is the HTTP status of an API error (0 for nil): the owner's
-// own status for a request the owner refused, else by the error's kind.
+// own status for a request the owner refused, else by the error's kind
+// (clusterplane.ErrorCode).
 func errorCode(err error) int {
-	if err == nil {
-		return 0
+	if errors.Is(err, errLocalVolumes) {
+		return http.StatusConflict
 	}
-	var oe *ownerError
-	if errors.As(err, &oe) {
-		return oe.code
-	}
-	code := http.StatusInternalServerError
-	if c := clusterCode(err); c != 0 {
-		code = c
-	}
-	switch {
-	case errors.Is(err, volmgr.ErrNotFound):
-		code = http.StatusNotFound
-	case errors.Is(err, volmgr.ErrInUse), errors.Is(err, volmgr.ErrBusy), errors.Is(err, ErrNotOwner), errors.Is(err, errVolumeState):
-		code = http.StatusConflict
-	case errors.Is(err, errBadRequest), errors.Is(err, volmgr.ErrInvalid):
-		code = http.StatusBadRequest
-	}
-	return code
+	return clusterplane.ErrorCode(err)
 }

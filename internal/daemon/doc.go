@@ -1,6 +1,7 @@
 // Package daemon is fabraidd, the node daemon: it loads the configuration,
-// runs the volume manager's reconcile loop, serves the API (package api) on a
-// root-only unix socket, exposes Prometheus metrics and talks to systemd.
+// runs the reconcile loop (the volume manager's, or the cluster plane's in
+// a cluster), serves the API (package api) on a root-only unix socket,
+// exposes Prometheus metrics and talks to systemd.
 //
 // # Reconcile loop
 //
@@ -8,6 +9,15 @@
 // call that changes volumes, and when an engine child exits (process mode). It is
 // level-triggered: each run reads the drives' superblocks, the running
 // engines, configfs and sysfs again (see internal/volmgr).
+//
+// # Volumes
+//
+// The volume API and the volume half of each reconcile go through one
+// interface, Volumes (volumes.go): the one-node volume manager while the
+// node is in no cluster, the cluster data plane (package clusterplane)
+// from the moment the node has cluster state or external etcd. The
+// daemon keeps the membership itself (membership.go: cluster init, join,
+// tokens, leave) and the HTTP encoding of every answer.
 //
 // # systemd
 //

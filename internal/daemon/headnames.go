@@ -150,10 +150,5 @@ func (n *headNamer) converge(list func() ([]api.Volume, error)) {
 // name (the cluster's in a cluster); it skips the round when that list
 // cannot be had.
 func (d *Daemon) convergeHeadNames(ctx context.Context) {
-	d.heads.converge(func() ([]api.Volume, error) {
-		if d.inCluster() {
-			return d.clusterList(ctx)
-		}
-		return d.mgr.List(), nil
-	})
+	d.heads.converge(func() ([]api.Volume, error) { return d.volumes().List(ctx) })
 }

@@ -2,7 +2,7 @@
 // ownership in one reconcile: Decide is a pure function of the facts the
 // node read (the volume record, the owner key, liveness, lapses, storage
 // fence, hand-over state) and returns one Action. It does no I/O; the
-// daemon's executor (internal/daemon/clusterowner.go) gathers the facts
+// cluster plane's executor (internal/clusterplane/owner.go) gathers the facts
 // and carries the action out against etcd and the volume manager
 // (docs/cluster.md, "Failover").
 package ownership

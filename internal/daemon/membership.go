@@ -15,8 +15,6 @@ import (
 	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/cluster"
 	"github.com/fabraid/fabraid/internal/cluster/registry"
-	"github.com/fabraid/fabraid/internal/cluster/store"
-	"github.com/fabraid/fabraid/internal/cluster/token"
 	"github.com/fabraid/fabraid/internal/config"
 	"github.com/fabraid/fabraid/internal/drive"
 	"github.com/fabraid/fabraid/kernel/netif"
@@ -38,7 +36,7 @@ func (d *Daemon) newCluster() (*cluster.Node, error) {
 		TickMs: uint(c.Cluster.HeartbeatMs), ElectionMs: uint(c.Cluster.ElectionMs),
 		Inventory: func() cluster.Inventory {
 			inv := cluster.Inventory{HostNQN: d.mgr.HostNQN(), StorageAddresses: storageAddresses(c), Drives: claimedDrives(c.StateDir)}
-			inv.Exports, inv.ExportsWhy = d.loop.exportsState()
+			inv.Exports, inv.ExportsWhy = d.plane.ExportsState() // set before Start calls this
 			return inv
 		},
 	}
@@ -133,16 +131,6 @@ func (d *Daemon) startCluster(ctx context.Context) {
 	}
 }
 
-func clusterCode(err error) int {
-	switch {
-	case errors.Is(err, cluster.ErrNotInCluster), errors.Is(err, cluster.ErrInCluster), errors.Is(err, cluster.ErrExternal), errors.Is(err, store.ErrShrink), errors.Is(err, cluster.ErrAlive), errors.Is(err, errLocalVolumes):
-		return http.StatusConflict
-	case errors.Is(err, cluster.ErrRefused), errors.Is(err, token.ErrMalformed):
-		return http.StatusForbidden
-	}
-	return 0
-}
-
 // clusterRoutes adds the /v1/cluster API (see package api).
 func (d *Daemon) clusterRoutes(mux *http.ServeMux, reply func(http.ResponseWriter, any, error), decode func(*http.Request, any) error) {
 	mux.HandleFunc("GET /v1/cluster", func(w http.ResponseWriter, r *http.Request) {
@@ -197,7 +185,15 @@ func (d *Daemon) clusterRoutes(mux *http.ServeMux, reply func(http.ResponseWrite
 	mux.HandleFunc("DELETE /v1/cluster/nodes/{name}", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, nil, d.cluster.Remove(r.Context(), r.PathValue("name")))
 	})
-	d.clusterAuthRoutes(mux, reply) // clusterauth.go
+	// etcd RBAC on a cluster made before it, and a new controller secret
+	// for this node (package clusterplane, auth.go).
+	mux.HandleFunc("POST /v1/cluster/rbac", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, nil, d.plane.EnableRBAC(r.Context()))
+	})
+	mux.HandleFunc("POST /v1/cluster/rotate-keys", func(w http.ResponseWriter, r *http.Request) {
+		out, err := d.plane.RotateKeys(r.Context())
+		reply(w, out, err)
+	})
 }
 
 var errLocalVolumes = errors.New("this node has one-node volumes")
@@ -206,7 +202,7 @@ var errLocalVolumes = errors.New("this node has one-node volumes")
 // volumes: in a cluster the node serves only what etcd records, so their
 // exports would go.
 func (d *Daemon) checkNoLocalVolumes() error {
-	if d.inCluster() {
+	if d.plane.InCluster() {
 		return nil // cluster.Node refuses with its own reason
 	}
 	var names []string

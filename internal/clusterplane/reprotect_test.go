@@ -1,4 +1,4 @@
-package daemon
+package clusterplane
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/cluster/model"
 	"github.com/fabraid/fabraid/internal/cluster/volumes"
 )
@@ -20,8 +19,7 @@ import (
 func TestSubmitReprotect(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	d, h := clusterDaemon(t, "n1")
-	call(t, h, "POST", "/v1/cluster/init", api.ClusterInitRequest{Name: "c1"}, 200, nil)
+	d := initPlane(t, "n1")
 	cli := d.cluster.Client()
 	rec := model.Volume{UUID: "00000000-0000-4000-8000-000000000001", Name: "v", K: 2, M: 1, Groups: 1, Owner: "n1", State: model.VolumeReady, MemberSize: 1 << 30}
 	for i, n := range []string{"n1", "n2", "n3"} {

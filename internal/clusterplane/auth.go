@@ -1,4 +1,4 @@
-package daemon
+package clusterplane
 
 import (
 	"context"
@@ -32,19 +32,6 @@ import (
 // volmgr.Consumer.CtrlSecret), and its kernel refuses a target that cannot
 // answer the host's challenge with it.
 
-// clusterAuthRoutes adds POST /v1/cluster/rbac (etcd RBAC on a cluster
-// made before it) and POST /v1/cluster/rotate-keys (a new controller
-// secret for this node).
-func (d *Daemon) clusterAuthRoutes(mux *http.ServeMux, reply func(http.ResponseWriter, any, error)) {
-	mux.HandleFunc("POST /v1/cluster/rbac", func(w http.ResponseWriter, r *http.Request) {
-		reply(w, nil, enableRBACError(d.cluster.EnableRBAC(r.Context())))
-	})
-	mux.HandleFunc("POST /v1/cluster/rotate-keys", func(w http.ResponseWriter, r *http.Request) {
-		out, err := d.rotateKeys(r.Context())
-		reply(w, out, err)
-	})
-}
-
 // enableRBACError gives EnableRBAC's refusals their HTTP status and say
 // what to do instead.
 func enableRBACError(err error) error {
@@ -61,22 +48,22 @@ func enableRBACError(err error) error {
 // present the new controller key and for its publication.
 const rotateWait = 60 * time.Second
 
-// rotateKeys rotates this node's controller secret: a new one is kept
+// RotateKeys rotates this node's controller secret: a new one is kept
 // (cluster.Node.RotateCtrlSecret), the next reconcile puts it on every
 // host entry of this node's target (drive and volume exports), and once
 // the target presents it (publishRotatedKey, at the end of that
 // reconcile) it goes to etcd; every host then re-keys its live
 // controllers to this node at its next reconcile (nvmf.ConnectionPlan.Rekey:
 // the kernel re-authenticates them, I/O flows on).
-func (d *Daemon) rotateKeys(ctx context.Context) (api.RotateKeysReply, error) {
-	if err := d.cluster.RotateCtrlSecret(); err != nil {
+func (pl *Plane) RotateKeys(ctx context.Context) (api.RotateKeysReply, error) {
+	if err := pl.cluster.RotateCtrlSecret(); err != nil {
 		return api.RotateKeysReply{}, err
 	}
 	start := time.Now()
-	d.Kick()
+	pl.kick()
 	ctx, cancel := context.WithTimeout(ctx, rotateWait)
 	defer cancel()
-	for d.cluster.CtrlPending() {
+	for pl.cluster.CtrlPending() {
 		select {
 		case <-ctx.Done():
 			return api.RotateKeysReply{}, fmt.Errorf("the new controller key is kept but not presented by this node's target after %s (it is published by the first reconcile that applies it; see the log)", rotateWait)
@@ -91,16 +78,16 @@ func (d *Daemon) rotateKeys(ctx context.Context) (api.RotateKeysReply, error) {
 // this node's target, drive and volume exports alike, has it as its
 // controller key: only then may the hosts ask for it. Called at the end
 // of each reconcile.
-func (d *Daemon) publishRotatedKey(ctx context.Context) error {
-	if !d.cluster.CtrlPending() {
+func (pl *Plane) publishRotatedKey(ctx context.Context) error {
+	if !pl.cluster.CtrlPending() {
 		return nil
 	}
-	own, ok := d.cluster.CtrlSecret()
+	own, ok := pl.cluster.CtrlSecret()
 	if !ok {
 		return nil
 	}
 	for _, scope := range []string{exporter.NQNPrefix, volid.NQNPrefix} {
-		xs, err := d.loop.x.Target.List(ctx, scope)
+		xs, err := pl.loop.x.Target.List(ctx, scope)
 		if err != nil {
 			return fmt.Errorf("rotated controller key: read the target: %w", err)
 		}
@@ -112,22 +99,22 @@ func (d *Daemon) publishRotatedKey(ctx context.Context) error {
 			}
 		}
 	}
-	if err := d.cluster.PublishKeys(ctx); err != nil {
+	if err := pl.cluster.PublishKeys(ctx); err != nil {
 		return fmt.Errorf("publish the rotated controller key: %w", err)
 	}
-	d.log.Info("rotated DH-HMAC-CHAP controller key presented by this node's target and published; hosts re-authenticate at their next reconcile")
+	pl.log.Info("rotated DH-HMAC-CHAP controller key presented by this node's target and published; hosts re-authenticate at their next reconcile")
 	return nil
 }
 
 // readCtrlKeys sets v.CtrlKeys: every node's controller secret from etcd,
 // this node's own from its file (what its nvmet presents, even before
 // etcd has it).
-func (d *Daemon) readCtrlKeys(ctx context.Context, kv clientv3.KV, v *clusterView) error {
+func (pl *Plane) readCtrlKeys(ctx context.Context, kv clientv3.KV, v *clusterView) error {
 	_, ctrl, err := volumes.AllNodeKeys(ctx, kv)
 	if err != nil {
 		return fmt.Errorf("controller keys: %w", err)
 	}
-	if own, ok := d.cluster.CtrlSecret(); ok {
+	if own, ok := pl.cluster.CtrlSecret(); ok {
 		ctrl[v.Self] = nvmf.SecretText(own.Reveal())
 	}
 	v.CtrlKeys = ctrl
@@ -165,21 +152,21 @@ func withCtrlKeys(mp *volmgr.ClusterPlan, v *clusterView) {
 // in v so that this pass's ownership and takeover decisions use it
 // before the registry has it. nil: the node may export; also when the
 // target cannot be asked (the drive exporter reports that error).
-func (d *Daemon) exportRefusal(ctx context.Context, v *clusterView) error {
-	f, err := d.loop.x.Features(ctx)
+func (pl *Plane) exportRefusal(ctx context.Context, v *clusterView) error {
+	f, err := pl.loop.x.Features(ctx)
 	if err != nil {
 		return nil
 	}
-	refused := exporter.Refusal(f.Auth, !d.opts.Config.Cluster.RequireAuth)
+	refused := exporter.Refusal(f.Auth, !pl.cfg.Cluster.RequireAuth)
 	state, why := exportState(f.Auth, refused)
-	if d.loop.noteExports(state, why) {
+	if pl.loop.noteExports(state, why) {
 		switch state {
 		case model.ExportsRefused:
-			d.log.Error("exports refused: this node exports no drives and no volumes and owns no volume", "reason", why)
+			pl.log.Error("exports refused: this node exports no drives and no volumes and owns no volume", "reason", why)
 		case model.ExportsHostNQN:
-			d.log.Warn("exports by host NQN alone: require_auth = false and the NVMe target has no DH-HMAC-CHAP")
+			pl.log.Warn("exports by host NQN alone: require_auth = false and the NVMe target has no DH-HMAC-CHAP")
 		default:
-			d.log.Info("exports require DH-HMAC-CHAP of every host")
+			pl.log.Info("exports require DH-HMAC-CHAP of every host")
 		}
 	}
 	for i := range v.Nodes {

@@ -1,4 +1,4 @@
-package daemon
+package clusterplane
 
 import (
 	"context"
@@ -33,7 +33,7 @@ import (
 //	  -> exporter.Reconcile       this node's drives that are members of volumes owned elsewhere
 //	  -> importer.Reconcile       members of the volumes this node owns (member UUID; drive export while creating)
 //	  -> volmgr.ReconcileCluster  create / start / export / consume
-//	  -> ownership: hand-overs drained, resigned, finished (clustermove.go)
+//	  -> ownership: hand-overs drained, resigned, finished (move.go)
 //	  -> etcd: created volumes become ready (member UUIDs), deleted ones go, VolumeStatus and consumer paths published
 //
 // Desired state lives in etcd and every mutation goes through it: volume
@@ -55,18 +55,18 @@ type clusterLoop struct {
 	leaseLost chan struct{}
 	published map[string]model.VolumeStatus
 	watched   *clientv3.Client         // the client the watch runs on
-	acks      map[string]fenceAck      // fence acknowledgements written, by volume (clusterfence.go)
-	holders   map[string]plan.OwnerKey // last owner key seen per volume (clusterfence.go)
+	acks      map[string]fenceAck      // fence acknowledgements written, by volume (fence.go)
+	holders   map[string]plan.OwnerKey // last owner key seen per volume (fence.go)
 	paths     *model.NodePaths         // consumer paths last published, on pathsOn
 	pathsOn   clientv3.LeaseID
-	req       requestWorker // clusterreq.go
-	// exports, exportsWhy: this node's export state (clusterauth.go).
+	req       requestWorker // req.go
+	// exports, exportsWhy: this node's export state (auth.go).
 	exports, exportsWhy string
 	// leaderMoved: when this node last handed its etcd leadership away
-	// (clusterleader.go).
+	// (leader.go).
 	leaderMoved time.Time
 	// downSince, downWarned, reprotectWhy: re-protection
-	// (clusterreprotect.go).
+	// (reprotect.go).
 	downSince    map[string]time.Time
 	downWarned   map[string]bool
 	reprotectWhy map[string]string
@@ -81,7 +81,7 @@ func newClusterLoop() *clusterLoop {
 type clusterView struct {
 	plan.View
 	Status map[string]model.VolumeStatus
-	Moves  map[string]volumes.StoredMove // by volume UUID (clustermove.go)
+	Moves  map[string]volumes.StoredMove // by volume UUID (move.go)
 	Paths  map[string]model.NodePaths    // consumer paths by node
 }
 
@@ -158,19 +158,19 @@ func (v *clusterView) volume(ref string) (model.Volume, bool) {
 	return model.Volume{}, false
 }
 
-// inCluster says whether the node belongs to a cluster (state on disk or
+// InCluster says whether the node belongs to a cluster (state on disk or
 // external etcd), whether or not its membership is up yet. Such a node
 // never assembles volumes from its local superblock scan.
-func (d *Daemon) inCluster() bool {
-	if d.cluster.InCluster() {
+func (pl *Plane) InCluster() bool {
+	if pl.cluster.InCluster() {
 		return true
 	}
-	_, err := os.Stat(filepath.Join(d.opts.Config.StateDir, "cluster", "state.json"))
+	_, err := os.Stat(filepath.Join(pl.cfg.StateDir, "cluster", "state.json"))
 	return err == nil
 }
 
-// errNoEtcd: the node is in a cluster but its etcd client is not up.
-var errNoEtcd = errors.New("cluster: etcd is not reachable yet (membership starting); volumes are left as they are meanwhile")
+// ErrNoEtcd: the node is in a cluster but its etcd client is not up.
+var ErrNoEtcd = errors.New("cluster: etcd is not reachable yet (membership starting); volumes are left as they are meanwhile")
 
 // watch kicks a reconcile on every change of a key the loop reads (not the
 // statuses it writes itself); one watch per client.

@@ -1,4 +1,4 @@
-package daemon
+package clusterplane
 
 import (
 	"context"
@@ -23,7 +23,7 @@ import (
 // and a move never pick it (plan.ChooseOwner, checkMove). While drained,
 // the node itself asks, in every reconcile, for the move of each ready
 // volume it owns and holds to plan.ChooseOwner's node (drainMoves): the
-// planned move (clustermove.go) then hands it over without an I/O error.
+// planned move (move.go) then hands it over without an I/O error.
 // Level-triggered: a move that failed, or a volume that became ready on
 // the node meanwhile, is asked for again at the next reconcile. Its
 // drives keep serving as members. Undrain deletes the key; volumes do not
@@ -64,10 +64,10 @@ func drainMoves(v *clusterView, held map[string]uint64, now time.Time) (moves []
 }
 
 // drainOwned asks for the moves drainMoves gives (this node is drained).
-func (d *Daemon) drainOwned(ctx context.Context, cli *clientv3.Client, v *clusterView, held map[string]uint64) []error {
+func (pl *Plane) drainOwned(ctx context.Context, cli *clientv3.Client, v *clusterView, held map[string]uint64) []error {
 	moves, stuck := drainMoves(v, held, time.Now())
 	for _, s := range stuck {
-		d.log.Warn("node drained, but a volume cannot move away", "why", s)
+		pl.log.Warn("node drained, but a volume cannot move away", "why", s)
 	}
 	var errs []error
 	for _, dm := range moves {
@@ -82,10 +82,10 @@ func (d *Daemon) drainOwned(ctx context.Context, cli *clientv3.Client, v *cluste
 			errs = append(errs, fmt.Errorf("node drained: move of volume %s to %s: %w", dm.Vol.Name, dm.To, err))
 			continue
 		}
-		d.log.Info("node drained: volume move asked", "volume", dm.Vol.Name, "to", dm.To, "epoch", dm.Epoch)
+		pl.log.Info("node drained: volume move asked", "volume", dm.Vol.Name, "to", dm.To, "epoch", dm.Epoch)
 	}
 	if len(moves) > 0 {
-		d.Kick()
+		pl.kick()
 	}
 	return errs
 }
@@ -94,31 +94,12 @@ func (d *Daemon) drainOwned(ctx context.Context, cli *clientv3.Client, v *cluste
 // nothing (each move has moveWait of its own; they run at once).
 const drainWait = 2 * moveWait
 
-// drainRoutes serves POST and DELETE /v1/nodes/{name}/drain.
-func (d *Daemon) drainRoutes(mux *http.ServeMux, reply func(http.ResponseWriter, any, error), decode func(*http.Request, any) error) {
-	for _, method := range []string{"POST", "DELETE"} {
-		mux.HandleFunc(method+" /v1/nodes/{name}/drain", func(w http.ResponseWriter, r *http.Request) {
-			var q api.DrainRequest
-			if err := decode(r, &q); err != nil {
-				reply(w, nil, err)
-				return
-			}
-			if !d.inCluster() {
-				reply(w, nil, fmt.Errorf("%w: node drain needs a cluster", errBadRequest))
-				return
-			}
-			out, err := d.clusterDrain(r.Context(), r.PathValue("name"), method == "POST", q)
-			reply(w, out, err)
-		})
-	}
-}
-
-// clusterDrain drains (or undrains) node name and, with q.Wait, waits
+// Drain drains (or undrains) node name and, with q.Wait, waits
 // until it owns no volume.
-func (d *Daemon) clusterDrain(ctx context.Context, name string, drained bool, q api.DrainRequest) (api.DrainReply, error) {
-	cli := d.cluster.Client()
+func (pl *Plane) Drain(ctx context.Context, name string, drained bool, q api.DrainRequest) (api.DrainReply, error) {
+	cli := pl.cluster.Client()
 	if cli == nil {
-		return api.DrainReply{}, errNoEtcd
+		return api.DrainReply{}, ErrNoEtcd
 	}
 	sctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 	err := registry.SetDrained(sctx, cli, name, drained, time.Now())
@@ -129,15 +110,15 @@ func (d *Daemon) clusterDrain(ctx context.Context, name string, drained bool, q 
 	if err != nil {
 		return api.DrainReply{}, err
 	}
-	d.log.Info("node drain changed", "node", name, "drained", drained)
-	d.Kick()
+	pl.log.Info("node drain changed", "node", name, "drained", drained)
+	pl.kick()
 	if !drained || !q.Wait {
-		return d.drainReply(ctx, name)
+		return pl.drainReply(ctx, name)
 	}
 	wctx, cancel := context.WithTimeout(ctx, drainWait)
 	defer cancel()
 	for {
-		out, err := d.drainReply(wctx, name)
+		out, err := pl.drainReply(wctx, name)
 		if err == nil {
 			done, failed := drainEnded(out)
 			if done {
@@ -158,8 +139,8 @@ func (d *Daemon) clusterDrain(ctx context.Context, name string, drained bool, q 
 
 // drainReply says what node name owns now and the moves away from it
 // asked since its drain began (all of them for a node not drained).
-func (d *Daemon) drainReply(ctx context.Context, name string) (api.DrainReply, error) {
-	v, err := d.currentView(ctx)
+func (pl *Plane) drainReply(ctx context.Context, name string) (api.DrainReply, error) {
+	v, err := pl.currentView(ctx)
 	if err != nil {
 		return api.DrainReply{}, err
 	}

@@ -1,12 +1,10 @@
-package daemon
+package clusterplane
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/cluster/volumes"
 	"github.com/fabraid/fabraid/internal/exporter"
 	"github.com/fabraid/fabraid/internal/volid"
@@ -34,12 +32,11 @@ func (l *listTarget) List(_ context.Context, scope string) ([]backend.Export, er
 // every host entry with a host key on this node's target, drive and
 // volume exports alike, presents it; before, etcd keeps the old one (the
 // hosts must not ask for the new key yet). enable-rbac on an etcd member
-// answers 200, twice.
+// succeeds, twice.
 func TestPublishRotatedKey(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	d, h := clusterDaemon(t, "n1")
-	call(t, h, "POST", "/v1/cluster/init", api.ClusterInitRequest{Name: "c1"}, 200, nil)
+	d := initPlane(t, "n1")
 	old, _ := d.cluster.CtrlSecret()
 	lt := &listTarget{ctrl: old.Reveal()}
 	d.loop.x = &exporter.Exporter{Target: lt}
@@ -75,8 +72,8 @@ func TestPublishRotatedKey(t *testing.T) {
 		}
 	}
 	for range 2 {
-		if body := call(t, h, "POST", "/v1/cluster/rbac", nil, 200, nil); !strings.Contains(body, "ok") {
-			t.Fatalf("enable-rbac: %s", body)
+		if err := d.EnableRBAC(ctx); err != nil {
+			t.Fatalf("enable-rbac: %v", err)
 		}
 	}
 }

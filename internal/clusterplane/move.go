@@ -1,4 +1,4 @@
-package daemon
+package clusterplane
 
 import (
 	"context"
@@ -207,27 +207,10 @@ func pendingConsumers(v *clusterView, uuid string, addrs []string) []string {
 	return out
 }
 
-// moveRoutes serves POST /v1/volumes/{ref}/move.
-func (d *Daemon) moveRoutes(mux *http.ServeMux, reply func(http.ResponseWriter, any, error), decode func(*http.Request, any) error) {
-	mux.HandleFunc("POST /v1/volumes/{ref}/move", func(w http.ResponseWriter, r *http.Request) {
-		var q api.MoveRequest
-		if err := decode(r, &q); err != nil {
-			reply(w, nil, err)
-			return
-		}
-		if !d.inCluster() {
-			reply(w, nil, fmt.Errorf("%w: volume move needs a cluster (one node owns every volume)", errBadRequest))
-			return
-		}
-		out, err := d.clusterMove(r.Context(), r.PathValue("ref"), q)
-		reply(w, out, err)
-	})
-}
-
-// clusterMove asks for the move of volume ref to q.Node and, with q.Wait,
+// Move asks for the move of volume ref to q.Node and, with q.Wait,
 // waits until it has ended.
-func (d *Daemon) clusterMove(ctx context.Context, ref string, q api.MoveRequest) (api.MoveReply, error) {
-	v, err := d.currentView(ctx)
+func (pl *Plane) Move(ctx context.Context, ref string, q api.MoveRequest) (api.MoveReply, error) {
+	v, err := pl.currentView(ctx)
 	if err != nil {
 		return api.MoveReply{}, err
 	}
@@ -235,7 +218,7 @@ func (d *Daemon) clusterMove(ctx context.Context, ref string, q api.MoveRequest)
 	if !ok {
 		return api.MoveReply{}, fmt.Errorf("%w: %s", volmgr.ErrNotFound, ref)
 	}
-	cli := d.cluster.Client()
+	cli := pl.cluster.Client()
 	gctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 	ks, err := owner.List(gctx, cli)
 	cancel()
@@ -259,8 +242,8 @@ func (d *Daemon) clusterMove(ctx context.Context, ref string, q api.MoveRequest)
 		}
 		return api.MoveReply{}, err
 	}
-	d.log.Info("volume move asked", "volume", vol.Name, "from", vol.Owner, "to", q.Node, "epoch", k.Epoch)
-	d.Kick()
+	pl.log.Info("volume move asked", "volume", vol.Name, "from", vol.Owner, "to", q.Node, "epoch", k.Epoch)
+	pl.kick()
 	m.From = vol.Owner
 	if !q.Wait {
 		return moveReply(m), nil

@@ -1,4 +1,4 @@
-package daemon
+package clusterplane
 
 import (
 	"context"
@@ -25,7 +25,7 @@ import (
 func TestClusterRequests(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	d1, h1, d2, h2 := twoNodes(t)
+	d1, d2 := twoPlanes(t)
 	cli := d1.cluster.Client()
 	// n3 and n4: registered and alive, no daemon; n4 has free drives.
 	for _, n := range []string{"n3", "n4"} {
@@ -59,8 +59,8 @@ func TestClusterRequests(t *testing.T) {
 	d2.loop.req.wait = 500 * time.Millisecond
 
 	// Same answer on the owner and through a request.
-	own := call(t, h1, "POST", "/v1/volumes/v/scrub", api.OpRequest{}, 404, nil)
-	other := call(t, h2, "POST", "/v1/volumes/v/scrub", api.OpRequest{}, 404, nil)
+	own := opCall(t, d1, "POST", "/v1/volumes/v/scrub", api.OpRequest{}, 404, nil)
+	other := opCall(t, d2, "POST", "/v1/volumes/v/scrub", api.OpRequest{}, 404, nil)
 	if own != other || !strings.Contains(other, "no such volume: "+v.UUID) {
 		t.Errorf("scrub: on the owner %s, on n2 %s", own, other)
 	}
@@ -81,7 +81,7 @@ func TestClusterRequests(t *testing.T) {
 		{"/v1/volumes/v/replace", api.OpRequest{Slot: 1}, 409, "owner n1 reports no state of slot 1 (volume stopped no such volume"},
 		{"/v1/volumes/x/replace", api.OpRequest{Slot: 1}, 409, "owner n3 publishes no status"},
 	} {
-		if body := call(t, h2, "POST", c.path, c.q, c.code, nil); !strings.Contains(body, c.want) {
+		if body := opCall(t, d2, "POST", c.path, c.q, c.code, nil); !strings.Contains(body, c.want) {
 			t.Errorf("%s %+v: %s, want %q", c.path, c.q, body, c.want)
 		}
 	}
@@ -90,14 +90,14 @@ func TestClusterRequests(t *testing.T) {
 	}
 	// An owner that does not answer: accepted.
 	var acc api.OpReply
-	call(t, h2, "POST", "/v1/volumes/x/fail", api.OpRequest{Slot: 0}, 202, &acc)
+	opCall(t, d2, "POST", "/v1/volumes/x/fail", api.OpRequest{Slot: 0}, 202, &acc)
 	if acc.Request == "" || acc.Owner != "n3" || acc.State != model.RequestPending || !strings.Contains(acc.Message, "request "+acc.Request+" accepted, owner n3 is carrying it out") {
 		t.Errorf("fail with an owner that does not answer: %+v", acc)
 	}
 	// Following it: pending until the owner's result, then that result.
 	var pend api.OpReply
 	path := "/v1/volumes/x/requests/" + acc.Request
-	call(t, h2, "GET", path, nil, 202, &pend)
+	opCall(t, d2, "GET", path, api.OpRequest{}, 202, &pend)
 	if pend.Request != acc.Request || pend.State != model.RequestPending {
 		t.Errorf("GET of a pending request: %+v", pend)
 	}
@@ -108,10 +108,10 @@ func TestClusterRequests(t *testing.T) {
 	if _, ok, err := volumes.Finish(ctx, cli, sr, 409, fmt.Errorf("slot 0 is busy"), time.Now()); !ok || err != nil {
 		t.Fatalf("finish: %v %v", ok, err)
 	}
-	if body := call(t, h2, "GET", path, nil, 409, nil); !strings.Contains(body, "slot 0 is busy") {
+	if body := opCall(t, d2, "GET", path, api.OpRequest{}, 409, nil); !strings.Contains(body, "slot 0 is busy") {
 		t.Errorf("GET of a refused request: %s", body)
 	}
-	if body := call(t, h2, "GET", "/v1/volumes/x/requests/nope", nil, 404, nil); !strings.Contains(body, "nope") {
+	if body := opCall(t, d2, "GET", "/v1/volumes/x/requests/nope", api.OpRequest{}, 404, nil); !strings.Contains(body, "nope") {
 		t.Errorf("GET of an unknown request: %s", body)
 	}
 
@@ -121,15 +121,15 @@ func TestClusterRequests(t *testing.T) {
 	if err := volumes.PutStatus(ctx, cli, 0, st); err != nil {
 		t.Fatal(err)
 	}
-	if body := call(t, h2, "POST", "/v1/volumes/v/replace", api.OpRequest{Slot: 2}, 400, nil); !strings.Contains(body, "slot 2 is active: fail it first") {
+	if body := opCall(t, d2, "POST", "/v1/volumes/v/replace", api.OpRequest{Slot: 2}, 400, nil); !strings.Contains(body, "slot 2 is active: fail it first") {
 		t.Errorf("replace of an active member: %s", body)
 	}
-	if body := call(t, h2, "POST", "/v1/volumes/v/replace", api.OpRequest{Slot: 1, Node: "n3"}, 400, nil); !strings.Contains(body, "no free drive in a domain that keeps 2+1 with at most 1 chunks per domain") ||
+	if body := opCall(t, d2, "POST", "/v1/volumes/v/replace", api.OpRequest{Slot: 1, Node: "n3"}, 400, nil); !strings.Contains(body, "no free drive in a domain that keeps 2+1 with at most 1 chunks per domain") ||
 		!strings.Contains(body, "n3:n3-d0 (domain n3 holds 1 of the group's members already)") {
 		t.Errorf("replace onto n3: %s", body)
 	}
 	var rep api.OpReply
-	call(t, h2, "POST", "/v1/volumes/v/replace", api.OpRequest{Slot: 1}, 202, &rep)
+	opCall(t, d2, "POST", "/v1/volumes/v/replace", api.OpRequest{Slot: 1}, 202, &rep)
 	if rep.Node != "n4" || rep.Drive != "n4-d0" || rep.Owner != "n1" || rep.Request == "" {
 		t.Fatalf("replace: %+v", rep)
 	}
@@ -170,7 +170,7 @@ func TestClusterRequests(t *testing.T) {
 func TestRequestResultWrittenAgain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	d1, _, _, _ := twoNodes(t)
+	d1, _ := twoPlanes(t)
 	cli := d1.cluster.Client()
 	rec := model.Volume{UUID: "00000000-0000-4000-8000-000000000007", Name: "v", K: 2, M: 1, Groups: 1, Owner: "n1", State: model.VolumeReady, MemberSize: 1 << 30}
 	for i, n := range []string{"n1", "n2", "n3"} {

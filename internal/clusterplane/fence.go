@@ -1,4 +1,4 @@
-package daemon
+package clusterplane
 
 import (
 	"context"
@@ -29,8 +29,8 @@ type fenceAck struct {
 // (docs/cluster.md, "Storage fence"). Nothing is exported before the
 // owner keys are read; an apply error writes no acknowledgement.
 // Acknowledgements are on the loop's lease and rewritten when it changes.
-func (d *Daemon) reconcileExports(ctx context.Context, cli *clientv3.Client, v *clusterView, drives []exporter.Drive) (exporter.Result, error) {
-	c := d.loop
+func (pl *Plane) reconcileExports(ctx context.Context, cli *clientv3.Client, v *clusterView, drives []exporter.Drive) (exporter.Result, error) {
+	c := pl.loop
 	rctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 	hs, err := owner.List(rctx, cli)
 	cancel()
@@ -39,8 +39,8 @@ func (d *Daemon) reconcileExports(ctx context.Context, cli *clientv3.Client, v *
 	}
 	ks := exportHolders(c, v, hs)
 	in := plan.FencedExporterInput(v.View, drives, ks)
-	in.HostNQN = d.mgr.HostNQN()
-	in.AllowUnauthenticated = !d.opts.Config.Cluster.RequireAuth
+	in.HostNQN = pl.mgr.HostNQN()
+	in.AllowUnauthenticated = !pl.cfg.Cluster.RequireAuth
 	res, err := c.x.Reconcile(ctx, in)
 	if err != nil {
 		return res, fmt.Errorf("%w (no fence acknowledged)", err)
@@ -54,7 +54,7 @@ func (d *Daemon) reconcileExports(ctx context.Context, cli *clientv3.Client, v *
 	if c.acks == nil {
 		c.acks = map[string]fenceAck{}
 	}
-	self := d.opts.Config.NodeName
+	self := pl.cfg.NodeName
 	for _, vol := range in.Volumes {
 		a := fenceAck{lease: lease, epoch: vol.Epoch}
 		if vol.Epoch != 0 {
@@ -67,7 +67,7 @@ func (d *Daemon) reconcileExports(ctx context.Context, cli *clientv3.Client, v *
 			return res, fmt.Errorf("drive exporter: %w", err)
 		}
 		c.acks[vol.UUID] = a
-		d.log.Info("drive exporter: fence acknowledged", "volume", vol.UUID, "epoch", a.epoch, "owner", a.owner)
+		pl.log.Info("drive exporter: fence acknowledged", "volume", vol.UUID, "epoch", a.epoch, "owner", a.owner)
 	}
 	return res, nil
 }

@@ -1,4 +1,4 @@
-package daemon
+package clusterplane
 
 import (
 	"context"
@@ -39,7 +39,7 @@ import (
 //     storage fence's wait) and the plan for the volume manager
 //     (ownerPlan: Held, Stop, Keep, Drain, Resign, Finish, Undrain);
 //     the hand-over's drain, resign and finish run after the manager's
-//     reconcile (afterReconcile, clustermove.go).
+//     reconcile (afterReconcile, move.go).
 //
 // A node that holds no key for a volume never assembles it: plan's
 // ImporterInput imports only View.Held, and the manager plans only those.
@@ -68,7 +68,7 @@ type ownership struct {
 	seen   map[string]owner.Key   // other nodes' owner keys at the last list
 	lapsed map[string]time.Time   // nodes whose owner session was seen to end, and when
 	lost   time.Time              // when the last session fenced (for the log)
-	// handing are the volumes this node hands over (clustermove.go).
+	// handing are the volumes this node hands over (move.go).
 	handing map[string]*handover
 	// notAcquired: volumes whose record names this node as owner, not
 	// acquired because it exports nothing (logged once each).
@@ -460,7 +460,7 @@ func (o *ownership) unfenced(ctx context.Context, cli *clientv3.Client, v *clust
 	return out
 }
 
-// canExport says whether this node exports volumes (clusterauth.go): one
+// canExport says whether this node exports volumes (auth.go): one
 // that exports nothing must not acquire a volume although the record
 // names it: it could serve it to nobody.
 func (o *ownership) canExport(v *clusterView) bool {

@@ -1,4 +1,4 @@
-package daemon
+package clusterplane
 
 import (
 	"context"
@@ -24,7 +24,7 @@ import (
 // The volume API in a cluster: every node answers from etcd (the records
 // and the owners' statuses) and its own consumer device; create and
 // delete go through etcd; engine operations work on every node and run
-// on the owner (clusterreq.go).
+// on the owner (req.go).
 
 // ErrNotOwner is wrapped by engine operations that no owner can carry out
 // now (the volume has none, or it is down).
@@ -35,14 +35,14 @@ var ErrNotOwner = errors.New("no running owner")
 const createWait = 4 * time.Minute
 
 // clusterView reads the view now (the API's own read, not the loop's).
-func (d *Daemon) currentView(ctx context.Context) (*clusterView, error) {
-	cli := d.cluster.Client()
+func (pl *Plane) currentView(ctx context.Context) (*clusterView, error) {
+	cli := pl.cluster.Client()
 	if cli == nil {
-		return nil, errNoEtcd
+		return nil, ErrNoEtcd
 	}
 	ctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 	defer cancel()
-	return readView(ctx, cli, d.opts.Config.NodeName)
+	return readView(ctx, cli, pl.cfg.NodeName)
 }
 
 // etcdTimeout bounds one read or write of the volume records: etcd
@@ -50,17 +50,17 @@ func (d *Daemon) currentView(ctx context.Context) (*clusterView, error) {
 // reconcile loop.
 const etcdTimeout = 10 * time.Second
 
-// clusterCreate places a new volume over the registry, writes its record
+// Create places a new volume over the registry, writes its record
 // (state creating) and waits until its owner reports it ready (and this
 // node's consumer device is there, for a while).
-func (d *Daemon) clusterCreate(ctx context.Context, q api.CreateRequest) (api.Volume, error) {
+func (pl *Plane) Create(ctx context.Context, q api.CreateRequest) (api.Volume, error) {
 	if err := volid.CheckNewName(q.Name); err != nil {
 		return api.Volume{}, fmt.Errorf("%w: %w", volmgr.ErrInvalid, err)
 	}
 	if len(q.Drives) > 0 {
 		return api.Volume{}, fmt.Errorf("%w: volume %s: --drives names local drives (one node); in a cluster placement picks the drives (--nodes limits the nodes)", volmgr.ErrInvalid, q.Name)
 	}
-	v, err := d.currentView(ctx)
+	v, err := pl.currentView(ctx)
 	if err != nil {
 		return api.Volume{}, err
 	}
@@ -72,7 +72,7 @@ func (d *Daemon) clusterCreate(ctx context.Context, q api.CreateRequest) (api.Vo
 		return api.Volume{}, fmt.Errorf("%w: %w", volmgr.ErrInvalid, err)
 	}
 	rec.ChunkSize = q.ChunkSize
-	cli := d.cluster.Client()
+	cli := pl.cluster.Client()
 	cctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 	err = volumes.Create(cctx, cli, rec)
 	cancel()
@@ -82,20 +82,20 @@ func (d *Daemon) clusterCreate(ctx context.Context, q api.CreateRequest) (api.Vo
 		}
 		return api.Volume{}, err
 	}
-	d.log.Info("volume record written; waiting for its owner", "volume", rec.Name, "uuid", rec.UUID, "owner", rec.Owner)
-	d.Kick()
+	pl.log.Info("volume record written; waiting for its owner", "volume", rec.Name, "uuid", rec.UUID, "owner", rec.Owner)
+	pl.kick()
 	ctx, cancelWait := context.WithTimeout(ctx, createWait)
 	defer cancelWait()
 	var why string
 	for {
-		if v, err := d.currentView(ctx); err == nil {
+		if v, err := pl.currentView(ctx); err == nil {
 			vol, ok := v.volume(rec.UUID)
 			st, has := v.Status[rec.UUID]
 			switch {
 			case !ok:
 				return api.Volume{}, fmt.Errorf("volume %s: its record is gone (deleted?)", rec.Name)
 			case vol.State == model.VolumeReady && has && st.State != model.VolumeCreating:
-				return d.waitHead(ctx, v, vol), nil
+				return pl.waitHead(ctx, v, vol), nil
 			case has && st.Error != "":
 				why = st.Error
 			case !has:
@@ -112,23 +112,23 @@ func (d *Daemon) clusterCreate(ctx context.Context, q api.CreateRequest) (api.Vo
 
 // waitHead waits up to 30 s for this node's consumer device of vol and
 // returns its Info.
-func (d *Daemon) waitHead(ctx context.Context, v *clusterView, vol model.Volume) api.Volume {
+func (pl *Plane) waitHead(ctx context.Context, v *clusterView, vol model.Volume) api.Volume {
 	u, _ := volid.ParseUUID(vol.UUID)
-	d.Kick()
+	pl.kick()
 	deadline := time.Now().Add(30 * time.Second)
-	for d.mgr.Head(u) == "" && time.Now().Before(deadline) && ctx.Err() == nil {
+	for pl.mgr.Head(u) == "" && time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(500 * time.Millisecond)
 	}
-	return d.clusterInfo(v, vol)
+	return pl.clusterInfo(v, vol)
 }
 
 // clusterInfo describes vol from the record, the owner's status and this
 // node's consumer device; the owner adds its engine's view.
-func (d *Daemon) clusterInfo(v *clusterView, vol model.Volume) api.Volume {
+func (pl *Plane) clusterInfo(v *clusterView, vol model.Volume) api.Volume {
 	u, _ := volid.ParseUUID(vol.UUID)
-	head := d.mgr.Head(u)
+	head := pl.mgr.Head(u)
 	if vol.Owner == v.Self && vol.State == model.VolumeReady {
-		if in, err := d.mgr.Info(vol.UUID); err == nil {
+		if in, err := pl.mgr.Info(vol.UUID); err == nil {
 			in.Owner, in.Device, in.Epoch = vol.Owner, head, v.Status[vol.UUID].Epoch
 			in.ExportRefused = refusedNodes(v, vol)
 			for i, m := range in.Members {
@@ -210,32 +210,32 @@ func headSize(dev string) int64 {
 	return n * 512
 }
 
-// clusterList is every volume of the cluster, by name.
-func (d *Daemon) clusterList(ctx context.Context) ([]api.Volume, error) {
-	v, err := d.currentView(ctx)
+// List is every volume of the cluster, by name.
+func (pl *Plane) List(ctx context.Context) ([]api.Volume, error) {
+	v, err := pl.currentView(ctx)
 	if err != nil {
 		return nil, err
 	}
 	out := []api.Volume{}
 	for _, vol := range v.Volumes {
-		out = append(out, d.clusterInfo(v, vol))
+		out = append(out, pl.clusterInfo(v, vol))
 	}
 	return out, nil
 }
 
-// clusterShow is one volume by name or UUID.
-func (d *Daemon) clusterShow(ctx context.Context, ref string) (api.Volume, error) {
-	v, vol, err := d.viewVolume(ctx, ref)
+// Show is one volume by name or UUID.
+func (pl *Plane) Show(ctx context.Context, ref string) (api.Volume, error) {
+	v, vol, err := pl.viewVolume(ctx, ref)
 	if err != nil {
 		return api.Volume{}, err
 	}
-	return d.clusterInfo(v, vol), nil
+	return pl.clusterInfo(v, vol), nil
 }
 
 // viewVolume reads the cluster view and finds volume ref (name or UUID)
 // in it.
-func (d *Daemon) viewVolume(ctx context.Context, ref string) (*clusterView, model.Volume, error) {
-	v, err := d.currentView(ctx)
+func (pl *Plane) viewVolume(ctx context.Context, ref string) (*clusterView, model.Volume, error) {
+	v, err := pl.currentView(ctx)
 	if err != nil {
 		return nil, model.Volume{}, err
 	}
@@ -246,15 +246,15 @@ func (d *Daemon) viewVolume(ctx context.Context, ref string) (*clusterView, mode
 	return v, vol, nil
 }
 
-// clusterDelete sets the volume's state to deleting and waits until its
+// Delete sets the volume's state to deleting and waits until its
 // owner has removed it.
-func (d *Daemon) clusterDelete(ctx context.Context, ref string) error {
-	_, vol, err := d.viewVolume(ctx, ref)
+func (pl *Plane) Delete(ctx context.Context, ref string) error {
+	_, vol, err := pl.viewVolume(ctx, ref)
 	if err != nil {
 		return err
 	}
 	mctx, cancel := context.WithTimeout(ctx, etcdTimeout)
-	_, err = volumes.Modify(mctx, d.cluster.Client(), vol.UUID, func(r *model.Volume) error {
+	_, err = volumes.Modify(mctx, pl.cluster.Client(), vol.UUID, func(r *model.Volume) error {
 		r.State = model.VolumeDeleting
 		return nil
 	})
@@ -262,12 +262,12 @@ func (d *Daemon) clusterDelete(ctx context.Context, ref string) error {
 	if err != nil {
 		return err
 	}
-	d.Kick()
+	pl.kick()
 	ctx, cancelWait := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancelWait()
 	for {
 		gctx, cancel := context.WithTimeout(ctx, etcdTimeout)
-		_, _, ok, err := volumes.Get(gctx, d.cluster.Client(), vol.UUID)
+		_, _, ok, err := volumes.Get(gctx, pl.cluster.Client(), vol.UUID)
 		cancel()
 		if err == nil && !ok {
 			return nil
@@ -275,7 +275,7 @@ func (d *Daemon) clusterDelete(ctx context.Context, ref string) error {
 		select {
 		case <-ctx.Done():
 			why := fmt.Sprintf("owner %s has not removed it", vol.Owner)
-			if v, err := d.currentView(context.Background()); err == nil {
+			if v, err := pl.currentView(context.Background()); err == nil {
 				if st := v.Status[vol.UUID]; st.Error != "" {
 					why = st.Error
 				}

@@ -1,4 +1,4 @@
-package daemon
+package clusterplane
 
 import (
 	"context"
@@ -44,39 +44,39 @@ import (
 
 // reprotect runs re-protection for the volumes this node owns and holds,
 // and keeps each one's reason for the status.
-func (d *Daemon) reprotect(ctx context.Context, cli *clientv3.Client, v *clusterView) []error {
-	c := d.loop
+func (pl *Plane) reprotect(ctx context.Context, cli *clientv3.Client, v *clusterView) []error {
+	c := pl.loop
 	now := time.Now()
 	c.mu.Lock()
 	c.downSince = downSinceUpdate(c.downSince, v.Nodes, now)
 	local := maps.Clone(c.downSince)
 	c.mu.Unlock()
-	d.recordDown(ctx, cli, v, local)
+	pl.recordDown(ctx, cli, v, local)
 	down := downClock(local, v.Nodes)
-	interval := time.Duration(d.opts.Config.Cluster.DownOutInterval) * time.Second
+	interval := time.Duration(pl.cfg.Cluster.DownOutInterval) * time.Second
 	why := map[string]string{}
 	var errs []error
 	for _, vol := range v.owned() {
 		if _, held := v.Held[vol.UUID]; !held {
 			continue
 		}
-		r := plan.Reprotect(v.View, vol, d.volumeStatus(vol), down, now, interval)
+		r := plan.Reprotect(v.View, vol, pl.volumeStatus(vol), down, now, interval)
 		why[vol.UUID] = r.Why
 		if r.Fail {
-			if err := d.mgr.Fail(vol.UUID, r.Member.Slot, false); err != nil {
+			if err := pl.mgr.Fail(vol.UUID, r.Member.Slot, false); err != nil {
 				errs = append(errs, fmt.Errorf("volume %s: re-protection: fail slot %d (node %s down): %w", vol.Name, r.Member.Slot, r.Member.Node, err))
 				why[vol.UUID] = r.Why + ": " + err.Error()
 				continue
 			}
-			d.log.Warn("re-protecting: failed a member of a down node before its replace", "volume", vol.Name, "slot", r.Member.Slot,
+			pl.log.Warn("re-protecting: failed a member of a down node before its replace", "volume", vol.Name, "slot", r.Member.Slot,
 				"member", r.Member.Node+":"+r.Member.Drive, "down_for", now.Sub(down[r.Member.Node]).Round(time.Second).String())
-			d.Kick()
+			pl.kick()
 			continue
 		}
 		if !r.Replace {
 			continue
 		}
-		if err := d.submitReprotect(ctx, cli, v, vol, r.Member, now.Sub(down[vol.Members[r.Member.Slot].Node])); err != nil {
+		if err := pl.submitReprotect(ctx, cli, v, vol, r.Member, now.Sub(down[vol.Members[r.Member.Slot].Node])); err != nil {
 			errs = append(errs, err)
 			why[vol.UUID] = err.Error()
 		}
@@ -137,7 +137,7 @@ func downRecords(nodes []model.NodeStatus, watched func(node string) bool) (mark
 // marked node with this node's first sight of it (local). A refused
 // write is logged once per node and otherwise ignored: the clock falls
 // back to this node's own.
-func (d *Daemon) recordDown(ctx context.Context, cli *clientv3.Client, v *clusterView, local map[string]time.Time) {
+func (pl *Plane) recordDown(ctx context.Context, cli *clientv3.Client, v *clusterView, local map[string]time.Time) {
 	members := map[string]bool{}
 	for _, vol := range v.owned() {
 		for _, m := range vol.Members {
@@ -149,21 +149,21 @@ func (d *Daemon) recordDown(ctx context.Context, cli *clientv3.Client, v *cluste
 	defer cancel()
 	for _, n := range mark {
 		if ok, err := registry.MarkDown(sctx, cli, n, v.Self, local[n]); err != nil {
-			d.warnDownRecord(n, err)
+			pl.warnDownRecord(n, err)
 		} else if ok {
-			d.log.Info("recorded a node as down: the re-protection clock runs from here on every node", "node", n, "since", local[n].UTC().Format(time.RFC3339))
+			pl.log.Info("recorded a node as down: the re-protection clock runs from here on every node", "node", n, "since", local[n].UTC().Format(time.RFC3339))
 		}
 	}
 	for _, n := range clear {
 		if _, err := registry.ClearDown(sctx, cli, n); err != nil {
-			d.warnDownRecord(n, err)
+			pl.warnDownRecord(n, err)
 		}
 	}
 }
 
 // warnDownRecord logs a refused down-record write, once per node.
-func (d *Daemon) warnDownRecord(node string, err error) {
-	c := d.loop
+func (pl *Plane) warnDownRecord(node string, err error) {
+	c := pl.loop
 	c.mu.Lock()
 	first := !c.downWarned[node]
 	if c.downWarned == nil {
@@ -172,7 +172,7 @@ func (d *Daemon) warnDownRecord(node string, err error) {
 	c.downWarned[node] = true
 	c.mu.Unlock()
 	if first {
-		d.log.Warn("could not update the node's down record in etcd; the re-protection clock is this node's own (after an upgrade with RBAC on, run fabraid cluster enable-rbac again)",
+		pl.log.Warn("could not update the node's down record in etcd; the re-protection clock is this node's own (after an upgrade with RBAC on, run fabraid cluster enable-rbac again)",
 			"node", node, "err", err)
 	}
 }
@@ -181,7 +181,7 @@ func (d *Daemon) warnDownRecord(node string, err error) {
 // record's slot must still be what this reconcile read, and this node
 // its owner) with a replace request, which this node's reconcile then
 // carries out.
-func (d *Daemon) submitReprotect(ctx context.Context, cli *clientv3.Client, v *clusterView, vol model.Volume, m model.VolumeMember, downFor time.Duration) error {
+func (pl *Plane) submitReprotect(ctx context.Context, cli *clientv3.Client, v *clusterView, vol model.Volume, m model.VolumeMember, downFor time.Duration) error {
 	old := vol.Members[m.Slot]
 	r := model.Request{ID: volumes.NewRequestID(), Volume: vol.UUID, Op: "replace", Slot: m.Slot, Node: m.Node, Drive: m.Drive,
 		RequestedBy: v.Self, Created: time.Now().UTC()}
@@ -190,9 +190,9 @@ func (d *Daemon) submitReprotect(ctx context.Context, cli *clientv3.Client, v *c
 	_, err := volumes.SubmitReplace(sctx, cli, r, func(cur *model.Volume) error {
 		switch {
 		case cur.Owner != v.Self:
-			return fmt.Errorf("%w: volume %q is owned by %s now", errVolumeState, cur.Name, cur.Owner)
+			return fmt.Errorf("%w: volume %q is owned by %s now", ErrVolumeState, cur.Name, cur.Owner)
 		case m.Slot >= len(cur.Members) || cur.Members[m.Slot] != old:
-			return fmt.Errorf("%w: volume %q slot %d changed meanwhile", errVolumeState, cur.Name, m.Slot)
+			return fmt.Errorf("%w: volume %q slot %d changed meanwhile", ErrVolumeState, cur.Name, m.Slot)
 		}
 		cur.Members[m.Slot] = m
 		return nil
@@ -200,9 +200,9 @@ func (d *Daemon) submitReprotect(ctx context.Context, cli *clientv3.Client, v *c
 	if err != nil {
 		return fmt.Errorf("volume %s: re-protection of slot %d (node %s down): %w", vol.Name, m.Slot, old.Node, err)
 	}
-	d.log.Warn("re-protecting: a member of a down node moves to a free drive; the slot is rebuilt there",
+	pl.log.Warn("re-protecting: a member of a down node moves to a free drive; the slot is rebuilt there",
 		"volume", vol.Name, "slot", m.Slot, "old", old.Node+":"+old.Drive, "new", m.Node+":"+m.Drive,
 		"down_for", downFor.Round(time.Second).String(), "request", r.ID)
-	d.Kick()
+	pl.kick()
 	return nil
 }

@@ -1,4 +1,4 @@
-package daemon
+package clusterplane
 
 import (
 	"context"
@@ -50,7 +50,7 @@ func TestExportRefusal(t *testing.T) {
 			var logged strings.Builder
 			c := config.Default()
 			c.Cluster.RequireAuth = !tc.allow
-			d := &Daemon{opts: Options{Config: c}, log: slog.New(slog.NewTextHandler(&logged, nil)), loop: newClusterLoop()}
+			d := &Plane{cfg: c, log: slog.New(slog.NewTextHandler(&logged, nil)), loop: newClusterLoop()}
 			d.loop.x = &exporter.Exporter{Target: authTarget{auth: tc.auth}}
 			for range 3 {
 				v := &clusterView{View: plan.View{Self: "a", Nodes: []model.NodeStatus{{Node: model.Node{Name: "a"}}, {Node: model.Node{Name: "b"}}}}}
@@ -122,11 +122,11 @@ func TestOwnershipRefusingOwner(t *testing.T) {
 // (409) that says where to run it; external etcd too; other errors pass.
 func TestEnableRBACError(t *testing.T) {
 	err := enableRBACError(fmt.Errorf("cluster: etcd authentication is enabled from an etcd member: %w", cluster.ErrNotMember))
-	if errorCode(err) != http.StatusConflict || !strings.Contains(err.Error(), "client-only node") || !strings.Contains(err.Error(), "run fabraid cluster enable-rbac on an etcd member") {
-		t.Errorf("client-only node: %d %q", errorCode(err), err)
+	if ErrorCode(err) != http.StatusConflict || !strings.Contains(err.Error(), "client-only node") || !strings.Contains(err.Error(), "run fabraid cluster enable-rbac on an etcd member") {
+		t.Errorf("client-only node: %d %q", ErrorCode(err), err)
 	}
-	if err := enableRBACError(cluster.ErrExternal); errorCode(err) != http.StatusConflict || !strings.Contains(err.Error(), "external etcd") {
-		t.Errorf("external etcd: %d %q", errorCode(err), err)
+	if err := enableRBACError(cluster.ErrExternal); ErrorCode(err) != http.StatusConflict || !strings.Contains(err.Error(), "external etcd") {
+		t.Errorf("external etcd: %d %q", ErrorCode(err), err)
 	}
 	other := errors.New("etcd down")
 	if err := enableRBACError(other); err != other {

@@ -1,8 +1,7 @@
-package daemon
+package clusterplane
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -60,9 +59,9 @@ const (
 	requestTTL        = time.Hour
 )
 
-// errVolumeState (409) is wrapped by refusals because of the volume's
+// ErrVolumeState (409) is wrapped by refusals because of the volume's
 // state: not ready, no status of the slot, a slot changed meanwhile.
-var errVolumeState = errors.New("not now")
+var ErrVolumeState = errors.New("not now")
 
 // ownerError is the owner's error of a request, with its HTTP status.
 type ownerError struct {
@@ -72,16 +71,16 @@ type ownerError struct {
 
 func (e *ownerError) Error() string { return e.msg }
 
-// clusterOp carries out (or has the owner carry out) engine operation op
+// Op carries out (or has the owner carry out) engine operation op
 // of volume ref; a nil reply with a nil error is done.
-func (d *Daemon) clusterOp(ctx context.Context, ref, op string, q api.OpRequest) (*api.OpReply, error) {
+func (pl *Plane) Op(ctx context.Context, ref, op string, q api.OpRequest) (*api.OpReply, error) {
 	if !slices.Contains(volumes.RequestOps, op) {
-		return nil, fmt.Errorf("%w: unknown operation %q", errBadRequest, op)
+		return nil, fmt.Errorf("%w: unknown operation %q", ErrBadRequest, op)
 	}
 	if q.Slot < 0 || q.Rate < 0 {
 		return nil, fmt.Errorf("%w: slot %d, rate %d", volmgr.ErrInvalid, q.Slot, q.Rate)
 	}
-	v, vol, err := d.viewVolume(ctx, ref)
+	v, vol, err := pl.viewVolume(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -89,30 +88,30 @@ func (d *Daemon) clusterOp(ctx context.Context, ref, op string, q api.OpRequest)
 		return nil, err
 	}
 	if op == "replace" {
-		return d.clusterReplace(ctx, v, vol, q)
+		return pl.clusterReplace(ctx, v, vol, q)
 	}
 	if vol.Owner == v.Self {
-		return nil, d.engineOp(vol.UUID, op, q)
+		return nil, pl.engineOp(vol.UUID, op, q)
 	}
 	r := model.Request{ID: volumes.NewRequestID(), Volume: vol.UUID, Op: op, Slot: q.Slot, Force: q.Force, Repair: q.Repair, Rate: q.Rate,
 		RequestedBy: v.Self, Created: time.Now().UTC()}
 	sctx, cancel := context.WithTimeout(ctx, etcdTimeout)
-	err = volumes.Submit(sctx, d.cluster.Client(), r, func(cur model.Volume) error {
+	err = volumes.Submit(sctx, pl.cluster.Client(), r, func(cur model.Volume) error {
 		return opUsable(v, cur, op, q.Slot)
 	})
 	cancel()
 	if err != nil {
 		return nil, requestError(err)
 	}
-	d.log.Info("volume request written; the owner carries it out", "volume", vol.Name, "op", op, "slot", q.Slot, "request", r.ID, "owner", vol.Owner)
-	return d.waitRequest(ctx, vol, r.ID, opWait)
+	pl.log.Info("volume request written; the owner carries it out", "volume", vol.Name, "op", op, "slot", q.Slot, "request", r.ID, "owner", vol.Owner)
+	return pl.waitRequest(ctx, vol, r.ID, opWait)
 }
 
 // opUsable gives the refusals of op that need no engine: a volume that is
 // not ready, without a live owner, or a slot out of range.
 func opUsable(v *clusterView, vol model.Volume, op string, slot int) error {
 	if vol.State != model.VolumeReady {
-		return fmt.Errorf("%w: volume %q is %s: %s waits until it is ready", errVolumeState, vol.Name, vol.State, op)
+		return fmt.Errorf("%w: volume %q is %s: %s waits until it is ready", ErrVolumeState, vol.Name, vol.State, op)
 	}
 	if vol.Owner == "" {
 		return fmt.Errorf("%w: volume %q has no owner now (failover in progress): try again", ErrNotOwner, vol.Name)
@@ -132,25 +131,25 @@ func requestError(err error) error {
 	case errors.Is(err, volumes.ErrNotFound):
 		return fmt.Errorf("%w: %w", volmgr.ErrNotFound, err)
 	case errors.Is(err, volumes.ErrNotReady), errors.Is(err, volumes.ErrExists):
-		return fmt.Errorf("%w: %w", errVolumeState, err)
+		return fmt.Errorf("%w: %w", ErrVolumeState, err)
 	case errors.Is(err, volumes.ErrInvalid), errors.Is(err, plan.ErrNoReplacement):
 		return fmt.Errorf("%w: %w", volmgr.ErrInvalid, err)
 	}
 	return err
 }
 
-// requestPoll bounds one GET of a request (clusterRequest): the reply
+// requestPoll bounds one GET of a request (Request): the reply
 // is its result, or 202 with its state when it is not done by then.
 const requestPoll = 30 * time.Second
 
-// clusterRequest waits up to requestPoll for the result of request id of
+// Request waits up to requestPoll for the result of request id of
 // volume ref: what the operation's own reply would have been.
-func (d *Daemon) clusterRequest(ctx context.Context, ref, id string) (*api.OpReply, error) {
-	_, vol, err := d.viewVolume(ctx, ref)
+func (pl *Plane) Request(ctx context.Context, ref, id string) (*api.OpReply, error) {
+	_, vol, err := pl.viewVolume(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
-	out, err := d.waitRequest(ctx, vol, id, requestPoll)
+	out, err := pl.waitRequest(ctx, vol, id, requestPoll)
 	if errors.Is(err, volumes.ErrRequestGone) {
 		return nil, fmt.Errorf("%w: %w", volmgr.ErrNotFound, err)
 	}
@@ -158,16 +157,16 @@ func (d *Daemon) clusterRequest(ctx context.Context, ref, id string) (*api.OpRep
 }
 
 // waitRequest waits up to wait for the owner's result of request id.
-func (d *Daemon) waitRequest(ctx context.Context, vol model.Volume, id string, wait time.Duration) (*api.OpReply, error) {
-	d.Kick() // a request on the owner itself (replace) is carried out by its reconcile
-	d.loop.req.mu.Lock()
-	if d.loop.req.wait != 0 {
-		wait = d.loop.req.wait
+func (pl *Plane) waitRequest(ctx context.Context, vol model.Volume, id string, wait time.Duration) (*api.OpReply, error) {
+	pl.kick() // a request on the owner itself (replace) is carried out by its reconcile
+	pl.loop.req.mu.Lock()
+	if pl.loop.req.wait != 0 {
+		wait = pl.loop.req.wait
 	}
-	d.loop.req.mu.Unlock()
+	pl.loop.req.mu.Unlock()
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	r, err := volumes.WaitRequest(wctx, d.cluster.Client(), vol.UUID, id)
+	r, err := volumes.WaitRequest(wctx, pl.cluster.Client(), vol.UUID, id)
 	switch {
 	case err == nil && r.State == model.RequestFailed:
 		code := r.Code
@@ -189,36 +188,27 @@ func (d *Daemon) waitRequest(ctx context.Context, vol model.Volume, id string, w
 }
 
 // engineOp runs op on this node's engine of volume uuid.
-func (d *Daemon) engineOp(uuid, op string, q api.OpRequest) error {
-	var err error
-	switch op {
-	case "fail":
-		err = d.mgr.Fail(uuid, q.Slot, q.Force)
-	case "re-add":
-		err = d.mgr.ReAdd(uuid, q.Slot, q.Rate)
-	case "rebuild":
-		err = d.mgr.Rebuild(uuid, q.Rate)
-	case "scrub":
-		err = d.mgr.Scrub(uuid, q.Repair, q.Rate)
-	default:
-		err = fmt.Errorf("%w: operation %q is not an engine call", errBadRequest, op)
+func (pl *Plane) engineOp(uuid, op string, q api.OpRequest) error {
+	known, err := pl.mgr.EngineOp(uuid, op, q)
+	if !known {
+		err = fmt.Errorf("%w: operation %q is not an engine call", ErrBadRequest, op)
 	}
-	d.Kick()
+	pl.kick()
 	return err
 }
 
 // clusterReplace moves slot q.Slot of vol to a new drive in etcd and
 // waits for the owner to replace it.
-func (d *Daemon) clusterReplace(ctx context.Context, v *clusterView, vol model.Volume, q api.OpRequest) (*api.OpReply, error) {
+func (pl *Plane) clusterReplace(ctx context.Context, v *clusterView, vol model.Volume, q api.OpRequest) (*api.OpReply, error) {
 	var err error
 	st, has := v.Status[vol.UUID]
 	if !has {
-		return nil, fmt.Errorf("%w: volume %q: owner %s publishes no status: cannot tell whether slot %d failed", errVolumeState, vol.Name, vol.Owner, q.Slot)
+		return nil, fmt.Errorf("%w: volume %q: owner %s publishes no status: cannot tell whether slot %d failed", ErrVolumeState, vol.Name, vol.Owner, q.Slot)
 	}
 	i := slices.IndexFunc(st.Members, func(m model.VolumeMemberStatus) bool { return m.Slot == q.Slot })
 	switch {
 	case i < 0:
-		return nil, fmt.Errorf("%w: volume %q: owner %s reports no state of slot %d (volume %s %s)", errVolumeState, vol.Name, vol.Owner, q.Slot, st.State, st.Error)
+		return nil, fmt.Errorf("%w: volume %q: owner %s reports no state of slot %d (volume %s %s)", ErrVolumeState, vol.Name, vol.Owner, q.Slot, st.State, st.Error)
 	case st.Members[i].Role == "active":
 		return nil, fmt.Errorf("%w: volume %q slot %d is active: fail it first (fabraid volume fail %s %d)", volmgr.ErrInvalid, vol.Name, q.Slot, vol.Name, q.Slot)
 	}
@@ -232,12 +222,12 @@ func (d *Daemon) clusterReplace(ctx context.Context, v *clusterView, vol model.V
 	r := model.Request{ID: volumes.NewRequestID(), Volume: vol.UUID, Op: "replace", Slot: q.Slot, Rate: q.Rate, Node: m.Node, Drive: m.Drive,
 		RequestedBy: v.Self, Created: time.Now().UTC()}
 	sctx, cancel := context.WithTimeout(ctx, etcdTimeout)
-	_, err = volumes.SubmitReplace(sctx, d.cluster.Client(), r, func(cur *model.Volume) error {
+	_, err = volumes.SubmitReplace(sctx, pl.cluster.Client(), r, func(cur *model.Volume) error {
 		if err := opUsable(v, *cur, "replace", q.Slot); err != nil {
 			return err
 		}
 		if cur.Members[q.Slot] != old {
-			return fmt.Errorf("%w: volume %q slot %d changed meanwhile (now %s:%s): ask again", errVolumeState, cur.Name, q.Slot, cur.Members[q.Slot].Node, cur.Members[q.Slot].Drive)
+			return fmt.Errorf("%w: volume %q slot %d changed meanwhile (now %s:%s): ask again", ErrVolumeState, cur.Name, q.Slot, cur.Members[q.Slot].Node, cur.Members[q.Slot].Drive)
 		}
 		cur.Members[q.Slot] = m
 		return nil
@@ -246,9 +236,9 @@ func (d *Daemon) clusterReplace(ctx context.Context, v *clusterView, vol model.V
 	if err != nil {
 		return nil, requestError(err)
 	}
-	d.log.Info("volume member moved to a new drive; the owner replaces it", "volume", vol.Name, "slot", q.Slot,
+	pl.log.Info("volume member moved to a new drive; the owner replaces it", "volume", vol.Name, "slot", q.Slot,
 		"old", old.Node+":"+old.Drive, "new", m.Node+":"+m.Drive, "request", r.ID, "owner", vol.Owner)
-	out, err := d.waitRequest(ctx, vol, r.ID, replaceWait)
+	out, err := pl.waitRequest(ctx, vol, r.ID, replaceWait)
 	if err != nil {
 		return nil, err
 	}
@@ -257,24 +247,6 @@ func (d *Daemon) clusterReplace(ctx context.Context, v *clusterView, vol model.V
 	}
 	out.Node, out.Drive = m.Node, m.Drive
 	return out, nil
-}
-
-// replyOp writes an operation's answer: 202 for a request the owner has
-// not finished yet.
-func replyOp(w http.ResponseWriter, reply func(http.ResponseWriter, any, error), out *api.OpReply, err error) {
-	if err != nil || out == nil || out.State == model.RequestDone {
-		if out == nil {
-			reply(w, nil, err)
-			return
-		}
-		reply(w, out, err)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusAccepted)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	enc.Encode(out)
 }
 
 // requestWorker carries out the requests of the volumes this node owns,
@@ -307,8 +279,8 @@ type unfinishedRequest struct {
 
 // requestHook starts the request worker on cli (once per client) and has
 // it look at the requests now; it returns at once.
-func (d *Daemon) requestHook(cli *clientv3.Client) {
-	w := &d.loop.req
+func (pl *Plane) requestHook(cli *clientv3.Client) {
+	w := &pl.loop.req
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.kick == nil {
@@ -316,7 +288,7 @@ func (d *Daemon) requestHook(cli *clientv3.Client) {
 	}
 	if w.watched != cli {
 		w.watched = cli
-		go d.requestWorker(cli, w.kick)
+		go pl.requestWorker(cli, w.kick)
 	}
 	select {
 	case w.kick <- struct{}{}:
@@ -326,18 +298,18 @@ func (d *Daemon) requestHook(cli *clientv3.Client) {
 
 // requestWorker runs until cli's watch ends (the client closed or
 // replaced); a later requestHook starts another.
-func (d *Daemon) requestWorker(cli *clientv3.Client, kick chan struct{}) {
+func (pl *Plane) requestWorker(cli *clientv3.Client, kick chan struct{}) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	wch := cli.Watch(clientv3.WithRequireLeader(ctx), keys.RequestsPrefix, clientv3.WithPrefix())
 	for {
-		if err := d.carryOutRequests(ctx, cli); err != nil {
-			d.log.Warn("volume requests", "err", err)
+		if err := pl.carryOutRequests(ctx, cli); err != nil {
+			pl.log.Warn("volume requests", "err", err)
 		}
 		select {
 		case _, open := <-wch:
 			if !open {
-				w := &d.loop.req
+				w := &pl.loop.req
 				w.mu.Lock()
 				if w.watched == cli {
 					w.watched = nil
@@ -355,11 +327,11 @@ func (d *Daemon) requestWorker(cli *clientv3.Client, kick chan struct{}) {
 // made, after writing the results of those it carried out earlier that
 // are not written yet. Requests this node left running that it did not
 // carry out fail (see requestWorker.unfinished).
-func (d *Daemon) carryOutRequests(ctx context.Context, cli *clientv3.Client) error {
+func (pl *Plane) carryOutRequests(ctx context.Context, cli *clientv3.Client) error {
 	rctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 	defer cancel()
-	self := d.opts.Config.NodeName
-	finishing := d.finishUnfinished(rctx, cli)
+	self := pl.cfg.NodeName
+	finishing := pl.finishUnfinished(rctx, cli)
 	// Idle cost, every reconcile: one read of the request keys (usually
 	// none); the records only when there are requests, the whole view
 	// only when one is carried out.
@@ -394,7 +366,7 @@ func (d *Daemon) carryOutRequests(ctx context.Context, cli *clientv3.Client) err
 	if err := volumes.FailStale(rctx, cli, mine, self, now, requestPendingTTL); err != nil {
 		errs = append(errs, err)
 	}
-	w := &d.loop.req
+	w := &pl.loop.req
 	w.mu.Lock()
 	sweep := now.Sub(w.swept) > time.Minute
 	if sweep {
@@ -405,7 +377,7 @@ func (d *Daemon) carryOutRequests(ctx context.Context, cli *clientv3.Client) err
 		if n, err := volumes.CleanupRequests(rctx, cli, rs, vols, now, requestTTL); err != nil {
 			errs = append(errs, err)
 		} else if n > 0 {
-			d.log.Info("volume requests expired", "deleted", n)
+			pl.log.Info("volume requests expired", "deleted", n)
 		}
 	}
 	if len(todo) == 0 {
@@ -423,22 +395,22 @@ func (d *Daemon) carryOutRequests(ctx context.Context, cli *clientv3.Client) err
 			continue
 		}
 		q := api.OpRequest{Slot: r.Slot, Force: r.Force, Repair: r.Repair, Rate: r.Rate}
-		opErr := d.engineOp(vol.UUID, r.Op, q)
+		opErr := pl.engineOp(vol.UUID, r.Op, q)
 		// The status goes out before the result: a requester that waits
 		// for the task (--wait) sees it started, not the previous one.
-		if err := d.publishStatus(rctx, cli, v); err != nil {
+		if err := pl.publishStatus(rctx, cli, v); err != nil {
 			errs = append(errs, err)
 		}
-		if _, _, err := volumes.Finish(rctx, cli, c, errorCode(opErr), opErr, time.Now()); err != nil {
+		if _, _, err := volumes.Finish(rctx, cli, c, ErrorCode(opErr), opErr, time.Now()); err != nil {
 			errs = append(errs, err)
 			w.mu.Lock()
 			if w.unfinished == nil {
 				w.unfinished = map[string]unfinishedRequest{}
 			}
-			w.unfinished[c.ID] = unfinishedRequest{c, errorCode(opErr), opErr}
+			w.unfinished[c.ID] = unfinishedRequest{c, ErrorCode(opErr), opErr}
 			w.mu.Unlock()
 		}
-		d.log.Info("volume request carried out", "volume", vol.Name, "op", r.Op, "slot", r.Slot, "request", r.ID, "by", r.RequestedBy, "err", opErr)
+		pl.log.Info("volume request carried out", "volume", vol.Name, "op", r.Op, "slot", r.Slot, "request", r.ID, "by", r.RequestedBy, "err", opErr)
 	}
 	return errors.Join(errs...)
 }
@@ -446,8 +418,8 @@ func (d *Daemon) carryOutRequests(ctx context.Context, cli *clientv3.Client) err
 // finishUnfinished writes the results in requestWorker.unfinished again
 // and returns the IDs that were there: their records may still read
 // running in a list made before the write.
-func (d *Daemon) finishUnfinished(ctx context.Context, cli *clientv3.Client) map[string]bool {
-	w := &d.loop.req
+func (pl *Plane) finishUnfinished(ctx context.Context, cli *clientv3.Client) map[string]bool {
+	w := &pl.loop.req
 	w.mu.Lock()
 	todo := maps.Clone(w.unfinished)
 	w.mu.Unlock()
@@ -456,7 +428,7 @@ func (d *Daemon) finishUnfinished(ctx context.Context, cli *clientv3.Client) map
 		ids[id] = true
 		_, _, err := volumes.Finish(ctx, cli, u.req, u.code, u.err, time.Now())
 		if err != nil {
-			d.log.Warn("volume request result not written yet", "request", id, "err", err)
+			pl.log.Warn("volume request result not written yet", "request", id, "err", err)
 			continue
 		}
 		w.mu.Lock()
@@ -472,10 +444,10 @@ func (d *Daemon) finishUnfinished(ctx context.Context, cli *clientv3.Client) map
 // found goes to the engine (replace and rebuild, once), its member UUID
 // into the record, and the pending replace request of that slot, if
 // any, gets the result.
-func (d *Daemon) replaceMembers(ctx context.Context, cli *clientv3.Client, imp plan.Import, paths map[[16]byte][]string) []error {
+func (pl *Plane) replaceMembers(ctx context.Context, cli *clientv3.Client, imp plan.Import, paths map[[16]byte][]string) []error {
 	ctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 	defer cancel()
-	w := &d.loop.req
+	w := &pl.loop.req
 	var errs []error
 	var rs []volumes.StoredRequest
 	read := false
@@ -513,7 +485,7 @@ func (d *Daemon) replaceMembers(ctx context.Context, cli *clientv3.Client, imp p
 			} else if refused {
 				continue
 			}
-			mu, started, err := d.mgr.ReplacePlanned(o.UUID, s.Slot, p, rate)
+			mu, started, err := pl.mgr.ReplacePlanned(o.UUID, s.Slot, p, rate)
 			if errors.Is(err, volmgr.ErrNotRunning) {
 				// The engine is not started yet (start gate, restart): the
 				// request waits for it (up to requestPendingTTL).
@@ -532,10 +504,10 @@ func (d *Daemon) replaceMembers(ctx context.Context, cli *clientv3.Client, imp p
 			if err != nil {
 				errs = append(errs, fmt.Errorf("volume %s: replace slot %d with %s:%s: %w", o.Volume.Name, s.Slot, s.Node, s.Drive, err))
 			} else {
-				d.log.Info("volume member replaced", "volume", o.Volume.Name, "slot", s.Slot, "drive", s.Node+":"+s.Drive, "member", volid.Format(mu), "started", started)
+				pl.log.Info("volume member replaced", "volume", o.Volume.Name, "slot", s.Slot, "drive", s.Node+":"+s.Drive, "member", volid.Format(mu), "started", started)
 			}
 			if req != nil {
-				if _, _, ferr := volumes.Finish(ctx, cli, *req, errorCode(err), err, time.Now()); ferr != nil {
+				if _, _, ferr := volumes.Finish(ctx, cli, *req, ErrorCode(err), err, time.Now()); ferr != nil {
 					errs = append(errs, ferr)
 				}
 			}

@@ -1,4 +1,4 @@
-package daemon
+package clusterplane
 
 import (
 	"context"
@@ -60,11 +60,11 @@ func leaderTransferee(self string, members []model.MemberStatus, nodes []model.N
 
 // balanceEtcdLeader hands this node's etcd leadership to
 // leaderTransferee's member, at most every leaderMoveEvery.
-func (d *Daemon) balanceEtcdLeader(ctx context.Context, v *clusterView) {
-	if !d.cluster.LeadsEtcd() || !slices.ContainsFunc(v.Volumes, func(vol model.Volume) bool { return vol.Owner == v.Self }) {
+func (pl *Plane) balanceEtcdLeader(ctx context.Context, v *clusterView) {
+	if !pl.cluster.LeadsEtcd() || !slices.ContainsFunc(v.Volumes, func(vol model.Volume) bool { return vol.Owner == v.Self }) {
 		return
 	}
-	c := d.loop
+	c := pl.loop
 	c.mu.Lock()
 	recent := time.Since(c.leaderMoved) < leaderMoveEvery
 	c.mu.Unlock()
@@ -73,7 +73,7 @@ func (d *Daemon) balanceEtcdLeader(ctx context.Context, v *clusterView) {
 	}
 	mctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	ms, err := store.Members(mctx, d.cluster.Client(), time.Second)
+	ms, err := store.Members(mctx, pl.cluster.Client(), time.Second)
 	if err != nil {
 		return
 	}
@@ -85,10 +85,10 @@ func (d *Daemon) balanceEtcdLeader(ctx context.Context, v *clusterView) {
 	c.leaderMoved = time.Now()
 	c.mu.Unlock()
 	t0 := time.Now()
-	if err := d.cluster.MoveEtcdLeader(mctx, *to); err != nil {
-		d.log.Warn("etcd leadership not handed to a member that owns fewer volumes", "to", to.Name, "err", err)
+	if err := pl.cluster.MoveEtcdLeader(mctx, *to); err != nil {
+		pl.log.Warn("etcd leadership not handed to a member that owns fewer volumes", "to", to.Name, "err", err)
 		return
 	}
-	d.log.Info("etcd leadership handed to a member that owns fewer volumes (an owner's death then needs no election)",
+	pl.log.Info("etcd leadership handed to a member that owns fewer volumes (an owner's death then needs no election)",
 		"to", to.Name, "seconds", time.Since(t0).Seconds())
 }

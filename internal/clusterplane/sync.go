@@ -1,4 +1,4 @@
-package daemon
+package clusterplane
 
 import (
 	"context"
@@ -20,25 +20,25 @@ import (
 	"github.com/fabraid/fabraid/kernel/nvmf"
 )
 
-// reconcileCluster is one pass of the data-plane loop (clusterloop.go).
-func (d *Daemon) reconcileCluster(ctx context.Context) error {
-	cli := d.cluster.Client()
+// Reconcile is one pass of the data-plane loop (loop.go).
+func (pl *Plane) Reconcile(ctx context.Context) error {
+	cli := pl.cluster.Client()
 	if cli == nil {
-		return errNoEtcd
+		return ErrNoEtcd
 	}
-	c := d.loop
-	c.watch(cli, d.Kick)
-	d.requestHook(cli) // engine operation requests (clusterreq.go)
-	self := d.opts.Config.NodeName
-	hs, ok := d.cluster.HostSecret()
+	c := pl.loop
+	c.watch(cli, pl.kick)
+	pl.requestHook(cli) // engine operation requests (req.go)
+	self := pl.cfg.NodeName
+	hs, ok := pl.cluster.HostSecret()
 	if !ok {
-		return errNoEtcd // registration makes it
+		return ErrNoEtcd // registration makes it
 	}
 	secret := nvmf.SecretText(hs.Reveal())
 	rctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 	v, err := readView(rctx, cli, self)
 	if err == nil {
-		err = d.readCtrlKeys(rctx, cli, v) // clusterauth.go
+		err = pl.readCtrlKeys(rctx, cli, v) // auth.go
 	}
 	cancel()
 	if err != nil {
@@ -46,73 +46,73 @@ func (d *Daemon) reconcileCluster(ctx context.Context) error {
 	}
 	v.HostKeys[self] = secret // what this node presents, even before etcd has it
 	// Before ownership: a node that exports nothing holds no volume.
-	refused := d.exportRefusal(ctx, v)
+	refused := pl.exportRefusal(ctx, v)
 	var errs []error
-	own, err := d.owners.reconcile(ctx, cli, v)
+	own, err := pl.owners.reconcile(ctx, cli, v)
 	if err != nil {
 		errs = append(errs, err)
 	}
 	v.Held = own.Held // only these are imported and assembled here
-	v.Unfenced = d.owners.unfenced(ctx, cli, v)
+	v.Unfenced = pl.owners.unfenced(ctx, cli, v)
 	c.mu.Lock()
 	c.view = v
 	c.mu.Unlock()
 
-	local, drives := localDrives(d.opts.Config.StateDir)
-	xres, err := d.reconcileExports(ctx, cli, v, drives)
+	local, drives := localDrives(pl.cfg.StateDir)
+	xres, err := pl.reconcileExports(ctx, cli, v, drives)
 	if err != nil {
 		errs = append(errs, err)
 	}
 	for _, p := range xres.Problems {
-		d.log.Warn("drive exporter", "problem", p)
+		pl.log.Warn("drive exporter", "problem", p)
 	}
 	if len(xres.Fenced) > 0 {
-		d.log.Info("drive exporter: fenced old owners", "drives", xres.Fenced)
+		pl.log.Info("drive exporter: fenced old owners", "drives", xres.Fenced)
 	}
-	imp := plan.ImporterInput(v.View, d.mgr.HostIdentity(), local)
+	imp := plan.ImporterInput(v.View, pl.mgr.HostIdentity(), local)
 	ires, err := c.im.Reconcile(ctx, imp.Input)
 	if err != nil {
 		errs = append(errs, err)
 	}
 	for _, p := range ires.Problems {
-		d.log.Warn("member importer", "problem", p)
+		pl.log.Warn("member importer", "problem", p)
 	}
 	paths := imp.Paths(ires)
 	mp := managerPlan(v, imp, paths)
 	mp.Secret, mp.Auth, mp.Stop, mp.Drain = secret, xres.Auth, own.Stop, own.Keep
-	withCtrlKeys(&mp, v) // clusterauth.go
+	withCtrlKeys(&mp, v) // auth.go
 	if refused != nil {
 		mp.Refused = refused.Error()
 	}
-	res, err := d.mgr.ReconcileCluster(ctx, mp)
+	res, err := pl.mgr.ReconcileCluster(ctx, mp)
 	if err != nil {
 		errs = append(errs, err)
 	}
 	if res.Retry {
-		time.AfterFunc(consumerRetry, d.Kick) // a new owner's export may be up by then
+		time.AfterFunc(consumerRetry, pl.kick) // a new owner's export may be up by then
 	}
-	errs = append(errs, d.owners.afterReconcile(ctx, cli, v, own, d.mgr)...) // hand-overs (clustermove.go)
-	errs = append(errs, d.drainOwned(ctx, cli, v, own.Held)...)              // a drained node's moves (clusterdrain.go)
-	errs = append(errs, d.reprotect(ctx, cli, v)...)                         // members of down nodes (clusterreprotect.go)
-	d.balanceEtcdLeader(ctx, v)                                              // clusterleader.go
+	errs = append(errs, pl.owners.afterReconcile(ctx, cli, v, own, pl.mgr)...) // hand-overs (move.go)
+	errs = append(errs, pl.drainOwned(ctx, cli, v, own.Held)...)               // a drained node's moves (drain.go)
+	errs = append(errs, pl.reprotect(ctx, cli, v)...)                          // members of down nodes (reprotect.go)
+	pl.balanceEtcdLeader(ctx, v)                                               // leader.go
 	wctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 	defer cancel()
-	if err := d.publishPaths(wctx, cli, res.Paths); err != nil {
+	if err := pl.publishPaths(wctx, cli, res.Paths); err != nil {
 		errs = append(errs, err)
 	}
 	for u, ms := range res.Created {
 		if err := markReady(wctx, cli, u, ms); err != nil {
 			errs = append(errs, err)
 		} else {
-			d.log.Info("volume created; ready", "uuid", volid.Format(u))
+			pl.log.Info("volume created; ready", "uuid", volid.Format(u))
 		}
 	}
-	errs = append(errs, d.replaceMembers(ctx, cli, imp, paths)...) // clusterreq.go
-	errs = append(errs, d.deleteOwned(ctx, cli, imp, paths)...)
-	if err := d.publishStatus(wctx, cli, v); err != nil {
+	errs = append(errs, pl.replaceMembers(ctx, cli, imp, paths)...) // req.go
+	errs = append(errs, pl.deleteOwned(ctx, cli, imp, paths)...)
+	if err := pl.publishStatus(wctx, cli, v); err != nil {
 		errs = append(errs, err)
 	}
-	if err := d.publishRotatedKey(wctx); err != nil { // clusterauth.go
+	if err := pl.publishRotatedKey(wctx); err != nil { // auth.go
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -145,13 +145,13 @@ func markReady(ctx context.Context, kv clientv3.KV, u [16]byte, ms [][16]byte) e
 
 // deleteOwned carries out the deletes of volumes this node owns: stop the
 // engine, wipe the members, remove the record.
-func (d *Daemon) deleteOwned(ctx context.Context, kv clientv3.KV, imp plan.Import, paths map[[16]byte][]string) []error {
+func (pl *Plane) deleteOwned(ctx context.Context, kv clientv3.KV, imp plan.Import, paths map[[16]byte][]string) []error {
 	var errs []error
 	for _, o := range imp.Volumes {
 		if o.Volume.State != model.VolumeDeleting {
 			continue
 		}
-		if err := d.mgr.DeletePlanned(ctx, o.UUID, paths[o.UUID]); err != nil {
+		if err := pl.mgr.DeletePlanned(ctx, o.UUID, paths[o.UUID]); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -159,7 +159,7 @@ func (d *Daemon) deleteOwned(ctx context.Context, kv clientv3.KV, imp plan.Impor
 			errs = append(errs, err)
 			continue
 		}
-		d.log.Info("volume deleted", "volume", o.Volume.Name, "uuid", o.Volume.UUID)
+		pl.log.Info("volume deleted", "volume", o.Volume.Name, "uuid", o.Volume.UUID)
 	}
 	return errs
 }
@@ -167,8 +167,8 @@ func (d *Daemon) deleteOwned(ctx context.Context, kv clientv3.KV, imp plan.Impor
 // publishStatus writes the status of every volume this node owns when it
 // changed (or is not in etcd), on the loop's lease: gone when this node
 // stops renewing it.
-func (d *Daemon) publishStatus(ctx context.Context, cli *clientv3.Client, v *clusterView) error {
-	c := d.loop
+func (pl *Plane) publishStatus(ctx context.Context, cli *clientv3.Client, v *clusterView) error {
+	c := pl.loop
 	lease, err := c.ensureLease(ctx, cli)
 	if err != nil {
 		return err
@@ -178,12 +178,12 @@ func (d *Daemon) publishStatus(ctx context.Context, cli *clientv3.Client, v *clu
 		if vol.State == model.VolumeDeleting {
 			continue
 		}
-		s := d.volumeStatus(vol)
+		s := pl.volumeStatus(vol)
 		c.mu.Lock()
 		s.Reprotect = c.reprotectWhy[vol.UUID]
 		c.mu.Unlock()
-		if u, err := volid.ParseUUID(vol.UUID); err == nil && d.mgr.Running(u) && s.State != "stopped" && s.State != "waiting" {
-			s.Epoch, s.Exported = v.Held[vol.UUID], d.mgr.Exported(u)
+		if u, err := volid.ParseUUID(vol.UUID); err == nil && pl.mgr.Running(u) && s.State != "stopped" && s.State != "waiting" {
+			s.Epoch, s.Exported = v.Held[vol.UUID], pl.mgr.Exported(u)
 		}
 		c.mu.Lock()
 		old, ok := c.published[vol.UUID]
@@ -205,14 +205,14 @@ func (d *Daemon) publishStatus(ctx context.Context, cli *clientv3.Client, v *clu
 
 // publishPaths writes this node's consumer controllers (paths, from the
 // manager's reconcile) when they changed, on the status lease: the old
-// owner of a hand-over waits for them (clustermove.go).
-func (d *Daemon) publishPaths(ctx context.Context, cli *clientv3.Client, paths map[[16]byte][]volmgr.ConsumerPath) error {
-	c := d.loop
+// owner of a hand-over waits for them (move.go).
+func (pl *Plane) publishPaths(ctx context.Context, cli *clientv3.Client, paths map[[16]byte][]volmgr.ConsumerPath) error {
+	c := pl.loop
 	lease, err := c.ensureLease(ctx, cli)
 	if err != nil {
 		return err
 	}
-	np := model.NodePaths{Version: model.PathsVersion, Node: d.opts.Config.NodeName, Volumes: map[string][]model.Path{}}
+	np := model.NodePaths{Version: model.PathsVersion, Node: pl.cfg.NodeName, Volumes: map[string][]model.Path{}}
 	for u, ps := range paths {
 		var out []model.Path
 		for _, p := range ps {
@@ -242,9 +242,9 @@ func sameStatus(a, b model.VolumeStatus) bool {
 }
 
 // volumeStatus is what this owner says about vol.
-func (d *Daemon) volumeStatus(vol model.Volume) model.VolumeStatus {
+func (pl *Plane) volumeStatus(vol model.Volume) model.VolumeStatus {
 	s := model.VolumeStatus{UUID: vol.UUID, Name: vol.Name, Owner: vol.Owner}
-	in, err := d.mgr.Info(vol.UUID)
+	in, err := pl.mgr.Info(vol.UUID)
 	switch {
 	case vol.State == model.VolumeCreating:
 		s.State = model.VolumeCreating
@@ -262,7 +262,7 @@ func (d *Daemon) volumeStatus(vol model.Volume) model.VolumeStatus {
 		s.Progress = in.Progress.Percent
 	}
 	if in.LastTask != nil {
-		s.LastTask, _ = json.Marshal(in.LastTask) // for --wait on other nodes (clusterreq.go)
+		s.LastTask, _ = json.Marshal(in.LastTask) // for --wait on other nodes (req.go)
 	}
 	if r := in.Rebuild; r != nil && r.Partial {
 		s.ResyncBytes = r.Bytes
