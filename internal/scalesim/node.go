@@ -41,7 +41,7 @@ type node struct {
 	lapsed map[string]bool
 }
 
-// kickPrefixes are fabraidd's (internal/daemon kicks): the keys whose
+// kickPrefixes are fabraidd's (internal/clusterplane kicks): the keys whose
 // change makes a node reconcile.
 var kickPrefixes = []string{keys.VolumesPrefix, keys.NodesPrefix, keys.AlivePrefix, keys.HostKeysPrefix, keys.OwnersPrefix,
 	keys.DrainsPrefix, keys.FencePrefix}
@@ -274,7 +274,7 @@ func alive(v plan.View, name string) bool {
 	return false
 }
 
-// readView is internal/daemon's readView: the registry with liveness,
+// readView is internal/clusterplane's readView: the registry with liveness,
 // every volume record, host keys, statuses, moves and consumer paths.
 func readView(ctx context.Context, kv clientv3.KV, self string) (plan.View, error) {
 	ns, err := registry.List(ctx, kv)

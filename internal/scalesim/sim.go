@@ -7,7 +7,7 @@
 // heartbeat, owner session, volume and owner-key code; the kernel side
 // (exports, imports, engines) is absent, so a takeover here is the etcd
 // part of one: record compare-and-swap and key acquisition. The view and
-// the reconcile triggers copy internal/daemon's (readView, kicks), which
+// the reconcile triggers copy internal/clusterplane's (readView, kicks), which
 // the simulation cannot import without linking the kernel side.
 package scalesim
 
