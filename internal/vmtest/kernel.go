@@ -121,11 +121,7 @@ func aptPackages(a aptEnv, series string) ([]string, error) {
 // extracting it into the cache on first use. When apt cannot be asked (no
 // network, no lists) the newest kernel already in the cache is used.
 func GetKernel(series string) (*Kernel, error) {
-	cache, err := CacheDir()
-	if err != nil {
-		return nil, err
-	}
-	unlock, err := lockFile(filepath.Join(cache, "kernels.lock"))
+	cache, unlock, err := lockedCache("kernels")
 	if err != nil {
 		return nil, err
 	}
@@ -281,6 +277,20 @@ func readKernelConfig(path string) (map[string]string, error) {
 // Config returns the value of a kernel config option ("y", "m", a string)
 // or "" when it is not set.
 func (k *Kernel) Config(option string) string { return k.config[option] }
+
+// lockedCache returns the cache directory with the lock <name>.lock in it
+// held, and the lock's release.
+func lockedCache(name string) (string, func(), error) {
+	cache, err := CacheDir()
+	if err != nil {
+		return "", nil, err
+	}
+	unlock, err := lockFile(filepath.Join(cache, name+".lock"))
+	if err != nil {
+		return "", nil, err
+	}
+	return cache, unlock, nil
+}
 
 // lockFile takes an exclusive flock on path and returns its release.
 func lockFile(path string) (func(), error) {

@@ -114,11 +114,7 @@ func aptStamp(globs []string) string {
 // lists changed. When apt's lists cannot be read the newest cached tree of
 // the same kind is used.
 func getSystemdRoot(withUdev bool) (*sysRoot, error) {
-	cache, err := CacheDir()
-	if err != nil {
-		return nil, err
-	}
-	unlock, err := lockFile(filepath.Join(cache, "rootfs.lock"))
+	cache, unlock, err := lockedCache("rootfs")
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +145,7 @@ func getSystemdRoot(withUdev bool) (*sysRoot, error) {
 	}
 	key, list := rootfsKey(pkgs)
 	if _, err := cachedRoot(base, key); err != nil {
-		if err := buildRoot(filepath.Join(base, key), list); err != nil {
+		if err := buildTree(aptEnv{}, filepath.Join(base, key), list, checkSystemdTree); err != nil {
 			return nil, err
 		}
 	}
@@ -202,9 +198,10 @@ func newestCachedRoot(base string, withUdev bool) (*sysRoot, error) {
 	return cachedRoot(base, best)
 }
 
-// buildRoot downloads the packages (name=version), extracts each, merges
-// them into dir/root, checks the ELF closure and marks dir complete.
-func buildRoot(dir string, list []string) error {
+// buildTree downloads the packages (name=version) through a, extracts
+// each, merges them into dir/root, runs check on the tree (when not nil)
+// and marks dir complete.
+func buildTree(a aptEnv, dir string, list []string, check func(root string, owners map[string]string, tmp string) error) error {
 	tmp := dir + ".tmp"
 	os.RemoveAll(tmp)
 	debs := filepath.Join(tmp, "debs")
@@ -212,52 +209,75 @@ func buildRoot(dir string, list []string) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	cmd := exec.Command("apt-get", append([]string{"download", "-q"}, list...)...)
-	cmd.Dir = debs
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("vmtest: apt-get download (systemd guest packages): %w\n%s", err, out)
+	if _, err := a.download(debs, list...); err != nil {
+		return err
 	}
-	root := filepath.Join(tmp, "root")
-	owners := map[string]string{}
-	for _, nv := range list {
-		name, _, _ := strings.Cut(nv, "=")
-		deb, err := findDeb(debs, name)
-		if err != nil {
-			return err
-		}
-		x := filepath.Join(tmp, "x", name)
-		if err := os.MkdirAll(x, 0o755); err != nil {
-			return err
-		}
-		if out, err := exec.Command("dpkg-deb", "-x", deb, x).CombinedOutput(); err != nil {
-			return fmt.Errorf("vmtest: dpkg-deb -x %s: %w\n%s", deb, err, out)
-		}
-		if err := mergeTree(x, root, name, owners); err != nil {
-			return fmt.Errorf("vmtest: merge package %s: %w", name, err)
-		}
+	root, owners, err := mergeDebs(tmp, debs, list)
+	if err != nil {
+		return err
 	}
-	for _, d := range usrMergedDirs {
-		if err := os.MkdirAll(filepath.Join(root, "usr", d), 0o755); err != nil {
-			return err
-		}
-		if err := os.Symlink("usr/"+d, filepath.Join(root, d)); err != nil {
+	if check != nil {
+		if err := check(root, owners, tmp); err != nil {
 			return err
 		}
 	}
+	return finishRoot(tmp, dir, list)
+}
+
+// checkSystemdTree checks a systemd guest's tree (required files, ELF
+// closure) and records the file owners in tmp.
+func checkSystemdTree(root string, owners map[string]string, tmp string) error {
 	if err := checkRequired(root); err != nil {
 		return err
 	}
 	if err := checkELFClosure(root, owners); err != nil {
 		return err
 	}
-	if err := writeOwners(filepath.Join(tmp, "owners"), owners); err != nil {
-		return err
+	return writeOwners(filepath.Join(tmp, "owners"), owners)
+}
+
+// mergeDebs extracts the downloaded packages (name=version, .deb files in
+// debs) under tmp/x and merges them into the usr-merged tree tmp/root; it
+// returns the tree and which package each path came from.
+func mergeDebs(tmp, debs string, list []string) (string, map[string]string, error) {
+	root := filepath.Join(tmp, "root")
+	owners := map[string]string{}
+	for _, nv := range list {
+		name, _, _ := strings.Cut(nv, "=")
+		deb, err := findDeb(debs, name)
+		if err != nil {
+			return "", nil, err
+		}
+		x := filepath.Join(tmp, "x", name)
+		if err := os.MkdirAll(x, 0o755); err != nil {
+			return "", nil, err
+		}
+		if out, err := exec.Command("dpkg-deb", "-x", deb, x).CombinedOutput(); err != nil {
+			return "", nil, fmt.Errorf("vmtest: dpkg-deb -x %s: %w\n%s", deb, err, out)
+		}
+		if err := mergeTree(x, root, name, owners); err != nil {
+			return "", nil, fmt.Errorf("vmtest: merge package %s: %w", name, err)
+		}
 	}
+	for _, d := range usrMergedDirs {
+		if err := os.MkdirAll(filepath.Join(root, "usr", d), 0o755); err != nil {
+			return "", nil, err
+		}
+		if err := os.Symlink("usr/"+d, filepath.Join(root, d)); err != nil {
+			return "", nil, err
+		}
+	}
+	return root, owners, nil
+}
+
+// finishRoot marks the tree in tmp complete, drops what only building it
+// needed and moves it to dir.
+func finishRoot(tmp, dir string, list []string) error {
 	if err := os.WriteFile(filepath.Join(tmp, ".complete"), []byte(strings.Join(list, "\n")+"\n"), 0o644); err != nil {
 		return err
 	}
 	os.RemoveAll(filepath.Join(tmp, "x"))
-	os.RemoveAll(debs)
+	os.RemoveAll(filepath.Join(tmp, "debs"))
 	os.RemoveAll(dir)
 	return os.Rename(tmp, dir)
 }

@@ -132,8 +132,12 @@ func mirrorFromOneLine(text string) string {
 
 // sidApt returns the private apt environment for sid under cache/apt-sid,
 // writing its sources.list (the host's mirror may change between runs).
-func sidApt(cache string) (aptEnv, error) {
-	dir := filepath.Join(cache, "apt-sid")
+func sidApt(cache string) (aptEnv, error) { return suiteApt(cache, "sid") }
+
+// suiteApt returns the private apt environment for a Debian suite ("sid",
+// "trixie") under cache/apt-<suite>, as sidApt does for sid.
+func suiteApt(cache, suite string) (aptEnv, error) {
+	dir := filepath.Join(cache, "apt-"+suite)
 	if _, err := os.Stat(archiveKeyring); err != nil {
 		return aptEnv{}, fmt.Errorf("vmtest: %s missing (apt-get install debian-archive-keyring, or bash scripts/setup-host.sh): %w", archiveKeyring, err)
 	}
@@ -150,7 +154,7 @@ func sidApt(cache string) (aptEnv, error) {
 		}
 	}
 	src := filepath.Join(dir, "sources.list")
-	line := fmt.Sprintf("deb [signed-by=%s] %s sid main\n", archiveKeyring, mirror)
+	line := fmt.Sprintf("deb [signed-by=%s] %s %s main\n", archiveKeyring, mirror, suite)
 	if old, err := os.ReadFile(src); err != nil || string(old) != line {
 		if err := os.WriteFile(src, []byte(line), 0o644); err != nil {
 			return aptEnv{}, err
@@ -187,12 +191,12 @@ func (a aptEnv) listsAge() time.Duration {
 func (a aptEnv) update() error {
 	out, err := a.command("apt-get", "-q", "update").CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("vmtest: apt-get update (private sid lists in %s): %w\n%s", a.dir, err, out)
+		return fmt.Errorf("vmtest: apt-get update (private lists in %s): %w\n%s", a.dir, err, out)
 	}
 	// apt-get update exits 0 when a source could not be fetched; then the
 	// lists are not fresh.
 	if strings.Contains(string(out), "\nW: Failed to fetch") || strings.Contains(string(out), "\nE: ") {
-		return fmt.Errorf("vmtest: apt-get update (private sid lists in %s) failed:\n%s", a.dir, out)
+		return fmt.Errorf("vmtest: apt-get update (private lists in %s) failed:\n%s", a.dir, out)
 	}
 	return os.WriteFile(filepath.Join(a.dir, "lists", ".updated"), nil, 0o644)
 }
