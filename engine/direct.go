@@ -1,14 +1,22 @@
 package engine
 
 import (
+	"fmt"
+	"sync"
 	"time"
+
+	"github.com/fabraid/fabraid/engine/layout"
 )
 
-// DirectRead is a healthy read planned for a caller that submits the
-// member reads itself, such as a ublk queue thread on its own io_uring
-// (no hand-off to another goroutine per request). IOs are the member reads,
-// straight into the caller's buffer; the caller performs each one, sets its
-// Err, and calls Finish exactly once.
+// DirectRead is a read planned for a caller that submits the member reads
+// itself, such as a ublk queue thread on its own io_uring (no hand-off to
+// another goroutine per request). IOs are the member reads: straight into
+// the caller's buffer when every chunk read is readable; for a read inside
+// one stripe with unreadable chunks (degraded), the readable chunks it
+// needs, some into scratch buffers, from which Finish reconstructs the
+// rest, holding the stripe's lock shared from PlanRead to Finish as
+// readStripe does. The caller performs each one, sets its Err, and calls
+// Finish exactly once.
 type DirectRead struct {
 	IOs []IO
 
@@ -18,6 +26,11 @@ type DirectRead struct {
 	off     int64
 	t0      time.Time
 	counted bool
+	// degraded: r is reconstructed by plan under lk (held shared).
+	degraded bool
+	r        layout.StripeReq
+	plan     layout.ReadPlan
+	lk       *sync.RWMutex
 }
 
 // PlanRead plans a read of len(p) bytes at off whose every chunk is
@@ -35,18 +48,50 @@ func (v *Volume) PlanRead(p []byte, off int64) (*DirectRead, bool) {
 		return nil, false
 	}
 	op := v.newOp()
-	if !op.addDirectReads(op.split(off, len(p)), p) {
+	reqs := op.split(off, len(p))
+	d := &DirectRead{v: v, op: op, p: p, off: off, t0: time.Now()}
+	if !op.addDirectReads(reqs, p) && !d.planDegraded(reqs) {
 		v.putOp(op)
 		v.gate.exit()
 		return nil, false
 	}
-	d := &DirectRead{IOs: op.ios, v: v, op: op, p: p, off: off, t0: time.Now()}
+	d.IOs = op.ios
 	if v.background.Load() {
 		v.inflight.Add(1) // a rebuild or scrub yields to it, as to ReadAt
 		v.foreground.Add(1)
 		d.counted = true
 	}
 	return d, true
+}
+
+// planDegraded plans a one-stripe read with unreadable chunks: the
+// stripe's lock taken shared without waiting, no resync pending on its
+// row, the readable chunks the reconstruction needs. op.ios is empty
+// before; on false nothing is held and op is released.
+func (d *DirectRead) planDegraded(reqs []layout.StripeReq) bool {
+	v, op := d.v, d.op
+	op.release()
+	if len(reqs) != 1 {
+		return false
+	}
+	r := reqs[0]
+	lk := v.lockFor(r.Stripe)
+	if !lk.TryRLock() {
+		return false
+	}
+	if rs := v.rs.Load(); rs != nil && rs.needs(r.Stripe, r.Group, r.Row) {
+		lk.RUnlock() // readStripe resyncs the row first
+		return false
+	}
+	unreadable, _ := v.masks(r.Group, r.Row)
+	plan, err := layout.PlanRead(v.geo, r, unreadable)
+	if err != nil || v.stopErr() != nil {
+		lk.RUnlock()
+		return false
+	}
+	v.addStripeReads(op, d.p, r, plan)
+	d.degraded, d.r, d.plan, d.lk = true, r, plan, lk
+	return true
 }
 
 // Finish completes the read once every IO's Err is set. Members whose read
@@ -64,9 +109,20 @@ func (d *DirectRead) Finish() (int, error) {
 			v.failMemberDev(op.slots[i], op.ios[i].Dev, op.ios[i].Err)
 		}
 	}
+	var rerr error
+	if ok && d.degraded {
+		rerr = v.reconstructRead(op, d.p, d.r, d.plan)
+	}
+	if d.degraded {
+		op.release()
+		d.lk.RUnlock()
+	}
 	v.putOp(op)
 	d.op, d.IOs = nil, nil
-	n, err := len(d.p), error(nil)
+	n, err := len(d.p), rerr
+	if err != nil {
+		n, err = 0, fmt.Errorf("read at %d: %w", d.off, err)
+	}
 	if !ok {
 		n, err = v.readAt(d.p, d.off)
 	}
@@ -81,6 +137,10 @@ func (d *DirectRead) Finish() (int, error) {
 // was submitted); it is not counted.
 func (d *DirectRead) Cancel() {
 	d.v.gate.exit()
+	if d.degraded {
+		d.op.release()
+		d.lk.RUnlock()
+	}
 	d.v.putOp(d.op)
 	d.op, d.IOs = nil, nil
 	if d.counted {

@@ -278,6 +278,17 @@ func segFor(r layout.StripeReq, pos int) (layout.Seg, bool) {
 }
 
 func (v *Volume) execRead(op *stripeOp, p []byte, r layout.StripeReq, plan layout.ReadPlan) error {
+	v.addStripeReads(op, p, r, plan)
+	if !op.run() {
+		return errRetry
+	}
+	return v.reconstructRead(op, p, r, plan)
+}
+
+// addStripeReads adds the member reads of plan: the directly readable
+// segments into p, the reconstruction's inputs over [Lo, Hi) into
+// op.shards.
+func (v *Volume) addStripeReads(op *stripeOp, p []byte, r layout.StripeReq, plan layout.ReadPlan) {
 	mo := v.geo.MemberOffset(r.Row)
 	n := plan.Hi - plan.Lo
 	for _, s := range r.Segs {
@@ -294,12 +305,15 @@ func (v *Volume) execRead(op *stripeOp, p []byte, r layout.StripeReq, plan layou
 			op.add(v.slotAt(r, pos), false, op.shards[pos], mo+int64(plan.Lo))
 		}
 	}
-	if !op.run() {
-		return errRetry
-	}
+}
+
+// reconstructRead fills p's segments of plan's unreadable positions once
+// its reads succeeded.
+func (v *Volume) reconstructRead(op *stripeOp, p []byte, r layout.StripeReq, plan layout.ReadPlan) error {
 	if plan.Reconstruct == 0 {
 		return nil
 	}
+	n := plan.Hi - plan.Lo
 	required := make([]bool, v.geo.K)
 	for _, s := range r.Segs {
 		if plan.Reconstruct&(1<<uint(s.Pos)) == 0 {

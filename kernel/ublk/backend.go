@@ -238,8 +238,9 @@ type DirectReader interface {
 
 // PlannedRead is one read planned by a DirectReader.
 type PlannedRead interface {
-	// Reads are the file reads to submit; their buffers lie inside the
-	// request's buffer.
+	// Reads are the file reads to submit: into the request's buffer, or
+	// (a read that Finish completes from them, such as a degraded one)
+	// into buffers of the backend's own that stay valid until Finish.
 	Reads() []FileRead
 	// Finish takes each read's result (bytes or -errno, in the order of
 	// Reads) and returns the request's error. When a read failed it may

@@ -68,12 +68,14 @@ type pendingDirect struct {
 	left int
 	n    int32 // request length
 	// read: a planned read. buf is the request's user buffer, which
-	// PlanRead was given. On a zero-copy queue the file reads went to the
-	// request's pages instead, so a read redone by Finish (into buf) is
-	// copied there (user copy).
-	read bool
-	buf  []byte
-	tag  int
+	// PlanRead was given. On a zero-copy queue the file reads of a read
+	// whose reads all lie inside buf (fixed) go to the request's pages
+	// instead, so a read redone by Finish (into buf) is copied there (user
+	// copy); any other planned read (a degraded one, reading into scratch
+	// buffers and reconstructed into buf) is copied there whole.
+	read, fixed bool
+	buf         []byte
+	tag         int
 }
 
 // directOp is a planned request carried out in rounds of file I/O on the
@@ -331,7 +333,8 @@ func (q *queue) submitDirect(ring *uring.Ring, tag int, commit func(int, int32))
 		if !ok {
 			return false
 		}
-		p.op, p.read = newReadOp(pr), true
+		rop := newReadOp(pr)
+		p.op, p.read, p.fixed = rop, true, q.zeroCopy && inside(rop.ios, buf)
 	case r.op == opWrite && q.directW != nil && !r.fua():
 		if q.userCopy {
 			if _, err := unix.Pread(q.fd, buf, ublksys.UserCopyOffset(uint16(q.id), uint16(tag), 0)); err != nil {
@@ -386,7 +389,7 @@ func (q *queue) submitRound(ring *uring.Ring, p *pendingDirect, commit func(int,
 			if fio.FUA {
 				sqe.OpFlags = unix.RWF_DSYNC
 			}
-		case q.zeroCopy && p.read:
+		case p.fixed:
 			// fio.Buf lies inside p.buf (PlannedRead): its offset there
 			// is its offset in the request's registered pages.
 			at := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(fio.Buf))) - uintptr(unsafe.Pointer(unsafe.SliceData(p.buf))))
@@ -440,14 +443,27 @@ func (q *queue) finishResult(p *pendingDirect) int32 {
 	if err := p.op.finish(p.res); err != nil {
 		return q.errResult(err)
 	}
-	if q.zeroCopy && p.read && !complete(p.ios, p.res) {
-		// Finish redid the read into p.buf; the request's pages hold
-		// only what the file reads that succeeded put there.
+	if q.zeroCopy && p.read && (!p.fixed || !complete(p.ios, p.res)) {
+		// The data is in p.buf: the reads were not fixed, or Finish
+		// redid the read into p.buf and the request's pages hold only
+		// what the file reads that succeeded put there.
 		if _, err := unix.Pwrite(q.fd, p.buf, ublksys.UserCopyOffset(uint16(q.id), uint16(p.tag), 0)); err != nil {
 			return q.errResult(fmt.Errorf("user copy of redone read, tag %d: %w", p.tag, err))
 		}
 	}
 	return p.n
+}
+
+// inside reports whether every I/O's buffer lies inside buf.
+func inside(ios []FileIO, buf []byte) bool {
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
+	for _, io := range ios {
+		at := uintptr(unsafe.Pointer(unsafe.SliceData(io.Buf)))
+		if at < lo || at+uintptr(len(io.Buf)) > lo+uintptr(len(buf)) {
+			return false
+		}
+	}
+	return true
 }
 
 // complete reports whether every file I/O moved its full length.
