@@ -9,17 +9,19 @@ import (
 	"github.com/fabraid/fabraid/engine/layout"
 )
 
-// DirectWrite is a healthy one-stripe write planned for a caller that
-// submits the member I/O itself, such as a ublk queue thread on its own
-// io_uring: a small write then costs no goroutine hand-off, only its rounds
-// of member I/O: the reads of a read-modify-write, the journal record when
-// the stripe has data on the owner's members (owner-domain journaling),
-// then the data and parity writes. It is the stripe write of writeStripe,
+// DirectWrite is a one-stripe write planned for a caller that submits the
+// member I/O itself, such as a ublk queue thread on its own io_uring: a
+// small write then costs no goroutine hand-off, only its rounds of member
+// I/O: the reads (of a read-modify-write, a reconstruct-write, or a
+// degraded write), the journal record when the stripe needs one (a chunk
+// not durably readable, or data on the owner's members), then the data and
+// parity writes. It is the stripe write of writeStripe,
 // steps 1-8, with every step that would wait taken only when it need not:
 //
 //   - PlanWrite takes the write-intent bit only when it is already durable
-//     and the stripe lock only when it is free, plans only a stripe whose
-//     members are all in sync, and lets each round through the freeze gate
+//     and the stripe lock only when it is free, plans as writeStripe does
+//     (planStripeWrite, healthy or degraded) but not a row the background
+//     resync has yet to reach, and lets each round through the freeze gate
 //     only while it is open;
 //   - after each round the caller calls Step. Step computes parity after
 //     the reads, reserves the journal record only where the rings have
@@ -70,7 +72,7 @@ const (
 )
 
 // PlanWrite plans a write of len(p) bytes at off that lies inside one
-// stripe of a healthy volume and can start without waiting (see
+// stripe and can start without waiting (see
 // DirectWrite). It returns false when the write needs WriteAt; nothing is
 // then held. p must stay unchanged until Finish.
 func (v *Volume) PlanWrite(p []byte, off int64) (*DirectWrite, bool) {
@@ -116,7 +118,7 @@ func (d *DirectWrite) take() bool {
 		return false
 	}
 	sp, err := v.planStripeWrite(r)
-	ok := err == nil && sp.lost == 0 && sp.stale == 0 && sp.plan.Mode != layout.ModeDegraded && v.stopErr() == nil
+	ok := err == nil && v.stopErr() == nil
 	if rs := v.rs.Load(); ok && rs != nil && rs.needs(r.Stripe, r.Group, r.Row) {
 		ok = false // the stripe's parity may be torn: writeStripe resyncs it
 	}

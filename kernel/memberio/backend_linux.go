@@ -12,7 +12,7 @@ import (
 
 // Backend serves an engine volume on Members as a ublk backend (the
 // Volume's methods) whose healthy reads, one-stripe degraded reads and
-// one-stripe healthy writes the ublk queue threads submit themselves
+// one-stripe writes the ublk queue threads submit themselves
 // (ublk.DirectReader, ublk.DirectWriter):
 // such a request then costs no goroutine and no hand-off, only its member
 // I/O on the queue's ring. Requests that touch a member that is not a
