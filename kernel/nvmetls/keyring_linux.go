@@ -44,6 +44,12 @@ func Insert(keyring int, d Derived) (int, error) {
 			return 0, err
 		}
 	}
+	// Possess the keyring (link it into the session keyring, as libnvme
+	// does) so that the new key is possessed too and its permissions can
+	// be set; root does not possess the kernel's .nvme keyring otherwise.
+	if _, err := unix.KeyctlInt(unix.KEYCTL_LINK, keyring, unix.KEY_SPEC_SESSION_KEYRING, 0, 0); err != nil {
+		return 0, fmt.Errorf("link keyring %d into the session keyring: %w", keyring, err)
+	}
 	id, err := unix.AddKey("psk", d.Identity, d.Key, keyring)
 	if err != nil {
 		if errors.Is(err, unix.ENODEV) {
@@ -57,12 +63,13 @@ func Insert(keyring int, d Derived) (int, error) {
 	return id, nil
 }
 
-// NewKeyring makes a keyring named name in the user keyring of the
-// caller (it lives until revoked, not only as long as the process) and
-// returns its serial: a place for keys that the .nvme keyring must not
-// hold, named with the connect option keyring=.
+// NewKeyring makes a keyring named name in the session keyring of the
+// caller (so the caller and the children it starts, tlshd among them,
+// possess it; it lives as long as that session keyring) and returns its
+// serial: a place for keys that the .nvme keyring must not hold, named
+// with the connect option keyring=.
 func NewKeyring(name string) (int, error) {
-	id, err := unix.AddKey("keyring", name, nil, unix.KEY_SPEC_USER_KEYRING)
+	id, err := unix.AddKey("keyring", name, nil, unix.KEY_SPEC_SESSION_KEYRING)
 	if err != nil {
 		return 0, fmt.Errorf("add keyring %q: %w", name, err)
 	}
