@@ -95,8 +95,19 @@ func TestIntegrationDriveClaim(t *testing.T) {
 				t.Errorf("claim %s: %v, want exit 1", dev, err)
 			}
 		}
-		if _, err := run("drive", "claim", vda, vdf); err != nil {
-			t.Fatalf("claim blank disks: %v", err)
+		if _, err := run("drive", "claim", vda); err != nil {
+			t.Fatalf("claim blank disk: %v", err)
+		}
+		// A probe's momentary exclusive hold (fabraidd's drive scan, another
+		// claim) is waited out, not taken for a holder: vdf is held for
+		// 250 ms as its claim starts.
+		brief, err := os.OpenFile(vdf, os.O_RDONLY|os.O_EXCL, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { time.Sleep(250 * time.Millisecond); brief.Close() }()
+		if _, err := drive.System("/tmp/fabraid").Claim(vdf, false); err != nil {
+			t.Fatalf("claim %s while a probe held it for 250 ms: %v", vdf, err)
 		}
 		if _, err := run("drive", "claim", "--force", vdb); err != nil {
 			t.Fatalf("claim --force %s: %v", vdb, err)

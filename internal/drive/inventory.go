@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/fabraid/fabraid/internal/durable"
@@ -119,7 +120,7 @@ func (h Host) Inventory() ([]Drive, error) {
 			continue
 		}
 		d := h.read(e.Name())
-		d.Reasons = h.reasons(d, mounts)
+		d.Reasons = h.reasons(d, mounts, 1)
 		switch {
 		case claims[d.ID] != nil:
 			d.State, d.Spare = "claimed", claims[d.ID].Spare
@@ -224,7 +225,9 @@ func (h Host) mountedAt(d Drive, mounts map[string]string) string {
 
 // reasons lists why d may not be claimed. The first reason, when the drive is
 // mounted, starts with "mounted".
-func (h Host) reasons(d Drive, mounts map[string]string) []string {
+//
+// The exclusive open is tried up to tries times (openExclusive).
+func (h Host) reasons(d Drive, mounts map[string]string, tries int) []string {
 	var r []string
 	if m := h.mountedAt(d, mounts); m != "" {
 		r = append(r, "mounted at "+m)
@@ -235,7 +238,7 @@ func (h Host) reasons(d Drive, mounts map[string]string) []string {
 	if len(d.Holders) > 0 {
 		r = append(r, "held by "+strings.Join(d.Holders, ","))
 	}
-	f, err := os.OpenFile(d.Path, os.O_RDONLY|os.O_EXCL, 0)
+	f, err := openExclusive(d.Path, os.O_RDONLY, tries)
 	switch {
 	case err == nil:
 		for _, s := range Detect(f, d.Size) {
@@ -250,10 +253,37 @@ func (h Host) reasons(d Drive, mounts map[string]string) []string {
 		r = append(r, "no device node "+d.Path)
 	default:
 		// EBUSY: a mounted filesystem, md, dm or another O_EXCL opener.
-		r = append(r, fmt.Sprintf("cannot open exclusively (%v)", unwrapPath(err)))
+		r = append(r, fmt.Sprintf("%s (%v)", busyReason, unwrapPath(err)))
 	}
 	return r
 }
+
+// exclusiveTries and exclusiveWait bound how long a claim waits out
+// another exclusive opener: the inventory's own probes (fabraidd's drive
+// scan, another claim) open every drive O_EXCL for a moment, while md, dm,
+// a mount or a running member hold it for good. Scans try once: drives
+// held by running members would cost them the whole wait.
+const (
+	exclusiveTries = 25
+	exclusiveWait  = 20 * time.Millisecond
+)
+
+// openExclusive opens a block device with O_EXCL (refused while anything
+// holds it exclusively), trying up to tries times exclusiveWait apart
+// while it is refused with EBUSY.
+func openExclusive(path string, flag, tries int) (*os.File, error) {
+	for try := 1; ; try++ {
+		f, err := os.OpenFile(path, flag|os.O_EXCL, 0)
+		if err == nil || !errors.Is(err, syscall.EBUSY) || try >= tries {
+			return f, err
+		}
+		time.Sleep(exclusiveWait)
+	}
+}
+
+// busyReason starts the reason of a drive another opener holds
+// exclusively.
+const busyReason = "cannot open exclusively"
 
 func unwrapPath(err error) error {
 	var pe *os.PathError
@@ -301,6 +331,10 @@ func (h Host) ClaimSpare(dev string, force, spare bool) (Claim, error) {
 		}
 		return *c, nil
 	}
+	if slices.ContainsFunc(d.Reasons, func(r string) bool { return strings.HasPrefix(r, busyReason) }) {
+		// The scan tried once; a claim waits out a probe's momentary hold.
+		d.Reasons = h.reasons(d, h.mountedDevs(), exclusiveTries)
+	}
 	if len(d.Reasons) > 0 {
 		if strings.HasPrefix(d.Reasons[0], "mounted") {
 			return Claim{}, fmt.Errorf("%w: %s: %s (never claimed, even with --force)", ErrRefused, d.Path, strings.Join(d.Reasons, "; "))
@@ -332,11 +366,10 @@ func (h Host) ClaimSpare(dev string, force, spare bool) (Claim, error) {
 
 // wipe zeroes the first and last MiB of the device.
 func wipe(path string, size int64, force bool) error {
-	flags := os.O_WRONLY | os.O_EXCL
-	if force {
-		flags = os.O_WRONLY // --force: claim even when someone holds it open
+	f, err := openExclusive(path, os.O_WRONLY, exclusiveTries)
+	if force { // --force: claim even when someone holds it open
+		f, err = os.OpenFile(path, os.O_WRONLY, 0)
 	}
-	f, err := os.OpenFile(path, flags, 0)
 	if err != nil {
 		return err
 	}
@@ -456,7 +489,7 @@ func (h Host) ClaimedDrives() ([]Drive, error) {
 
 // memberReason says why d looks like a volume member, or "".
 func (h Host) memberReason(d Drive) string {
-	f, err := os.OpenFile(d.Path, os.O_RDONLY|os.O_EXCL, 0)
+	f, err := openExclusive(d.Path, os.O_RDONLY, 1)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return "is held open exclusively (a running volume's member?)"
 	}
