@@ -104,14 +104,7 @@ func tlsGuest(t *testing.T, g *vmtest.Env) {
 	}()
 
 	// The PSK: configured, derived for the pair, into .nvme.
-	psk, err := nvmetls.GeneratePSK(32)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := psk.Derive(tlsHost.NQN, tlsSub)
-	if err != nil {
-		t.Fatal(err)
-	}
+	psk, d := newPSK(t)
 	ring, err := nvmetls.Keyring()
 	if err != nil {
 		t.Fatal(err)
@@ -205,14 +198,7 @@ func tlsGuest(t *testing.T, g *vmtest.Env) {
 	}
 
 	// A wrong PSK under the right identity, in a keyring of its own.
-	other, err := nvmetls.GeneratePSK(32)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wrong, err := other.Derive(tlsHost.NQN, tlsSub)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, wrong := newPSK(t)
 	wring, err := nvmetls.NewKeyring("fabraid-test-wrong")
 	if err != nil {
 		t.Fatal(err)
@@ -242,6 +228,20 @@ func tlsGuest(t *testing.T, g *vmtest.Env) {
 		h.Disconnect(c.Name)
 	}
 	klog.log(t, "TLS optional")
+}
+
+// newPSK makes a configured PSK and derives it for tlsHost and tlsSub.
+func newPSK(t *testing.T) (nvmetls.PSK, nvmetls.Derived) {
+	t.Helper()
+	psk, err := nvmetls.GeneratePSK(32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := psk.Derive(tlsHost.NQN, tlsSub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return psk, d
 }
 
 // kmsg prints the kernel's NVMe and TLS messages once each.
