@@ -120,6 +120,12 @@ const memberFlag = 1 << 33
 // directExtra is the room in a queue's ring for direct reads' file reads.
 const directExtra = 256
 
+// cqPerPlanned is the completion-queue room per tag of a queue that plans
+// requests: a round of a one-stripe write or degraded read is at most
+// twice a stripe's width, a healthy read of 1 MiB in 64 KiB chunks 16
+// reads. More still works (overflowed completions wait in the kernel).
+const cqPerPlanned = 32
+
 // completion is a result a worker hands back to the queue thread.
 type completion struct {
 	tag int
@@ -194,9 +200,15 @@ func (q *queue) run(ready chan<- error) {
 	if q.pend != nil {
 		entries += directExtra
 	}
-	ring, err := uring.New(entries, &uring.Config{CQEntries: 2 * entries, DeferTaskrun: true})
+	cq := 2 * entries
+	if q.pend != nil {
+		// Planned requests' file I/O completes beside the requests:
+		// room for a stripe's worth of member I/O per tag.
+		cq = max(cq, uint32(q.depth)*cqPerPlanned)
+	}
+	ring, err := uring.New(entries, &uring.Config{CQEntries: cq, DeferTaskrun: true})
 	if errors.Is(err, uring.ErrNotSupported) {
-		ring, err = uring.New(entries, &uring.Config{CQEntries: 2 * entries})
+		ring, err = uring.New(entries, &uring.Config{CQEntries: cq})
 	}
 	if err != nil {
 		ready <- fmt.Errorf("queue %d: %w", q.id, err)
@@ -301,10 +313,13 @@ func (q *queue) run(ready chan<- error) {
 		}
 	}
 	for active > 0 {
-		if _, err := ring.SubmitAndWait(1); err != nil {
+		if _, err := ring.SubmitAndWait(1); err != nil && !errors.Is(err, unix.EBUSY) {
 			q.d.setQueueErr(fmt.Errorf("queue %d: %w", q.id, err))
 			return
 		}
+		// EBUSY: completions overflowed the CQ (the kernel keeps them,
+		// IORING_FEAT_NODROP) and could not all be moved back: reaping
+		// makes room, and the next enter submits what is pending.
 		batch = batch[:0]
 		newReqs = 0
 		ring.ForEachCQE(collect)
