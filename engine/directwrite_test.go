@@ -302,30 +302,7 @@ func TestDirectWriteConcurrent(t *testing.T) {
 // the planned rounds (reads, journal record, writes) and the owner's
 // members are lost with it. No run may read back wrong data.
 func TestJournalCrashOwnerDomainDirect(t *testing.T) {
-	seed := testSeed(t)
-	iters := 40
-	if *longRun {
-		iters = 400
-	}
-	if testing.Short() {
-		iters = 10
-	}
-	rng := rand.New(rand.NewPCG(seed, 13))
-	var planned atomic.Int64
-	cuts := 0
-	for i := 0; i < iters; i++ {
-		bad, desc := crashRun(t, rng, crashCase{owner: true, ownerJournal: true, direct: true, planned: &planned})
-		if bad > 0 {
-			t.Fatalf("iteration %d: %s: %d blocks read back neither their flushed value nor a value written since", i, desc, bad)
-		}
-		if strings.Contains(desc, "power cut") {
-			cuts++
-		}
-	}
-	t.Logf("%d runs, %d with the power cut in the middle of the writes; %d writes planned", iters, cuts, planned.Load())
-	if planned.Load() == 0 {
-		t.Fatal("no write was planned: the test does not reach the planned path")
-	}
+	directCrashRuns(t, 13, crashCase{owner: true, ownerJournal: true})
 }
 
 // TestDirectWriteFinishDoesNotWait: once Step reported that Finish does not
@@ -428,6 +405,14 @@ func readBitmap(t *testing.T, v *Volume, d Member) bitset {
 // rebuilt), the stripe journal on, the power cut between any two member
 // I/Os of the planned rounds. No run may read back wrong data.
 func TestJournalCrashDirect(t *testing.T) {
+	directCrashRuns(t, 17, crashCase{})
+}
+
+// directCrashRuns runs crashRun's power-cut schedules for c with the
+// writers' writes planned (stream selects the seeded schedule): no run may
+// read back wrong data, and some writes must have been planned.
+func directCrashRuns(t *testing.T, stream uint64, c crashCase) {
+	t.Helper()
 	seed := testSeed(t)
 	iters := 40
 	if *longRun {
@@ -436,15 +421,20 @@ func TestJournalCrashDirect(t *testing.T) {
 	if testing.Short() {
 		iters = 10
 	}
-	rng := rand.New(rand.NewPCG(seed, 17))
+	rng := rand.New(rand.NewPCG(seed, stream))
 	var planned atomic.Int64
+	c.direct, c.planned = true, &planned
+	cuts := 0
 	for i := 0; i < iters; i++ {
-		bad, desc := crashRun(t, rng, crashCase{direct: true, planned: &planned})
+		bad, desc := crashRun(t, rng, c)
 		if bad > 0 {
 			t.Fatalf("iteration %d: %s: %d blocks read back neither their flushed value nor a value written since", i, desc, bad)
 		}
+		if strings.Contains(desc, "power cut") {
+			cuts++
+		}
 	}
-	t.Logf("%d runs; %d writes planned", iters, planned.Load())
+	t.Logf("%d runs, %d with the power cut in the middle of the writes; %d writes planned", iters, cuts, planned.Load())
 	if planned.Load() == 0 {
 		t.Fatal("no write was planned: the test does not reach the planned path")
 	}
