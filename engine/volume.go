@@ -135,6 +135,7 @@ type Volume struct {
 	locks   [lockShards]sync.RWMutex
 	bufs    sync.Pool
 	ops     sync.Pool // *stripeOp
+	runBufs sync.Pool // *[]byte: a rebuild run's chunks (tryRebuildRun)
 
 	zeroOnce sync.Once
 	zero     []byte // shared read-only zeroes for WriteZeroes
@@ -260,9 +261,10 @@ func (v *Volume) getBuf() *[]byte { return v.bufs.Get().(*[]byte) }
 
 func (v *Volume) putBuf(b *[]byte) { v.bufs.Put(b) }
 
-func (v *Volume) lockFor(stripe int64) *sync.RWMutex {
-	return &v.locks[uint64(stripe)*0x9E3779B97F4A7C15>>52%lockShards]
-}
+func (v *Volume) lockFor(stripe int64) *sync.RWMutex { return &v.locks[lockShard(stripe)] }
+
+// lockShard is the index in Volume.locks of stripe's lock.
+func lockShard(stripe int64) int { return int(uint64(stripe) * 0x9E3779B97F4A7C15 >> 52 % lockShards) }
 
 // writable reports whether slot receives writes (active or rebuilding).
 func (v *Volume) writable(slot int) bool {

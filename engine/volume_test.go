@@ -251,13 +251,14 @@ func TestRebuildResumesAfterRestart(t *testing.T) {
 	rows := v.Geometry().Rows
 	ctx, cancel := context.WithCancel(context.Background())
 	// Stop the rebuild deterministically half way: the replacement
-	// cancels it from its own write path.
+	// cancels it from its own write path (one write per run of 4 rows).
+	const runRows = 4
 	repl.onWrite = func(n int64) {
-		if n == rows/2 {
+		if n == rows/2/runRows {
 			cancel()
 		}
 	}
-	err := v.Rebuild(ctx, RebuildOptions{CheckpointRows: 16, Workers: 1})
+	err := v.Rebuild(ctx, RebuildOptions{CheckpointRows: 16, Workers: 1, RunRows: runRows})
 	cancel()
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("rebuild: %v", err)
