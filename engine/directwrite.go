@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fabraid/fabraid/engine/layout"
@@ -81,15 +82,19 @@ func (v *Volume) PlanWrite(p []byte, off int64) (*DirectWrite, bool) {
 	}
 	op := v.newOp()
 	reqs := op.split(off, len(p))
+	c := &v.stats.plannedWrites
 	if len(reqs) != 1 {
+		c.notOneStripe.Add(1)
 		v.putOp(op)
 		return nil, false
 	}
 	d := &DirectWrite{v: v, op: op, p: p, off: off, r: reqs[0], t0: time.Now()}
-	if !d.take() {
+	if declined := d.take(); declined != nil {
+		declined.Add(1)
 		v.putOp(op)
 		return nil, false
 	}
+	c.planned.Add(1)
 	if v.background.Load() {
 		v.inflight.Add(1) // a rebuild or scrub yields to it, as to WriteAt
 		v.foreground.Add(1)
@@ -105,30 +110,36 @@ func (v *Volume) PlanWrite(p []byte, off int64) (*DirectWrite, bool) {
 }
 
 // take acquires what the write holds (bit, lock, plan, a pass through the
-// gate) without waiting, or nothing.
-func (d *DirectWrite) take() bool {
-	v, r := d.v, d.r
+// gate) without waiting, or nothing: it then returns the counter of the
+// reason.
+func (d *DirectWrite) take() (declined *atomic.Uint64) {
+	v, r, c := d.v, d.r, &d.v.stats.plannedWrites
 	d.region = v.bm.region(r.Row)
 	if !v.bm.tryBegin(d.region) {
-		return false
+		return &c.bitNotDurable
 	}
 	d.lk = v.lockFor(r.Stripe)
 	if !d.lk.TryLock() {
 		v.bm.end(d.region)
-		return false
+		return &c.stripeBusy
 	}
 	sp, err := v.planStripeWrite(r)
-	ok := err == nil && v.stopErr() == nil
-	if rs := v.rs.Load(); ok && rs != nil && rs.needs(r.Stripe, r.Group, r.Row) {
-		ok = false // the stripe's parity may be torn: writeStripe resyncs it
+	rs := v.rs.Load()
+	switch {
+	case err != nil || v.stopErr() != nil:
+		declined = &c.unplannable
+	case rs != nil && rs.needs(r.Stripe, r.Group, r.Row):
+		declined = &c.resyncPending // the stripe's parity may be torn: writeStripe resyncs it
+	case !v.gate.tryEnter():
+		declined = &c.gateShut
 	}
-	if !ok || !v.gate.tryEnter() {
+	if declined != nil {
 		d.lk.Unlock()
 		v.bm.end(d.region)
-		return false
+		return declined
 	}
 	d.sp = sp
-	return true
+	return nil
 }
 
 // Step ends the round whose IOs the caller performed. more reports that

@@ -139,6 +139,10 @@ func TestDirectWrite(t *testing.T) {
 	if st := v.IOStats(); st.Write.Requests < uint64(planned) {
 		t.Errorf("%d writes counted in IOStats, want at least the %d planned", st.Write.Requests, planned)
 	}
+	want := PlanStats{Planned: uint64(planned) + 1, NotOneStripe: 1, BitNotDurable: 1, StripeBusy: 1}
+	if got := v.IOStats().PlannedWrites; got != want {
+		t.Errorf("IOStats().PlannedWrites = %+v, want %+v", got, want)
+	}
 }
 
 // TestDirectWriteMemberFails: a member failing in either round of a

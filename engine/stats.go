@@ -34,6 +34,36 @@ type IOStats struct {
 	// MemberErrors counts member I/O errors (each fails its member; the
 	// request may still succeed).
 	MemberErrors uint64
+	// PlannedWrites counts the writes offered to PlanWrite.
+	PlannedWrites PlanStats `json:",omitzero"`
+}
+
+// PlanStats counts the requests offered to a Plan method (a ublk queue
+// thread carries a planned request as rounds on its own ring, and hands a
+// declined one to the general path) by outcome: planned, or declined for
+// the first reason found.
+type PlanStats struct {
+	Planned uint64
+	// NotOneStripe: the request spans stripes. BitNotDurable: its region's
+	// write-intent bit is not set yet. StripeBusy: another request holds
+	// the stripe. ResyncPending: the background resync has not reached
+	// the row. Unplannable: no plan now (too many members lost, a failure
+	// not yet handled) or the volume is stopping. GateShut: the volume is
+	// frozen.
+	NotOneStripe, BitNotDurable, StripeBusy, ResyncPending, Unplannable, GateShut uint64
+}
+
+// planCounters is the lock-free form of PlanStats.
+type planCounters struct {
+	planned, notOneStripe, bitNotDurable, stripeBusy, resyncPending, unplannable, gateShut atomic.Uint64
+}
+
+func (c *planCounters) snapshot() PlanStats {
+	return PlanStats{
+		Planned: c.planned.Load(), NotOneStripe: c.notOneStripe.Load(), BitNotDurable: c.bitNotDurable.Load(),
+		StripeBusy: c.stripeBusy.Load(), ResyncPending: c.resyncPending.Load(), Unplannable: c.unplannable.Load(),
+		GateShut: c.gateShut.Load(),
+	}
 }
 
 // opCounters is the lock-free form of OpStats, padded so that counters of
@@ -47,6 +77,7 @@ type opCounters struct {
 type ioCounters struct {
 	read, write, flush opCounters
 	memberErrors       atomic.Uint64
+	plannedWrites      planCounters
 }
 
 // done records a request that started at t0 and moved n bytes.
@@ -85,6 +116,6 @@ func (c *opCounters) snapshot() OpStats {
 func (v *Volume) IOStats() IOStats {
 	return IOStats{
 		Read: v.stats.read.snapshot(), Write: v.stats.write.snapshot(), Flush: v.stats.flush.snapshot(),
-		MemberErrors: v.stats.memberErrors.Load(),
+		MemberErrors: v.stats.memberErrors.Load(), PlannedWrites: v.stats.plannedWrites.snapshot(),
 	}
 }

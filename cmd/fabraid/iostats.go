@@ -25,6 +25,11 @@ func writeIOStats(w io.Writer, s *engine.IOStats) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if p := s.PlannedWrites; p != (engine.PlanStats{}) {
+		declined := p.NotOneStripe + p.BitNotDurable + p.StripeBusy + p.ResyncPending + p.Unplannable + p.GateShut
+		fmt.Fprintf(w, "writes planned on the ublk queue thread: %d of %d (declined: across stripes %d, write-intent bit not set %d, stripe busy %d, resync pending %d, unplannable %d, frozen %d)\n",
+			p.Planned, p.Planned+declined, p.NotOneStripe, p.BitNotDurable, p.StripeBusy, p.ResyncPending, p.Unplannable, p.GateShut)
+	}
 	_, err := fmt.Fprintf(w, "member I/O errors: %d (counters since the engine started)\n", s.MemberErrors)
 	return err
 }

@@ -69,4 +69,13 @@ func TestWriteIOStats(t *testing.T) {
 	if !strings.HasPrefix(lines[4], "member I/O errors: 3") {
 		t.Errorf("last line %q", lines[4])
 	}
+	s.PlannedWrites = engine.PlanStats{Planned: 5, BitNotDurable: 2, StripeBusy: 1}
+	buf.Reset()
+	if err := writeIOStats(&buf, s); err != nil {
+		t.Fatal(err)
+	}
+	want := "writes planned on the ublk queue thread: 5 of 8 (declined: across stripes 0, write-intent bit not set 2, stripe busy 1,"
+	if lines := strings.Split(buf.String(), "\n"); !strings.HasPrefix(lines[4], want) {
+		t.Errorf("planned writes line %q, want it to start with %q", lines[4], want)
+	}
 }

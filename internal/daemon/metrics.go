@@ -33,6 +33,7 @@ var (
 	descIOErrors     = prometheus.NewDesc("fabraid_volume_io_errors_total", "Requests that returned an error to the consumer.", []string{"volume", "op"}, nil)
 	descMemberErrors = prometheus.NewDesc("fabraid_volume_member_io_errors_total", "Member I/O errors (each fails its member; the request may still succeed).", []string{"volume"}, nil)
 	descDuration     = prometheus.NewDesc("fabraid_volume_request_duration_seconds", "Request latency in the engine.", []string{"volume", "op"}, nil)
+	descPlanned      = prometheus.NewDesc("fabraid_volume_planned_writes_total", "Writes offered to the ublk queue thread's planned path, by outcome: planned, or the reason it was declined (not_one_stripe, bit_not_durable, stripe_busy, resync_pending, unplannable, gate_shut), which sends the write to a worker.", []string{"volume", "outcome"}, nil)
 )
 
 var volumeStates = []string{"optimal", "degraded", "rebuilding", "failed", "stopped", "waiting"}
@@ -48,7 +49,7 @@ type collector struct {
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInfo, descState, descSize, descFailed, descStale, descProgress, descScrub, descHole,
 		descRebuildWritten, descRebuildToWrite, descRebuildMember, descRebuildPartial, descRebuildRunning, descErrors,
-		descRequests, descReadBytes, descWriteBytes, descIOErrors, descMemberErrors, descDuration} {
+		descRequests, descReadBytes, descWriteBytes, descIOErrors, descMemberErrors, descDuration, descPlanned} {
 		ch <- d
 	}
 }
@@ -100,6 +101,9 @@ func collectIO(ch chan<- prometheus.Metric, name string, io *engine.IOStats) {
 	ch <- prometheus.MustNewConstMetric(descReadBytes, prometheus.CounterValue, float64(io.Read.Bytes), name)
 	ch <- prometheus.MustNewConstMetric(descWriteBytes, prometheus.CounterValue, float64(io.Write.Bytes), name)
 	ch <- prometheus.MustNewConstMetric(descMemberErrors, prometheus.CounterValue, float64(io.MemberErrors), name)
+	for outcome, n := range planOutcomes(io.PlannedWrites) {
+		ch <- prometheus.MustNewConstMetric(descPlanned, prometheus.CounterValue, float64(n), name, outcome)
+	}
 	for _, o := range []struct {
 		op string
 		s  *engine.OpStats
@@ -111,5 +115,14 @@ func collectIO(ch chan<- prometheus.Metric, name string, io *engine.IOStats) {
 			buckets[b] = o.s.Buckets[i]
 		}
 		ch <- prometheus.MustNewConstHistogram(descDuration, o.s.Requests, o.s.Seconds, buckets, name, o.op)
+	}
+}
+
+// planOutcomes names the counts of s by outcome (the label values of
+// fabraid_volume_planned_writes_total).
+func planOutcomes(s engine.PlanStats) map[string]uint64 {
+	return map[string]uint64{
+		"planned": s.Planned, "not_one_stripe": s.NotOneStripe, "bit_not_durable": s.BitNotDurable,
+		"stripe_busy": s.StripeBusy, "resync_pending": s.ResyncPending, "unplannable": s.Unplannable, "gate_shut": s.GateShut,
 	}
 }

@@ -14,10 +14,11 @@ import (
 
 func TestMetricsIO(t *testing.T) {
 	io := &engine.IOStats{
-		Read:         engine.OpStats{Requests: 10, Bytes: 40960, Errors: 1, Seconds: 0.5},
-		Write:        engine.OpStats{Requests: 4, Bytes: 8192, Seconds: 2},
-		Flush:        engine.OpStats{Requests: 2, Seconds: 0.25},
-		MemberErrors: 3,
+		Read:          engine.OpStats{Requests: 10, Bytes: 40960, Errors: 1, Seconds: 0.5},
+		Write:         engine.OpStats{Requests: 4, Bytes: 8192, Seconds: 2},
+		Flush:         engine.OpStats{Requests: 2, Seconds: 0.25},
+		MemberErrors:  3,
+		PlannedWrites: engine.PlanStats{Planned: 3, BitNotDurable: 1},
 	}
 	for i := range engine.LatencyBuckets {
 		io.Read.Buckets[i] = uint64(min(i+1, 9)) // cumulative; one request above 1s
@@ -54,6 +55,20 @@ fabraid_volume_write_bytes_total{volume="v0"} 8192
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
 		"fabraid_volume_io_errors_total", "fabraid_volume_member_io_errors_total", "fabraid_volume_read_bytes_total",
 		"fabraid_volume_requests_total", "fabraid_volume_write_bytes_total"); err != nil {
+		t.Error(err)
+	}
+	wantPlanned := `
+# HELP fabraid_volume_planned_writes_total Writes offered to the ublk queue thread's planned path, by outcome: planned, or the reason it was declined (not_one_stripe, bit_not_durable, stripe_busy, resync_pending, unplannable, gate_shut), which sends the write to a worker.
+# TYPE fabraid_volume_planned_writes_total counter
+fabraid_volume_planned_writes_total{outcome="bit_not_durable",volume="v0"} 1
+fabraid_volume_planned_writes_total{outcome="gate_shut",volume="v0"} 0
+fabraid_volume_planned_writes_total{outcome="not_one_stripe",volume="v0"} 0
+fabraid_volume_planned_writes_total{outcome="planned",volume="v0"} 3
+fabraid_volume_planned_writes_total{outcome="resync_pending",volume="v0"} 0
+fabraid_volume_planned_writes_total{outcome="stripe_busy",volume="v0"} 0
+fabraid_volume_planned_writes_total{outcome="unplannable",volume="v0"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(wantPlanned), "fabraid_volume_planned_writes_total"); err != nil {
 		t.Error(err)
 	}
 	wantHist := `
