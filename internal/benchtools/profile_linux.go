@@ -16,15 +16,24 @@ import (
 // (its /debug/pprof over the engine's root-only socket) to path. It runs
 // in the guest, while the caller drives the load.
 func EngineProfile(uuid string, seconds int, path string) error {
-	sock := "/run/fabraid/engine-" + uuid + ".sock"
+	return SocketProfile("/run/fabraid/engine-"+uuid+".sock", seconds, path)
+}
+
+// SocketProfile writes a CPU profile of seconds of the process serving
+// /debug/pprof on the unix socket sock (an engine's, or fabraidd's API
+// socket) to path.
+func SocketProfile(sock string, seconds int, path string) error {
 	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 	}}}
-	resp, err := c.Get(fmt.Sprintf("http://engine/debug/pprof/profile?seconds=%d", seconds))
+	resp, err := c.Get(fmt.Sprintf("http://fabraid/debug/pprof/profile?seconds=%d", seconds))
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("profile over %s: %s", sock, resp.Status)
+	}
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return err

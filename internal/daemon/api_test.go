@@ -64,6 +64,16 @@ func TestAPI(t *testing.T) {
 	_ = http.StatusOK
 }
 
+// The API socket serves the daemon's profiles (it is root-only).
+func TestAPIProfiles(t *testing.T) {
+	h := testDaemon(t).Handler()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/debug/pprof/goroutine?debug=1", nil))
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), "goroutine profile") {
+		t.Fatalf("GET /debug/pprof/goroutine: %d %.200s", rec.Code, rec.Body)
+	}
+}
+
 func TestMetricsNoVolumes(t *testing.T) {
 	d := testDaemon(t)
 	reg := prometheus.NewRegistry()

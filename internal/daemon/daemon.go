@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"strings"
@@ -342,6 +343,11 @@ func (d *Daemon) Handler() http.Handler {
 	d.clusterRoutes(mux, reply, decode) // membership.go
 	d.udevRoutes(mux, reply, decode)
 	d.volumeRoutes(mux, reply, decode) // volumes.go
+	// Profiles of the daemon (the socket is root-only), as the engine's:
+	// curl --unix-socket S http://fabraidd/debug/pprof/profile?seconds=10.
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	return mux
 }
 
