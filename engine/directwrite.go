@@ -24,6 +24,9 @@ import (
 //     (planStripeWrite, healthy or degraded) but not a row the background
 //     resync has yet to reach, and lets each round through the freeze gate
 //     only while it is open;
+//   - when the journal record holds only bytes the request writes (every
+//     journaled data chunk written whole over the request's range), it is
+//     written in the read round, else after the reads (journalEarly);
 //   - after each round the caller calls Step. Step computes parity after
 //     the reads, reserves the journal record only where the rings have
 //     room, and hands out the next round; when a member I/O failed, the
@@ -50,6 +53,7 @@ type DirectWrite struct {
 	lk      *sync.RWMutex
 	state   directWriteState
 	rec     *pendingRecord // the journal record, once reserved
+	reads   int            // with rec, before its writes ran: IOs[:reads] are the reads, the rest the record's writes
 	seq     uint64         // the journal record, once written
 	err     error          // a compute error: Finish returns it
 	t0      time.Time
@@ -67,6 +71,7 @@ const (
 	dwJournalQueued                         // record encoded, the gate was shut
 	dwJournalRan                            // the record's writes ran, one failed
 	dwWritesHeld                            // write phase to queue, the gate was shut
+	dwEarlyFailed                           // a read or the early record failed: Finish re-plans
 	dwWritten                               // the write phase ran: Finish ends it
 	dwDone                                  // written, nothing left that may wait
 	dwFailed                                // err is set
@@ -105,8 +110,78 @@ func (v *Volume) PlanWrite(p []byte, off int64) (*DirectWrite, bool) {
 	if len(op.ios) == 0 { // a full-stripe write: nothing to read
 		v.gate.exit()
 		d.afterReads()
+		return d, true
 	}
+	d.journalEarly()
 	return d, true
+}
+
+// journalEarly reserves and encodes the stripe's journal record before
+// the reads when it holds only the request's own bytes (every journaled
+// data position written over all of [Lo, Hi)), and adds its writes to the
+// read round: the record is durable before any write of the stripe as
+// before, one dependent round sooner. Without room in the rings now,
+// afterReads tries again.
+func (d *DirectWrite) journalEarly() {
+	v, op := d.v, d.op
+	shards, ok := requestShards(d.r, d.sp.journal, d.p, v.geo.K)
+	if !ok {
+		return
+	}
+	rec, ok, err := v.jrn.reserve(d.r, d.sp.journal, v.journalSlot(d.r, d.sp.avoid), false)
+	if err != nil || !ok {
+		return
+	}
+	v.jrn.encode(rec, d.r, d.sp.journal, shards, v.epoch.Load())
+	d.rec, d.reads = rec, len(op.ios)
+	d.IOs = append(append(make([]IO, 0, len(op.ios)+len(rec.ios)), op.ios...), rec.ios...)
+}
+
+// requestShards returns, for a journal record of the data positions in
+// mask over [r.Lo, r.Hi), each position's bytes when the request p writes
+// all of them (nil at the other positions); false when it does not.
+func requestShards(r layout.StripeReq, mask uint64, p []byte, k int) ([][]byte, bool) {
+	if mask&(1<<uint(k)-1) == 0 {
+		return nil, false
+	}
+	shards := make([][]byte, k)
+	for _, s := range r.Segs {
+		if mask&(1<<uint(s.Pos)) != 0 && s.Off == r.Lo && s.Off+s.Len == r.Hi {
+			shards[s.Pos] = p[s.BufOff : s.BufOff+int64(s.Len)]
+		}
+	}
+	for pos := range k {
+		if mask&(1<<uint(pos)) != 0 && shards[pos] == nil {
+			return nil, false
+		}
+	}
+	return shards, true
+}
+
+// earlyRoundDone ends a read round that carried the journal record: the
+// results go back to the reads and the record's writes; the record counts
+// as written unless one of its writes failed. Any failure sends the write
+// to Finish, which fails the members and re-plans on the general path
+// (which journals anew); the record, written or not, is no longer in
+// flight.
+func (d *DirectWrite) earlyRoundDone(ios []IO, failed bool) {
+	v, op, rec := d.v, d.op, d.rec
+	for i := range op.ios {
+		op.ios[i].Err = ios[i].Err
+	}
+	for i := range rec.ios {
+		rec.ios[i].Err = ios[d.reads+i].Err
+	}
+	d.rec, d.reads = nil, 0
+	err := v.jrn.written(rec)
+	if err == nil && !failed {
+		d.seq = rec.seq
+		return
+	}
+	if err == nil {
+		v.journalDone(d.r, rec.seq)
+	}
+	d.state, d.err = dwEarlyFailed, err
 }
 
 // take acquires what the write holds (bit, lock, plan, a pass through the
@@ -153,11 +228,17 @@ func (d *DirectWrite) Step() (more, block bool) {
 		return false, d.state != dwFailed
 	}
 	v.gate.exit() // the round's member I/O is done
-	failed := false
-	for i := range d.IOs {
-		failed = failed || d.IOs[i].Err != nil
-	}
+	ios := d.IOs
 	d.IOs = nil
+	failed := false
+	for i := range ios {
+		failed = failed || ios[i].Err != nil
+	}
+	if d.state == dwReading && d.reads > 0 {
+		if d.earlyRoundDone(ios, failed); d.state == dwEarlyFailed {
+			return false, true
+		}
+	}
 	switch {
 	case d.state == dwReading && failed:
 		d.state = dwReadFailed
@@ -202,7 +283,7 @@ func (d *DirectWrite) afterReads() {
 		d.state, d.err = dwFailed, err
 		return
 	}
-	if d.sp.journal == 0 {
+	if d.sp.journal == 0 || d.seq != 0 { // no record, or written with the reads
 		d.queueWrites()
 		return
 	}
@@ -268,6 +349,15 @@ func (d *DirectWrite) finish() error {
 		// Nothing was written: as execWrite's failed read phase, the
 		// members are failed and the write re-planned.
 		op.collect()
+		return d.replan()
+	case dwEarlyFailed:
+		// Nothing of the stripe was written; a record may have been,
+		// which replay may apply (the write was not acknowledged) and a
+		// newer one supersedes.
+		op.collect()
+		if d.err != nil {
+			return d.replanAfter(d.err)
+		}
 		return d.replan()
 	case dwJournalHeld:
 		seq, err := v.jrn.append(d.r, d.sp.journal, op.shards, v.journalSlot(d.r, d.sp.avoid), v.epoch.Load())

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -441,5 +442,152 @@ func directCrashRuns(t *testing.T, stream uint64, c crashCase) {
 	t.Logf("%d runs, %d with the power cut in the middle of the writes; %d writes planned", iters, cuts, planned.Load())
 	if planned.Load() == 0 {
 		t.Fatal("no write was planned: the test does not reach the planned path")
+	}
+}
+
+// earlyJournalVolume is a 4+2 owner-domain-journaled volume, members 0 and
+// 1 in the owner's domain, filled with random data (returned as model).
+func earlyJournalVolume(t *testing.T, rng *rand.Rand) (*Volume, []*MemMember, []byte) {
+	t.Helper()
+	g := layout.Geometry{K: 4, M: 2, Groups: 1}
+	cfg := Config{Name: "early", K: 4, M: 2, ChunkSize: 8192, RegionSize: 64 << 10, DataOffset: 256 << 10,
+		Domains: []string{ownerDomain, ownerDomain, "n2", "n3", "n4", "n5"}}
+	mm, devs := memMembers(g.Members(), 1<<20)
+	v, err := Create(cfg, devs, nil, Options{Logger: quietLogger(), OwnerDomain: ownerDomain})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { v.Close() })
+	model := randomBytes(rng, int(v.Size()))
+	if _, err := v.WriteAt(model, 0); err != nil {
+		t.Fatal(err)
+	}
+	return v, mm, model
+}
+
+// roundKind names a planned write's round by what it holds.
+func roundKind(ios []IO) string {
+	reads, fua, writes := 0, 0, 0
+	for _, io := range ios {
+		switch {
+		case !io.Write:
+			reads++
+		case io.FUA:
+			fua++
+		default:
+			writes++
+		}
+	}
+	switch {
+	case reads > 0 && fua > 0 && writes == 0:
+		return "reads+record"
+	case reads > 0 && fua+writes == 0:
+		return "reads"
+	case fua > 0 && reads+writes == 0:
+		return "record"
+	case writes > 0 && reads+fua == 0:
+		return "writes"
+	}
+	return fmt.Sprintf("%d reads, %d FUA writes, %d writes", reads, fua, writes)
+}
+
+// TestDirectWriteJournalWithReads: on an owner-domain-journaled volume a
+// planned write that writes every journaled chunk whole over its range
+// writes the record in the read round (reads with the FUA record, then the
+// writes); one whose record needs bytes it does not write journals after
+// the reads.
+func TestDirectWriteJournalWithReads(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	v, _, model := earlyJournalVolume(t, rng)
+	sb := v.Geometry().StripeBytes()
+	for _, tc := range []struct {
+		what   string
+		off    int64
+		n      int
+		rounds []string
+	}{
+		// Row 1: member 1 (owner) holds data position 0, member 0
+		// (owner) parity: the record is position 0 alone.
+		{"row 1, 4 KiB of the owner's only data chunk", sb + 4096, 4096, []string{"reads+record", "writes"}},
+		// Row 0: members 0 and 1 hold data positions 0 and 1: the
+		// record needs position 1's bytes, read first.
+		{"row 0, 4 KiB of one of the owner's two data chunks", 4096, 4096, []string{"reads", "record", "writes"}},
+		// Row 1 again, two chunks at different ranges: position 0's
+		// record range is not all written.
+		{"row 1, the end of chunk 0 and the start of chunk 1", sb + 4096, 8192, []string{"reads", "record", "writes"}},
+	} {
+		p := randomBytes(rng, tc.n)
+		d, ok := v.PlanWrite(p, tc.off)
+		if !ok {
+			t.Fatalf("%s: not planned", tc.what)
+		}
+		var rounds []string
+		for more := true; more; {
+			rounds = append(rounds, roundKind(d.IOs))
+			SyncExecutor{}.Execute(d.IOs)
+			more, _ = d.Step()
+		}
+		if _, err := d.Finish(); err != nil {
+			t.Fatal(err)
+		}
+		copy(model[tc.off:], p)
+		if !slices.Equal(rounds, tc.rounds) {
+			t.Errorf("%s: rounds %v, want %v", tc.what, rounds, tc.rounds)
+		}
+	}
+	checkVolume(t, v, model, "after the planned writes")
+	checkScrubClean(t, v, "after the planned writes")
+}
+
+// TestDirectWriteJournalWithReadsFails: a member failing in the round that
+// carries the reads and the record (the record's member, or a read's) is
+// failed before the write returns, the write succeeds on the general path
+// and reads back, and parity stays consistent.
+func TestDirectWriteJournalWithReadsFails(t *testing.T) {
+	for _, victim := range []string{"record", "read", "reconstruct read"} {
+		rng := rand.New(rand.NewPCG(13, uint64(len(victim))))
+		v, mm, model := earlyJournalVolume(t, rng)
+		// Row 1 (see TestDirectWriteJournalWithReads): a 4 KiB
+		// read-modify-write of position 0, or a reconstruct-write of
+		// positions 0-2 that reads position 3, which it does not write.
+		off, n := v.Geometry().StripeBytes()+4096, 4096
+		if victim == "reconstruct read" {
+			off, n = v.Geometry().StripeBytes(), 3*8192
+		}
+		p := randomBytes(rng, n)
+		d, ok := v.PlanWrite(p, off)
+		if !ok || roundKind(d.IOs) != "reads+record" {
+			t.Fatalf("%s: planned %v, first round %s", victim, ok, roundKind(d.IOs))
+		}
+		slot := -1
+		for _, io := range d.IOs {
+			if io.FUA == (victim == "record") && io.Write == (victim == "record") {
+				for i, m := range mm {
+					if Member(m) == io.Dev {
+						slot = i
+					}
+				}
+				break
+			}
+		}
+		mm[slot].SetFailed(true)
+		SyncExecutor{}.Execute(d.IOs)
+		if more, block := d.Step(); more || !block {
+			t.Fatalf("%s: after a failed round Step = more %v, block %v; want Finish, blocking", victim, more, block)
+		}
+		if _, err := d.Finish(); err != nil {
+			t.Fatalf("%s: %v", victim, err)
+		}
+		copy(model[off:], p)
+		if r := v.Status().Members[slot].Role; r != superblock.RoleFailed {
+			t.Fatalf("%s: member %d is %s after the write returned", victim, slot, r)
+		}
+		v.jrn.mu.Lock()
+		inflight := len(v.jrn.inflight)
+		v.jrn.mu.Unlock()
+		if inflight != 0 {
+			t.Fatalf("%s: %d journal records still in flight after the write returned", victim, inflight)
+		}
+		checkVolume(t, v, model, victim+" failed")
 	}
 }
