@@ -636,7 +636,7 @@ func (v *Volume) rebuildRun(grp int, r rowRun, need []int, current func(int) boo
 // failed (the failed member is recorded): the caller then goes row by row.
 func (v *Volume) tryRebuildRun(grp int, r rowRun, need []int, current func(int) bool) (written int64, ok bool, err error) {
 	g := v.geo
-	defer v.lockRows(grp, r.row, r.n)()
+	defer v.lockRows(grp, r.row, r.n, false)()
 	if rs := v.rs.Load(); rs != nil {
 		for row := r.row; row < r.row+int64(r.n); row++ {
 			if err := v.resyncPendingLocked(rs, grp, row, false); err != nil {
@@ -759,11 +759,11 @@ func (v *Volume) runBuf(n int) *[]byte {
 	return &b
 }
 
-// lockRows write-locks the stripes of rows [row, row+n) of grp and returns
-// their unlock. The lock shards are taken in ascending order, each once:
-// every holder of more than one shard takes them that way, so two never
-// wait for each other.
-func (v *Volume) lockRows(grp int, row int64, n int) func() {
+// lockRows locks the stripes of rows [row, row+n) of grp, exclusively or
+// shared, and returns their unlock. The lock shards are taken in ascending
+// order, each once: every holder of more than one shard takes them that
+// way, so two never wait for each other.
+func (v *Volume) lockRows(grp int, row int64, n int, shared bool) func() {
 	shards := make([]int, 0, n)
 	for i := range n {
 		shards = append(shards, lockShard(v.geo.StripeOf(grp, row+int64(i))))
@@ -771,11 +771,19 @@ func (v *Volume) lockRows(grp int, row int64, n int) func() {
 	slices.Sort(shards)
 	shards = slices.Compact(shards)
 	for _, s := range shards {
-		v.locks[s].Lock()
+		if shared {
+			v.locks[s].RLock()
+		} else {
+			v.locks[s].Lock()
+		}
 	}
 	return func() {
 		for i := len(shards) - 1; i >= 0; i-- {
-			v.locks[shards[i]].Unlock()
+			if shared {
+				v.locks[shards[i]].RUnlock()
+			} else {
+				v.locks[shards[i]].Unlock()
+			}
 		}
 	}
 }
@@ -1008,29 +1016,40 @@ func (v *Volume) Scrub(ctx context.Context, repair bool, o RebuildOptions) (Scru
 	prog := &Progress{Kind: "scrub", Total: int64(g.Groups) * g.Rows}
 	v.progress.Store(prog)
 	for grp := 0; grp < g.Groups; grp++ {
-		err := v.forRows(ctx, o, 0, g.Rows, func(int64) bool { return true },
-			func(row int64) error {
-				if err := th.wait(ctx, int64(g.ChunkSize*g.Width())); err != nil {
+		count := func(row int64, verified, bad, fixed bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			if !verified {
+				rep.Skipped++
+				return
+			}
+			rep.Stripes++
+			if bad {
+				rep.Mismatches++
+				if len(rep.Examples) < 16 {
+					rep.Examples = append(rep.Examples, g.StripeOf(grp, row))
+				}
+			}
+			if fixed {
+				rep.Repaired++
+			}
+		}
+		err := v.forRuns(ctx, o, 0, g.Rows, func(int64) uint64 { return 1 },
+			func(r rowRun) error {
+				if err := th.wait(ctx, int64(g.ChunkSize*g.Width()*r.n)); err != nil {
 					return err
 				}
-				verified, bad, fixed, err := v.scrubRow(grp, row, repair)
-				mu.Lock()
-				defer mu.Unlock()
-				if !verified {
-					rep.Skipped++
+				if ok, err := v.tryScrubRun(grp, r, repair, count); ok || err != nil {
 					return err
 				}
-				rep.Stripes++
-				if bad {
-					rep.Mismatches++
-					if len(rep.Examples) < 16 {
-						rep.Examples = append(rep.Examples, g.StripeOf(grp, row))
+				for row := r.row; row < r.row+int64(r.n); row++ {
+					verified, bad, fixed, err := v.scrubRow(grp, row, repair)
+					count(row, verified, bad, fixed)
+					if err != nil {
+						return err
 					}
 				}
-				if fixed {
-					rep.Repaired++
-				}
-				return err
+				return nil
 			},
 			func(end int64) error {
 				p := *prog
@@ -1046,6 +1065,62 @@ func (v *Volume) Scrub(ctx context.Context, repair bool, o RebuildOptions) (Scru
 		v.log.Warn("scrub found parity mismatches", "stripes", rep.Mismatches, "repaired", rep.Repaired)
 	}
 	return rep, nil
+}
+
+// tryScrubRun scrubs the rows of r with one read of every member, holding
+// their stripes (exclusively with repair, else shared), and passes each
+// row's result to count. ok is false, with nothing counted or written,
+// when a row is not verifiable as a whole run (a chunk unreadable, the
+// background resync pending, a member read failed): the caller then goes
+// row by row.
+func (v *Volume) tryScrubRun(grp int, r rowRun, repair bool, count func(row int64, verified, bad, fixed bool)) (ok bool, err error) {
+	g := v.geo
+	if r.n < 2 {
+		return false, nil
+	}
+	defer v.lockRows(grp, r.row, r.n, !repair)()
+	rs := v.rs.Load()
+	for row := r.row; row < r.row+int64(r.n); row++ {
+		if unreadable, _ := v.masks(grp, row); unreadable != 0 || (rs != nil && rs.needs(g.StripeOf(grp, row), grp, row)) {
+			return false, nil
+		}
+	}
+	span := r.n * g.ChunkSize
+	bp := v.runBuf(g.Width() * span)
+	defer v.runBufs.Put(bp)
+	spans, _ := splitSpans(*bp, span, g.Width(), 0)
+	op := v.newOp()
+	defer v.putOp(op)
+	for mem := range g.Width() {
+		op.add(g.Slot(grp, mem), false, spans[mem], g.MemberOffset(r.row))
+	}
+	if !op.run() {
+		return false, nil
+	}
+	c := g.ChunkSize
+	for i := range r.n {
+		row := r.row + int64(i)
+		for mem := range g.Width() {
+			op.shards[g.PosOf(row, mem)] = spans[mem][i*c : (i+1)*c]
+		}
+		good, err := v.enc.Verify(op.shards)
+		if err != nil {
+			return true, err
+		}
+		fixed := false
+		if !good && repair {
+			if err := v.enc.Encode(op.shards); err != nil {
+				return true, err
+			}
+			for pos := g.K; pos < g.Width(); pos++ {
+				op.add(g.Slot(grp, g.MemberOf(row, pos)), true, op.shards[pos], g.MemberOffset(row))
+			}
+			fixed = op.run()
+		}
+		count(row, true, !good, fixed)
+	}
+	clear(op.shards)
+	return true, nil
 }
 
 func (v *Volume) scrubRow(grp int, row int64, repair bool) (verified, bad, fixed bool, err error) {

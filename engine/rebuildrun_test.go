@@ -152,3 +152,37 @@ func TestRebuildRunsResyncAndSourceFailure(t *testing.T) {
 		t.Fatal("data differs after the resync in runs")
 	}
 }
+
+// A scrub reads each member once per run of 8 rows, verifies every row and
+// names the one whose data does not match its parity.
+func TestScrubRuns(t *testing.T) {
+	var armed atomic.Bool
+	var mu sync.Mutex
+	reads := map[int]int{} // size -> count
+	v, hm, _ := runRebuildVolume(t, func(op memOp) error {
+		if armed.Load() && !op.after && !op.write && !op.flush && op.off >= 256<<10 {
+			mu.Lock()
+			reads[op.n]++
+			mu.Unlock()
+		}
+		return nil
+	})
+	g := v.Geometry()
+	const row = 9
+	hm[g.MemberOf(row, 1)].Corrupt(v.dataOff+g.MemberOffset(row)+7, []byte("rot"))
+	armed.Store(true)
+	rep, err := v.Scrub(t.Context(), false, RebuildOptions{YieldDelay: -1})
+	armed.Store(false)
+	if err != nil || rep.Stripes != g.Rows || rep.Mismatches != 1 || rep.Examples[0] != g.StripeOf(0, row) {
+		t.Fatalf("scrub: %+v %v; want %d stripes, stripe %d mismatching", rep, err, g.Rows, g.StripeOf(0, row))
+	}
+	if got, want := reads[8*4096], 6*int(g.Rows/8); got != want || len(reads) > 2 {
+		t.Errorf("scrub reads: %v (size -> count), want %d of %d bytes", reads, want, 8*4096)
+	}
+	if rep, err = v.Scrub(t.Context(), true, RebuildOptions{YieldDelay: -1}); err != nil || rep.Repaired != 1 {
+		t.Fatalf("repair: %+v %v", rep, err)
+	}
+	if rep, err = v.Scrub(t.Context(), false, RebuildOptions{YieldDelay: -1}); err != nil || rep.Mismatches != 0 {
+		t.Fatalf("after repair: %+v %v", rep, err)
+	}
+}
