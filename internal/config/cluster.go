@@ -54,12 +54,19 @@ type Cluster struct {
 	// mon_osd_down_out_interval; 0: never, the admin runs volume
 	// replace). A node back before then resyncs its members partially.
 	DownOutInterval int
+	// NVMeTLS (nvme_tls: off, on or required; default off) is TLS 1.3
+	// with a PSK per host pair on member connections (drive exports and
+	// member imports; internal/fabrictls). Off by default: it needs
+	// tlshd (ktls-utils, not in Debian 12 and not started by fabraid) on
+	// every node, and a node whose tlshd is missing or misconfigured
+	// under "required" exports and imports nothing.
+	NVMeTLS string
 }
 
-const clusterKeys = "cluster_address, failure_domain, etcd_peer_port, etcd_client_port, join_port, etcd_members, node_lease_ttl, owner_lease_ttl, etcd_heartbeat_ms, etcd_election_ms, etcd_endpoints, etcd_ca_file, etcd_cert_file, etcd_key_file, require_auth, down_out_interval"
+const clusterKeys = "cluster_address, failure_domain, etcd_peer_port, etcd_client_port, join_port, etcd_members, node_lease_ttl, owner_lease_ttl, etcd_heartbeat_ms, etcd_election_ms, etcd_endpoints, etcd_ca_file, etcd_cert_file, etcd_key_file, require_auth, down_out_interval, nvme_tls"
 
 func defaultCluster() Cluster {
-	return Cluster{PeerPort: 2380, ClientPort: 2379, JoinPort: 9437, Members: 3, LeaseTTL: 10, OwnerLeaseTTL: 6, HeartbeatMs: 100, ElectionMs: 1000, RequireAuth: true, DownOutInterval: 600}
+	return Cluster{PeerPort: 2380, ClientPort: 2379, JoinPort: 9437, Members: 3, LeaseTTL: 10, OwnerLeaseTTL: 6, HeartbeatMs: 100, ElectionMs: 1000, RequireAuth: true, DownOutInterval: 600, NVMeTLS: "off"}
 }
 
 // set parses one cluster key; ok is false for keys that are not.
@@ -152,6 +159,13 @@ func (c *Cluster) set(key, val string) (ok bool, err error) {
 			c.RequireAuth = val == "true"
 		default:
 			return true, fmt.Errorf("%q: want true or false (false exports by host NQN alone when the target has no DH-HMAC-CHAP)", val)
+		}
+	case "nvme_tls":
+		switch val {
+		case "off", "on", "required":
+			c.NVMeTLS = val
+		default:
+			return true, fmt.Errorf("%q: want off, on (TLS where both ends can) or required (no member export or import without TLS)", val)
 		}
 	case "down_out_interval":
 		n, err := strconv.Atoi(val)

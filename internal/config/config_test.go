@@ -209,12 +209,13 @@ owner_lease_ttl = 10
 etcd_heartbeat_ms = 250
 etcd_election_ms = 2500
 down_out_interval = 0
+nvme_tls = required
 `
 	c, err := Parse(strings.NewReader(in), "t.conf")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Cluster{Address: "10.10.0.1", Domain: "rack3", PeerPort: 12380, ClientPort: 12379, JoinPort: 19437, Members: 5, LeaseTTL: 20, OwnerLeaseTTL: 10, HeartbeatMs: 250, ElectionMs: 2500, RequireAuth: true}
+	want := Cluster{Address: "10.10.0.1", Domain: "rack3", PeerPort: 12380, ClientPort: 12379, JoinPort: 19437, Members: 5, LeaseTTL: 20, OwnerLeaseTTL: 10, HeartbeatMs: 250, ElectionMs: 2500, RequireAuth: true, NVMeTLS: "required"}
 	if fmt.Sprint(c.Cluster) != fmt.Sprint(want) {
 		t.Fatalf("got %+v, want %+v", c.Cluster, want)
 	}

@@ -200,3 +200,6 @@ func expandLabel(h Hash, secret []byte, label, context string, length int) ([]by
 	binary.LittleEndian.PutUint16(l[:], uint16(length))
 	return hkdf.Expand(h.new(), prk, string(l[:])+"tls13 "+label+context, length)
 }
+
+// GoString redacts the key (%#v).
+func (d Derived) GoString() string { return "nvmetls.Derived{" + d.String() + "}" }

@@ -1,0 +1,58 @@
+package fabrictls
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/fabraid/fabraid/kernel/nvmetls"
+	"github.com/fabraid/fabraid/kernel/nvmf"
+)
+
+// KernelKeys puts pair keys into the kernel's .nvme keyring
+// (nvmetls.Insert: adds the key, or updates the one with its identity).
+type KernelKeys struct{}
+
+// Insert adds or updates d in .nvme.
+func (KernelKeys) Insert(d nvmetls.Derived) error {
+	_, err := nvmetls.Insert(0, d)
+	return err
+}
+
+// TLSHDRunning says whether a process whose name is tlshd runs, from
+// /proc/<pid>/comm under proc ("/proc").
+func TLSHDRunning(proc string) bool {
+	ents, err := os.ReadDir(proc)
+	if err != nil {
+		return false
+	}
+	for _, e := range ents {
+		if c := e.Name()[0]; c < '0' || c > '9' {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(proc, e.Name(), "comm"))
+		if err == nil && strings.TrimSpace(string(b)) == "tlshd" {
+			return true
+		}
+	}
+	return false
+}
+
+// keyring says whether the .nvme keyring exists.
+func keyring() bool {
+	_, err := nvmetls.Keyring()
+	return err == nil
+}
+
+// HostSupport is the host side's support: /dev/nvme-fabrics lists the
+// tls option, .nvme exists, tlshd runs.
+func HostSupport(h *nvmf.Host) Support {
+	opts, err := h.SupportedOptions()
+	return Support{Kernel: err == nil && opts["tls"], Keyring: keyring(), TLSHD: TLSHDRunning("/proc")}
+}
+
+// TargetSupport is the target side's support; nvmetTLS is the target's
+// feature probe (nvmet ports take addr_tsas tls1.3).
+func TargetSupport(nvmetTLS bool) Support {
+	return Support{Kernel: nvmetTLS, Keyring: keyring(), TLSHD: TLSHDRunning("/proc")}
+}
