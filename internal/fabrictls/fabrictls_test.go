@@ -93,7 +93,8 @@ func TestPairKeyRedacted(t *testing.T) {
 	l.Info("keys", "derived_struct", struct{ D any }{d})
 	out := fmt.Sprintf("%v %+v %#v %s %v %+v %#v %s", p, p, p, p, d, d, d, d) + logged.String()
 	for _, k := range [][]byte{p.Key, d.Key} {
-		for _, enc := range []string{hex.EncodeToString(k), base64.StdEncoding.EncodeToString(k)[:20], fmt.Sprint(k)[:20], string(k)} {
+		goSyntax := fmt.Sprintf("0x%x, 0x%x, 0x%x", k[0], k[1], k[2]) // %#v of a []byte
+		for _, enc := range []string{hex.EncodeToString(k), base64.StdEncoding.EncodeToString(k)[:20], fmt.Sprint(k)[:20], string(k), goSyntax} {
 			if strings.Contains(out, enc) {
 				t.Fatalf("a key shows in %q", out)
 			}
