@@ -8,7 +8,9 @@ import (
 
 	"github.com/fabraid/fabraid/internal/config"
 	"github.com/fabraid/fabraid/internal/doctor"
+	"github.com/fabraid/fabraid/internal/fabrictls"
 	"github.com/fabraid/fabraid/kernel/nvmet"
+	"github.com/fabraid/fabraid/kernel/nvmf"
 	"github.com/fabraid/fabraid/kernel/ublk"
 	"github.com/fabraid/fabraid/kernel/uring"
 	"github.com/spf13/cobra"
@@ -25,7 +27,9 @@ func newDoctorCmd() *cobra.Command {
 		Long: `doctor inspects the running kernel and the node's NVMe identity: configfs,
 nvmet and nvmet-tcp, nvme-tcp with native multipath, ublk_drv and its feature
 bits (asked from the kernel), io_uring, /etc/nvme/hostnqn and hostid, and
-whether nvmet has DH-HMAC-CHAP. Without it, with require_auth on (the default;
+whether nvmet has DH-HMAC-CHAP, and with nvme_tls = on or required whether
+the node can do NVMe/TCP TLS (NVME_TARGET_TCP_TLS, NVME_TCP_TLS, the .nvme
+keyring, tlshd running; missing under required). Without DH-HMAC-CHAP, with require_auth on (the default;
 read from --config), a cluster node refuses to export its drives and volumes:
 a missing piece whose fix names the kernel option and the require_auth = false
 opt-out; with require_auth = false it is a warning (exports by host NQN alone).
@@ -38,7 +42,7 @@ Exit status: 0 when every required piece is present, 3 when one is missing.`,
 			if err != nil {
 				return err
 			}
-			d := &doctor.Doctor{Root: "/", Probes: liveProbes(), AllowUnauthenticated: !c.Cluster.RequireAuth}
+			d := &doctor.Doctor{Root: "/", Probes: liveProbes(), AllowUnauthenticated: !c.Cluster.RequireAuth, NVMeTLS: fabrictls.Mode(c.Cluster.NVMeTLS)}
 			rep := d.Run()
 			out := cmd.OutOrStdout()
 			if asJSON {
@@ -86,6 +90,14 @@ func liveProbes() doctor.Probes {
 		},
 		NvmetAuth: func() (bool, error) {
 			return nvmet.HostAuth(nvmet.DefaultRoot, fmt.Sprintf("nqn.2014-08.org.nvmexpress:fabraid-doctor-%d", os.Getpid()))
+		},
+		TLS: func() (fabrictls.Support, fabrictls.Support, error) {
+			// A port id above every ownership's range (kernel/nvmet).
+			ok, err := nvmet.PortTLS(nvmet.DefaultRoot, uint16(60000+os.Getpid()%5000))
+			if err != nil {
+				return fabrictls.Support{}, fabrictls.Support{}, err
+			}
+			return fabrictls.TargetSupport(ok), fabrictls.HostSupport(nvmf.NewHost()), nil
 		},
 	}
 }

@@ -52,6 +52,8 @@ type Inventory struct {
 	// Exports and ExportsWhy are model.Node's: whether this node
 	// exports, and why not.
 	Exports, ExportsWhy string
+	// NVMeTLS is model.Node's: what this node's drive ports offer.
+	NVMeTLS string
 }
 
 // Options configure a Node.
@@ -434,6 +436,7 @@ func (n *Node) putRecord(ctx context.Context, cli *clientv3.Client) error {
 	rec := registry.Node{
 		Name: n.o.Name, Domain: n.o.Domain, HostNQN: inv.HostNQN, ClusterAddress: n.o.Address,
 		StorageAddresses: inv.StorageAddresses, Drives: inv.Drives, Exports: inv.Exports, ExportsWhy: inv.ExportsWhy,
+		NVMeTLS: inv.NVMeTLS,
 	}
 	if n.srv != nil {
 		rec.EtcdMember = fmt.Sprintf("%x", n.srv.ID())

@@ -158,6 +158,10 @@ func (pl *Plane) exportRefusal(ctx context.Context, v *clusterView) error {
 		return nil
 	}
 	refused := exporter.Refusal(f.Auth, !pl.cfg.Cluster.RequireAuth)
+	ports, tlsRefused := pl.exportTLS(f) // tls.go
+	if refused == nil {
+		refused = tlsRefused
+	}
 	state, why := exportState(f.Auth, refused)
 	if pl.loop.noteExports(state, why) {
 		switch state {
@@ -171,7 +175,7 @@ func (pl *Plane) exportRefusal(ctx context.Context, v *clusterView) error {
 	}
 	for i := range v.Nodes {
 		if v.Nodes[i].Name == v.Self {
-			v.Nodes[i].Exports, v.Nodes[i].ExportsWhy = state, why
+			v.Nodes[i].Exports, v.Nodes[i].ExportsWhy, v.Nodes[i].NVMeTLS = state, why, ports
 		}
 	}
 	return refused

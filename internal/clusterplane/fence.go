@@ -41,6 +41,7 @@ func (pl *Plane) reconcileExports(ctx context.Context, cli *clientv3.Client, v *
 	in := plan.FencedExporterInput(v.View, drives, ks)
 	in.HostNQN = pl.mgr.HostNQN()
 	in.AllowUnauthenticated = !pl.cfg.Cluster.RequireAuth
+	in.TLS = pl.TLSPorts() // decided this pass (exportRefusal)
 	res, err := c.x.Reconcile(ctx, in)
 	if err != nil {
 		return res, fmt.Errorf("%w (no fence acknowledged)", err)

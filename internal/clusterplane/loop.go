@@ -19,6 +19,7 @@ import (
 	"github.com/fabraid/fabraid/internal/cluster/volumes"
 	"github.com/fabraid/fabraid/internal/drive"
 	"github.com/fabraid/fabraid/internal/exporter"
+	"github.com/fabraid/fabraid/internal/fabrictls"
 	"github.com/fabraid/fabraid/internal/importer"
 	"github.com/fabraid/fabraid/internal/volmgr"
 )
@@ -62,6 +63,13 @@ type clusterLoop struct {
 	req       requestWorker // req.go
 	// exports, exportsWhy: this node's export state (auth.go).
 	exports, exportsWhy string
+	// tls, tlsWhy, tlsDecided: this node's drive ports' TLS (tls.go).
+	tls, tlsWhy string
+	tlsDecided  bool
+	// targetTLS and hostTLS probe this node's TLS support as target
+	// (given nvmet's feature probe) and as host (tls.go).
+	targetTLS func(nvmetTLS bool) fabrictls.Support
+	hostTLS   func() fabrictls.Support
 	// leaderMoved: when this node last handed its etcd leadership away
 	// (leader.go).
 	leaderMoved time.Time
@@ -73,7 +81,9 @@ type clusterLoop struct {
 }
 
 func newClusterLoop() *clusterLoop {
-	return &clusterLoop{x: exporter.New(""), im: importer.New(), published: map[string]model.VolumeStatus{}}
+	c := &clusterLoop{x: exporter.New(""), im: importer.New(), published: map[string]model.VolumeStatus{}, targetTLS: fabrictls.TargetSupport}
+	c.hostTLS = func() fabrictls.Support { return fabrictls.HostSupport(c.im.Host) }
+	return c
 }
 
 // clusterView is the cluster as one reconcile sees it: plan's View and

@@ -70,6 +70,7 @@ func (pl *Plane) Reconcile(ctx context.Context) error {
 		pl.log.Info("drive exporter: fenced old owners", "drives", xres.Fenced)
 	}
 	imp := plan.ImporterInput(v.View, pl.mgr.HostIdentity(), local)
+	pl.importTLS(&imp.Input, v) // tls.go
 	ires, err := c.im.Reconcile(ctx, imp.Input)
 	if err != nil {
 		errs = append(errs, err)

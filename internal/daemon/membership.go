@@ -37,6 +37,7 @@ func (d *Daemon) newCluster() (*cluster.Node, error) {
 		Inventory: func() cluster.Inventory {
 			inv := cluster.Inventory{HostNQN: d.mgr.HostNQN(), StorageAddresses: storageAddresses(c), Drives: claimedDrives(c.StateDir)}
 			inv.Exports, inv.ExportsWhy = d.plane.ExportsState() // set before Start calls this
+			inv.NVMeTLS = d.plane.TLSPorts()
 			return inv
 		},
 	}

@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/fabraid/fabraid/internal/fabrictls"
 )
 
 // Status of one check.
@@ -60,6 +62,9 @@ type Probes struct {
 	// NvmetAuth says whether the nvmet target has DH-HMAC-CHAP (a
 	// throw-away configfs host entry has dhchap_key; nvmet.HostAuth).
 	NvmetAuth func() (bool, error)
+	// TLS reports the NVMe/TCP TLS support of the node's target and host
+	// sides (fabrictls.Support; asked only when nvme_tls is not off).
+	TLS func() (target, host fabrictls.Support, err error)
 }
 
 // Doctor runs the checks against the system under Root.
@@ -70,6 +75,9 @@ type Doctor struct {
 	// nvmet without DH-HMAC-CHAP is then a warning (the node exports by
 	// host NQN alone), not a missing piece (the node refuses to export).
 	AllowUnauthenticated bool
+	// NVMeTLS is nvme_tls in the configuration ("" is off): under
+	// required, TLS support is a required piece, under on a warning.
+	NVMeTLS fabrictls.Mode
 }
 
 func (d *Doctor) path(p string) string { return filepath.Join(d.Root, p) }
@@ -105,6 +113,7 @@ func (d *Doctor) Run() *Report {
 		d.checkIOUring(),
 		d.checkHostNQN(),
 		d.checkHostID(),
+		d.checkTLS(),
 	)
 	return r
 }
@@ -326,5 +335,50 @@ func (d *Doctor) checkHostID() Check {
 	default:
 		c.Status, c.Detail = OK, v
 	}
+	return c
+}
+
+// TLSFix is how to give a node NVMe/TCP TLS.
+const TLSFix = "boot a kernel with CONFIG_NVME_TARGET_TCP_TLS and CONFIG_NVME_TCP_TLS (Linux 6.7+); modprobe nvme_keyring tls; " +
+	"install tlshd (ktls-utils), put keyrings=.nvme under [authenticate] in /etc/tlshd.conf and start it (systemctl enable --now tlshd)"
+
+// checkTLS: under nvme_tls = required a node without NVMe/TCP TLS on
+// either side exports or imports nothing (a missing piece); under on its
+// member connections stay plain (a warning); off is not checked.
+func (d *Doctor) checkTLS() Check {
+	c := Check{Name: "nvme-tls", Required: d.NVMeTLS == fabrictls.Required}
+	if d.NVMeTLS == "" || d.NVMeTLS == fabrictls.Off {
+		c.Status, c.Detail = OK, "nvme_tls = off: member connections are plain NVMe/TCP (not checked)"
+		return c
+	}
+	if d.Probes.TLS == nil {
+		c.Status, c.Detail, c.Fix = Warn, "cannot tell whether this node can do NVMe/TCP TLS", "run fabraid doctor as root"
+		return c
+	}
+	tg, h, err := d.Probes.TLS()
+	if err != nil {
+		c.Status, c.Detail, c.Fix = Warn, "cannot tell whether this node can do NVMe/TCP TLS: "+err.Error(), "run fabraid doctor as root with nvmet loaded"
+		return c
+	}
+	var lacks []string
+	if !tg.OK() {
+		lacks = append(lacks, "its target lacks "+tg.Missing(fabrictls.TargetOption))
+	}
+	if !h.OK() {
+		lacks = append(lacks, "its host side lacks "+h.Missing(fabrictls.HostOption))
+	}
+	switch {
+	case len(lacks) == 0:
+		c.Status, c.Detail = OK, fmt.Sprintf("nvme_tls = %s: target and host can do NVMe/TCP TLS (nvmet takes tls1.3, nvme-tcp takes tls, .nvme keyring, tlshd running)", d.NVMeTLS)
+		return c
+	case d.NVMeTLS == fabrictls.Required:
+		c.Status = Missing
+		c.Detail = "nvme_tls = required and this node cannot do NVMe/TCP TLS: " + strings.Join(lacks, "; ") +
+			": it exports no drives (fabraidd logs \"exports refused\") or imports no members (\"imports refused\") without it"
+	default:
+		c.Status = Warn
+		c.Detail = "nvme_tls = on and this node cannot do NVMe/TCP TLS: " + strings.Join(lacks, "; ") + ": its member connections stay plain"
+	}
+	c.Fix = TLSFix
 	return c
 }

@@ -148,8 +148,8 @@ func TestMissingPiecesNameTheirFix(t *testing.T) {
 // piece carrying a fix.
 func TestThisHost(t *testing.T) {
 	r := (&Doctor{Root: "/"}).Run()
-	if len(r.Checks) != 10 {
-		t.Fatalf("%d checks, want 10", len(r.Checks))
+	if len(r.Checks) != 11 {
+		t.Fatalf("%d checks, want 11", len(r.Checks))
 	}
 	for _, c := range r.Checks {
 		if c.Status == Missing && c.Fix == "" {

@@ -8,7 +8,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/fabraid/fabraid/internal/fabrictls"
 	"github.com/fabraid/fabraid/kernel/nvmet"
+	"github.com/fabraid/fabraid/kernel/nvmetls"
 	"github.com/fabraid/fabraid/kernel/nvmf"
 )
 
@@ -109,6 +111,11 @@ type Input struct {
 	// authenticates). The volume exports put the same key on the same
 	// host entries (volmgr.ClusterPlan.CtrlSecret).
 	CtrlSecret nvmf.SecretText
+	// TLS is what the drive ports offer (internal/fabrictls:
+	// PortsOptional, PortsRequired, or PortsPlain ""). With TLS each
+	// export's pair key (fabrictls.PairKey, from its owner's secret) is
+	// in Desired.Keys, and an owner without a secret gets nothing.
+	TLS string
 }
 
 // Export is one drive export of the desired state.
@@ -118,6 +125,7 @@ type Export struct {
 	Volume  string
 	Host    string // the only allowed host
 	Auth    bool   // DH-HMAC-CHAP required
+	TLS     bool   // the ports take TLS (Input.TLS)
 }
 
 // Desired is the outcome of Desire.
@@ -130,6 +138,9 @@ type Desired struct {
 	// Refused (Refusal) is why nothing at all is exported: Spec is
 	// empty, so applying it removes every drive export there was.
 	Refused error
+	// Keys are the TLS pair keys of Exports (Input.TLS): they must be in
+	// the .nvme keyring before a host connects. They print redacted.
+	Keys []nvmetls.Derived
 }
 
 // ErrConflict is wrapped by Problems about inconsistent input (a drive in
@@ -139,6 +150,10 @@ var ErrConflict = errors.New("conflicting input")
 // ErrNoSecret is wrapped by the Problem of an owner without a
 // DH-HMAC-CHAP secret on a kernel that has nvmet authentication.
 var ErrNoSecret = errors.New("owner has no DH-HMAC-CHAP secret")
+
+// ErrNoTLS is Desired.Refused when Input.TLS asks for TLS and the target
+// has none: nothing is exported rather than plain ports.
+var ErrNoTLS = errors.New("exports refused: TLS asked for (nvme_tls) and the NVMe target cannot take TLS (NVME_TARGET_TCP_TLS, the .nvme keyring)")
 
 // ErrAuthRequired is wrapped by Refusal's reason.
 var ErrAuthRequired = errors.New("exports refused: require_auth = true and the NVMe target has no DH-HMAC-CHAP")
@@ -158,11 +173,15 @@ func Refusal(auth, allowUnauthenticated bool) error {
 }
 
 // Desire computes the nvmet configuration for in on a kernel with the
-// features f (only f.Auth matters); see the package documentation. It is
-// pure and deterministic.
+// features f (f.Auth, and f.TLS when in.TLS is set); see the package
+// documentation. It is pure and deterministic.
 func Desire(in Input, f nvmet.Features) Desired {
 	var d Desired
 	if d.Refused = Refusal(f.Auth, in.AllowUnauthenticated); d.Refused != nil {
+		return d
+	}
+	if in.TLS != fabrictls.PortsPlain && !f.TLS {
+		d.Refused = ErrNoTLS
 		return d
 	}
 	problem := func(format string, a ...any) { d.Problems = append(d.Problems, fmt.Errorf(format, a...)) }
@@ -237,6 +256,14 @@ func Desire(in Input, f nvmet.Features) Desired {
 			problem("drive %s of volume %s: %w; not exported", id, v.UUID, err)
 			continue
 		}
+		if in.TLS != fabrictls.PortsPlain {
+			k, err := fabrictls.PairKey(h.Secret, h.NQN, sub.NQN)
+			if err != nil {
+				problem("drive %s of volume %s: %w; not exported", id, v.UUID, err)
+				continue
+			}
+			d.Keys = append(d.Keys, k)
+		}
 		if !hosts[h.NQN] {
 			hosts[h.NQN] = true
 			host := nvmet.Host{NQN: h.NQN}
@@ -249,19 +276,20 @@ func Desire(in Input, f nvmet.Features) Desired {
 			d.Spec.Hosts = append(d.Spec.Hosts, host)
 		}
 		d.Spec.Subsystems = append(d.Spec.Subsystems, sub)
-		d.Exports = append(d.Exports, Export{DriveID: id, NQN: sub.NQN, Volume: v.UUID, Host: h.NQN, Auth: f.Auth && h.Secret != ""})
+		d.Exports = append(d.Exports, Export{DriveID: id, NQN: sub.NQN, Volume: v.UUID, Host: h.NQN, Auth: f.Auth && h.Secret != "", TLS: in.TLS != fabrictls.PortsPlain})
 		subs = append(subs, sub.NQN)
 	}
 	if len(subs) > 0 {
 		for i, a := range in.Addresses {
 			d.Spec.Ports = append(d.Spec.Ports, nvmet.Port{ID: uint16(PortBase + i), Transport: nvmet.TCP,
-				Address: a, ServiceID: svc, Subsystems: slices.Clone(subs)})
+				Address: a, ServiceID: svc, Subsystems: slices.Clone(subs),
+				TLS: in.TLS != fabrictls.PortsPlain, TLSOptional: in.TLS == fabrictls.PortsOptional})
 		}
 	}
 	if err := d.Spec.Validate(nvmet.DriveOwnership()); err != nil {
 		// Only port-level input is left to be wrong (addresses, service id).
 		d.Problems = append(d.Problems, fmt.Errorf("storage ports %s:%s: %w; nothing exported", strings.Join(in.Addresses, ","), svc, err))
-		d.Spec, d.Exports = nvmet.Spec{}, nil
+		d.Spec, d.Exports, d.Keys = nvmet.Spec{}, nil, nil
 	}
 	return d
 }

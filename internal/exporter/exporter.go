@@ -7,7 +7,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/fabraid/fabraid/internal/fabrictls"
 	"github.com/fabraid/fabraid/kernel/nvmet"
+	"github.com/fabraid/fabraid/kernel/nvmetls"
 	"github.com/fabraid/fabraid/plugins/backend"
 	pnvmet "github.com/fabraid/fabraid/plugins/nvmet"
 )
@@ -19,7 +21,10 @@ import (
 type Exporter struct {
 	// Target is the target backend: the in-process kernel nvmet backend
 	// (New) or a plugin's Runner.
-	Target   backend.Backend
+	Target backend.Backend
+	// Keys receives the TLS pair keys before the ports are applied (nil:
+	// the kernel's .nvme keyring, fabrictls.KernelKeys).
+	Keys     fabrictls.Keys
 	features *backend.Features
 }
 
@@ -76,8 +81,11 @@ func (x *Exporter) Reconcile(ctx context.Context, in Input) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	d := Desire(in, nvmet.Features{Auth: f.Auth})
+	d := Desire(in, nvmet.Features{Auth: f.Auth, TLS: f.TLS})
 	res := Result{Exports: d.Exports, Problems: d.Problems, Auth: f.Auth, Refused: d.Refused}
+	if err := x.insertKeys(d.Keys); err != nil {
+		return res, err
+	}
 	actual, err := x.Target.List(ctx, NQNPrefix)
 	if err != nil {
 		return res, fmt.Errorf("drive exporter: %w", err)
@@ -103,7 +111,39 @@ func (x *Exporter) Reconcile(ctx context.Context, in Input) (Result, error) {
 	if stale := Stale(d.Spec, pnvmet.StateOf(back)); len(stale) > 0 {
 		return res, fmt.Errorf("drive exporter: read back after apply: %s still allow hosts other than their owners", strings.Join(slices.Sorted(maps.Keys(stale)), ", "))
 	}
+	if err := checkTLS(d.Spec, pnvmet.StateOf(back)); err != nil {
+		return res, fmt.Errorf("drive exporter: read back after apply: %w", err)
+	}
 	return res, nil
+}
+
+// insertKeys puts the TLS pair keys where the kernel finds them.
+func (x *Exporter) insertKeys(keys []nvmetls.Derived) error {
+	var ks fabrictls.Keys = fabrictls.KernelKeys{}
+	if x.Keys != nil {
+		ks = x.Keys
+	}
+	for _, k := range keys {
+		if err := ks.Insert(k); err != nil {
+			return fmt.Errorf("drive exporter: TLS key %s: %w", k.Identity, err)
+		}
+	}
+	return nil
+}
+
+// checkTLS says which ports of actual do not take TLS as desired says
+// (a backend that ignores Listener.TLS would serve plain ones). Pure.
+func checkTLS(desired nvmet.Spec, actual nvmet.State) error {
+	want := map[uint16]nvmet.Port{}
+	for _, p := range desired.Ports {
+		want[p.ID] = p
+	}
+	for _, p := range actual.Ports {
+		if w, ok := want[p.ID]; ok && (w.TLS != p.TLS || w.TLSOptional != p.TLSOptional) {
+			return fmt.Errorf("port %d takes TLS %v (optional %v), want %v (optional %v)", p.ID, p.TLS, p.TLSOptional, w.TLS, w.TLSOptional)
+		}
+	}
+	return nil
 }
 
 func (x *Exporter) apply(ctx context.Context, spec nvmet.Spec) ([]string, error) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fabraid/fabraid/engine/superblock"
 	"github.com/fabraid/fabraid/internal/exporter"
+	"github.com/fabraid/fabraid/internal/fabrictls"
 	"github.com/fabraid/fabraid/kernel/nvmf"
 )
 
@@ -35,6 +36,17 @@ type Remote struct {
 	// target that cannot answer with it. Empty: the host alone
 	// authenticates.
 	CtrlSecret nvmf.SecretText
+	// Node is the exporting node's name (for the caller's decisions and
+	// messages).
+	Node string
+	// TLS connects with TLS 1.3 and the pair's PSK (fabrictls.PairKey of
+	// Input.Secret, put into the .nvme keyring first); the caller decides
+	// it (fabrictls.Host).
+	TLS bool
+	// Refused, when set, says why no new connection to this export may
+	// be made (a TLS decision, fabrictls.Host): like KeepOnly, an
+	// existing controller is kept.
+	Refused string
 }
 
 // Input is everything the owner node wants imported, for all the volumes
@@ -77,6 +89,9 @@ type Result struct {
 // Reconcile at a time.
 type Importer struct {
 	Host *nvmf.Host
+	// Keys receives the TLS pair keys before a TLS connect (nil: the
+	// kernel's .nvme keyring, fabrictls.KernelKeys).
+	Keys fabrictls.Keys
 	// PathTimeout bounds the wait for a new controller's namespace
 	// (default 15 s).
 	PathTimeout time.Duration
@@ -106,6 +121,7 @@ func Connections(in Input) ([]nvmf.Options, error) {
 		if in.Secret != "" {
 			o.DHCHAPCtrlSecret = r.CtrlSecret.Reveal()
 		}
+		o.TLS = r.TLS
 		if err := o.Validate(); err != nil {
 			return nil, fmt.Errorf("import %s from %s: %w", r.NQN, r.Address, err)
 		}
@@ -140,15 +156,22 @@ func (im *Importer) Reconcile(ctx context.Context, in Input) (Result, error) {
 			res.Problems = append(res.Problems, fmt.Errorf("import: %w", err))
 		}
 	}
-	keepOnly := map[string]bool{}
+	keepOnly := map[string]string{}
 	for _, r := range in.Remotes {
-		if r.KeepOnly {
-			keepOnly[r.NQN] = true
+		switch {
+		case r.KeepOnly:
+			keepOnly[r.NQN] = "its node is dead or not fenced for this owner yet"
+		case r.Refused != "":
+			keepOnly[r.NQN] = r.Refused
 		}
 	}
 	for _, o := range plan.Connect {
-		if keepOnly[o.NQN] {
-			res.Problems = append(res.Problems, fmt.Errorf("import %s from %s: its node is dead or not fenced for this owner yet; not connecting", o.NQN, o.Address))
+		if why := keepOnly[o.NQN]; why != "" {
+			res.Problems = append(res.Problems, fmt.Errorf("import %s from %s: %s; not connecting", o.NQN, o.Address, why))
+			continue
+		}
+		if err := im.tlsKey(in, o); err != nil {
+			res.Problems = append(res.Problems, err)
 			continue
 		}
 		if err := im.connect(ctx, o); err != nil {
@@ -203,6 +226,26 @@ func (im *Importer) disconnect(ctx context.Context, names []string, res *Result)
 			res.Problems = append(res.Problems, fmt.Errorf("import: %w", err))
 		}
 	}
+}
+
+// tlsKey puts the pair key of a TLS connection where the kernel finds it
+// (nothing for a plain one).
+func (im *Importer) tlsKey(in Input, o nvmf.Options) error {
+	if !o.TLS {
+		return nil
+	}
+	k, err := fabrictls.PairKey(in.Secret, o.HostNQN, o.NQN)
+	if err != nil {
+		return fmt.Errorf("import %s from %s:%s: %w", o.NQN, o.Address, o.ServiceID, err)
+	}
+	var ks fabrictls.Keys = fabrictls.KernelKeys{}
+	if im.Keys != nil {
+		ks = im.Keys
+	}
+	if err := ks.Insert(k); err != nil {
+		return fmt.Errorf("import %s from %s:%s: TLS key %s: %w", o.NQN, o.Address, o.ServiceID, k.Identity, err)
+	}
+	return nil
 }
 
 func (im *Importer) connect(ctx context.Context, o nvmf.Options) error {

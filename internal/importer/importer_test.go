@@ -173,3 +173,16 @@ func TestImported(t *testing.T) {
 		t.Fatalf("imported %+v, want %+v", got, want)
 	}
 }
+
+// TestConnectionsTLS: a remote the caller decided TLS for is connected
+// with the tls option; others are not.
+func TestConnectionsTLS(t *testing.T) {
+	in := Input{Identity: id, Secret: nvmf.SecretText(nvmf.Secret{Key: make([]byte, 32)}.Reveal()), Remotes: []Remote{
+		{NQN: exporter.NQN("d1"), Address: "10.0.0.2", TLS: true},
+		{NQN: exporter.NQN("d2"), Address: "10.0.0.3"},
+	}}
+	got, err := Connections(in)
+	if err != nil || !got[0].TLS || got[1].TLS || !strings.Contains(got[0].Redacted(), "tls") {
+		t.Fatalf("connections %+v: %v", got, err)
+	}
+}

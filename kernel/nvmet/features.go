@@ -124,3 +124,24 @@ func HostAuth(root, nqn string) (bool, error) {
 	}
 	return err == nil, nil
 }
+
+// PortTLS reports whether the nvmet target under root can make a tcp port
+// take TLS 1.3 (NVME_TARGET_TCP_TLS and the .nvme keyring) without
+// touching anything fabraid owns: it makes ports/<id> (an id outside
+// the ownerships' ranges), writes addr_trtype tcp and addr_tsas tls1.3,
+// and removes the port again.
+func PortTLS(root string, id uint16) (bool, error) {
+	rel := filepath.Join("ports", fmt.Sprint(id))
+	dir := filepath.Join(root, rel)
+	if _, err := os.Stat(dir); err == nil {
+		return false, fmt.Errorf("probe nvmet TLS: %s already exists", rel)
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return false, fmt.Errorf("probe nvmet TLS: %w", newError("mkdir", rel, "", err))
+	}
+	ok := writeAttr(filepath.Join(dir, "addr_trtype"), string(TCP)) == nil && writeAttr(filepath.Join(dir, "addr_tsas"), "tls1.3") == nil
+	if err := os.Remove(dir); err != nil {
+		return false, fmt.Errorf("probe nvmet TLS: %w", newError("rmdir", rel, "", err))
+	}
+	return ok, nil
+}

@@ -38,6 +38,9 @@ type Features struct {
 	CntlIDRange bool
 	// Transports the target serves ("tcp", "rdma", ...).
 	Transports []string
+	// TLS: tcp listeners can take TLS 1.3 with a PSK (Listener.TLS; the
+	// kernel backend: nvmet ports take addr_tsas tls1.3).
+	TLS bool
 }
 
 // ApplyRequest is the desired state of one scope.
@@ -104,6 +107,12 @@ type Listener struct {
 	// frozen engine's export this way before it stops the engine; the
 	// kernel target waits for in-flight requests when a port is removed.)
 	Unlinked bool
+	// TLS makes a tcp listener take TLS 1.3 connections with a PSK from
+	// the .nvme keyring (NVMe TP 8011; nvmet addr_tsas tls1.3), and
+	// TLSOptional lets it take plain ones too (addr_treq "not
+	// required"); without TLSOptional it takes nothing else. A backend
+	// without Features.TLS ignores both: the caller checks List.
+	TLS, TLSOptional bool
 }
 
 // Host is a host NQN allowed to connect, with optional DH-HMAC-CHAP keys.

@@ -103,7 +103,7 @@ func (b *Backend) Features(context.Context) (backend.Features, error) {
 	if err != nil {
 		return backend.Features{}, fmt.Errorf("%w: %w", backend.ErrTransient, err)
 	}
-	out := backend.Features{Name: "nvmet", Auth: f.Auth, ANA: true, CntlIDRange: true}
+	out := backend.Features{Name: "nvmet", Auth: f.Auth, ANA: true, CntlIDRange: true, TLS: f.TLS}
 	for _, tr := range f.Transports {
 		out.Transports = append(out.Transports, string(tr))
 	}
@@ -138,8 +138,12 @@ func Spec(own nvmet.Ownership, exports []backend.Export, actual nvmet.State) (nv
 			key := strings.ToLower(l.Transport) + "|" + l.Address + "|" + l.ServiceID
 			p := ports[key]
 			if p == nil {
-				p = &nvmet.Port{ID: l.PortID, Transport: nvmet.Transport(strings.ToLower(l.Transport)), Address: l.Address, ServiceID: l.ServiceID, ANAStates: map[uint32]nvmet.ANAState{}}
+				p = &nvmet.Port{ID: l.PortID, Transport: nvmet.Transport(strings.ToLower(l.Transport)), Address: l.Address, ServiceID: l.ServiceID, ANAStates: map[uint32]nvmet.ANAState{},
+					TLS: l.TLS, TLSOptional: l.TLS && l.TLSOptional}
 				ports[key] = p
+			}
+			if p.TLS != l.TLS || p.TLSOptional != (l.TLS && l.TLSOptional) {
+				return spec, fmt.Errorf("listener %s: TLS %v/optional %v and %v/%v (nvmet keeps TLS per port): %w", key, p.TLS, p.TLSOptional, l.TLS, l.TLSOptional, backend.ErrConflict)
 			}
 			if l.PortID != 0 && p.ID != l.PortID {
 				return spec, fmt.Errorf("listener %s: port ids %d and %d: %w", key, p.ID, l.PortID, backend.ErrConflict)
@@ -218,7 +222,8 @@ func Exports(own nvmet.Ownership, st nvmet.State) []backend.Export {
 			if !slices.Contains(p.Subsystems, s.NQN) {
 				continue
 			}
-			l := backend.Listener{Transport: string(p.Transport), Address: p.Address, ServiceID: p.ServiceID, PortID: p.ID, ANAStates: map[uint32]string{}}
+			l := backend.Listener{Transport: string(p.Transport), Address: p.Address, ServiceID: p.ServiceID, PortID: p.ID, ANAStates: map[uint32]string{},
+				TLS: p.TLS, TLSOptional: p.TLSOptional}
 			for g, a := range p.ANAStates {
 				l.ANAStates[g] = string(a)
 			}
@@ -348,7 +353,8 @@ func StateOf(exports []backend.Export) nvmet.State {
 			if !ok {
 				i = len(st.Ports)
 				ports[l.PortID] = i
-				p := nvmet.Port{ID: l.PortID, Transport: nvmet.Transport(l.Transport), Address: l.Address, ServiceID: l.ServiceID, ANAStates: map[uint32]nvmet.ANAState{}}
+				p := nvmet.Port{ID: l.PortID, Transport: nvmet.Transport(l.Transport), Address: l.Address, ServiceID: l.ServiceID, ANAStates: map[uint32]nvmet.ANAState{},
+					TLS: l.TLS, TLSOptional: l.TLS && l.TLSOptional}
 				for g, a := range l.ANAStates {
 					p.ANAStates[g] = nvmet.ANAState(a)
 				}

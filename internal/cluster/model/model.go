@@ -48,6 +48,11 @@ type Node struct {
 	// first asked its target, or written by an older fabraid.
 	Exports    string `json:"exports,omitempty"`
 	ExportsWhy string `json:"exports_why,omitempty"`
+	// NVMeTLS is what the node's drive ports offer (nvme_tls,
+	// internal/fabrictls): "required" (TLS 1.3 only), "optional" (TLS or
+	// plain) or "" (plain, also before the node's daemon decided or from
+	// an older fabraid). Hosts of its drives connect with TLS or not by it.
+	NVMeTLS string `json:"nvme_tls,omitempty"`
 	// Joined is when the record was first written; Updated, its last
 	// write. Neither orders anything.
 	Joined  time.Time `json:"joined"`

@@ -265,7 +265,7 @@ func ImporterInput(v View, id nvmf.HostIdentity, local map[string]string) Import
 				if !seen[s.Remote] {
 					seen[s.Remote] = true
 					imp.Input.Remotes = append(imp.Input.Remotes, importer.Remote{NQN: s.Remote, Address: n.StorageAddresses[0], KeepOnly: v.MemberGone(vol, m.Node),
-						CtrlSecret: v.CtrlKeys[m.Node]})
+						CtrlSecret: v.CtrlKeys[m.Node], Node: m.Node})
 				}
 			}
 			o.Slots = append(o.Slots, s)

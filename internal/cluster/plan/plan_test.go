@@ -159,9 +159,9 @@ func TestImporterInput(t *testing.T) {
 	imp := ImporterInput(view("a"), id, local)
 	want := importer.Input{Identity: id, Secret: "KEY-a",
 		Members: [][16]byte{u(0x10), u(0x11), u(0x12), u(0x13)},
-		Remotes: []importer.Remote{{NQN: exporter.NQNPrefix + "b-d1", Address: "10.0.0.b", CtrlSecret: "KEY-ctrl-b"},
-			{NQN: exporter.NQNPrefix + "c-d1", Address: "10.0.0.c", CtrlSecret: "KEY-ctrl-c"},
-			{NQN: exporter.NQNPrefix + "d-d1", Address: "10.0.0.d", KeepOnly: true}}, // d has no controller key: host auth only
+		Remotes: []importer.Remote{{NQN: exporter.NQNPrefix + "b-d1", Address: "10.0.0.b", CtrlSecret: "KEY-ctrl-b", Node: "b"},
+			{NQN: exporter.NQNPrefix + "c-d1", Address: "10.0.0.c", CtrlSecret: "KEY-ctrl-c", Node: "c"},
+			{NQN: exporter.NQNPrefix + "d-d1", Address: "10.0.0.d", KeepOnly: true, Node: "d"}}, // d has no controller key: host auth only
 		Local: []string{"/dev/vdb"}}
 	if !reflect.DeepEqual(imp.Input, want) {
 		t.Errorf("a:\n got %+v\nwant %+v", imp.Input, want)
@@ -181,8 +181,8 @@ func TestImporterInput(t *testing.T) {
 	// heads, the local one by its claim.
 	imp = ImporterInput(view("b"), id, local)
 	want = importer.Input{Identity: id, Secret: "KEY-b",
-		Remotes: []importer.Remote{{NQN: exporter.NQNPrefix + "c-d2", Address: "10.0.0.c", CtrlSecret: "KEY-ctrl-c"},
-			{NQN: exporter.NQNPrefix + "a-d2", Address: "10.0.0.a", CtrlSecret: "KEY-ctrl-a"}},
+		Remotes: []importer.Remote{{NQN: exporter.NQNPrefix + "c-d2", Address: "10.0.0.c", CtrlSecret: "KEY-ctrl-c", Node: "c"},
+			{NQN: exporter.NQNPrefix + "a-d2", Address: "10.0.0.a", CtrlSecret: "KEY-ctrl-a", Node: "a"}},
 		Local: []string{"/dev/vdc"}}
 	if !reflect.DeepEqual(imp.Input, want) {
 		t.Errorf("b:\n got %+v\nwant %+v", imp.Input, want)
