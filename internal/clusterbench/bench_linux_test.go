@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -240,6 +241,10 @@ func benchGuest(t *testing.T, g *vmtest.Env) {
 		g.Signal(t, "md")
 		logEngine(t, start, in.UUID)
 		if healthyOnly() {
+			// Before b and c end (a alone has no etcd quorum).
+			g.Wait(t, "c", "healthy-done")
+			logPlanned(t, start, "after the healthy rows")
+			g.Signal(t, "planned")
 			g.Wait(t, "c", "done")
 			logKernelReports(t, start)
 			return
@@ -248,12 +253,14 @@ func benchGuest(t *testing.T, g *vmtest.Env) {
 			profileEngine(t, g, in.UUID, j.name)
 		}
 		g.Wait(t, "c", "healthy-done")
+		logPlanned(t, start, "after the healthy rows")
 		mdBitmap(t, start)
 		g.Signal(t, "bitmap")
 		g.Wait(t, "c", "b-down")
 		degradeMD(t, start, remote[:2])
 		g.Signal(t, "md-degraded")
 		g.Wait(t, "c", "degraded-done")
+		logPlanned(t, start, "after the degraded rows")
 		recovery(t, g, start, id)
 		g.Signal(t, "rebuilt")
 		g.Wait(t, "c", "done")
@@ -272,6 +279,8 @@ func benchGuest(t *testing.T, g *vmtest.Env) {
 		logf(t, start, "consumer devices: fabraid %s, md %s", fab, md)
 		measure(t, g, start, fab, md)
 		if healthyOnly() {
+			g.Signal(t, "healthy-done")
+			g.Wait(t, "a", "planned")
 			g.Signal(t, "done")
 			return
 		}
@@ -322,7 +331,7 @@ func measure(t *testing.T, g *vmtest.Env, start time.Time, fabDev, mdDev string)
 		s := fio(t, nodes, pre, tg.dev, size, 0)
 		logf(t, start, "%s: %s written once (%d MiB): %.1f MiB/s %s", tg.name, tg.dev, size>>20, s.v, s.err)
 	}
-	phase(t, start, "", nodes, targets, "optimal")
+	phase(t, g, start, "", nodes, targets, "optimal")
 	if healthyOnly() {
 		return
 	}
@@ -373,7 +382,7 @@ func measure(t *testing.T, g *vmtest.Env, start time.Time, fabDev, mdDev string)
 	})
 	stop()
 	g.Wait(t, "a", "md-degraded")
-	phase(t, start, "degraded_", map[string]string{"a": g.Addr("a")}, targets, "degraded")
+	phase(t, g, start, "degraded_", map[string]string{"a": g.Addr("a")}, targets, "degraded")
 	g.Signal(t, "degraded-done")
 }
 
@@ -381,14 +390,26 @@ func measure(t *testing.T, g *vmtest.Env, start time.Time, fabDev, mdDev string)
 // both targets (alternating which goes first) and prints the report, the
 // rows named prefix+job. nodes are the other guests that are up; the
 // fabraid volume must be in state want before each of its rounds.
-func phase(t *testing.T, start time.Time, prefix string, nodes map[string]string, targets []target, want string) {
+func phase(t *testing.T, g *vmtest.Env, start time.Time, prefix string, nodes map[string]string, targets []target, want string) {
 	n := rounds(t)
-	idle := cpuWindow(t, nodes, func() { time.Sleep(10 * time.Second) })
+	var top map[string]string
+	idle := cpuWindow(t, nodes, func() {
+		top = topProcs(t, nodes, 6, func() {
+			// This node's fabraidd (no engine here) while idle.
+			prof := filepath.Join(g.Shared, self+"-fabraidd-"+prefix+"idle.pprof")
+			if err := benchtools.SocketProfile("/run/fabraid/api.sock", 10, prof); err != nil {
+				t.Errorf("profile of the idle fabraidd: %v", err)
+			}
+		})
+	})
 	idleRate := 0.0
 	for _, v := range idle {
 		idleRate += v / 10
 	}
 	logf(t, start, "%sidle guest CPU over 10 s (etcd, daemons, keep-alives): %v s", prefix, idle)
+	for _, n := range slices.Sorted(maps.Keys(top)) {
+		logf(t, start, "%sidle CPU-s on %s by command: %s", prefix, n, top[n])
+	}
 	res := map[string]map[string][]sample{}
 	t0 := time.Now()
 	for r := range n {

@@ -10,8 +10,12 @@
 // first, then the same four with b powered off (two members of each array
 // lost). Rounds alternate fabraid and md; every row is the median of the
 // rounds, with the guest CPU-seconds per GiB moved of each (summed over the
-// guests that are up). md gets an internal write-intent bitmap (1 MiB
-// chunk, fabraid's region size here) just before b goes down. Then, one
+// guests that are up). md has an internal write-intent bitmap (1 MiB
+// chunk, fabraid's region size here; mdadm's default for arrays of 100 GiB
+// and more) from its creation on (before 6 Dec 2026 only from just before b
+// went down). Every idle window logs each guest's busiest commands, and the
+// owner logs its engine's planned-write counters after the healthy and the
+// degraded rows. Then, one
 // run each: b boots again and both resync its members (md re-add through
 // the bitmap, then fabraid's bitmap resync); one of b's members on each
 // side is rebuilt onto b's spare drive (fabraid volume replace --wait; md

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -49,7 +50,8 @@ func busyJiffies() uint64 {
 	return busy
 }
 
-// serveCPU answers every connection on cpuPort with busyJiffies.
+// serveCPU answers every connection on cpuPort with busyJiffies on the
+// first line, then procJiffies as "pid<TAB>jiffies<TAB>command" lines.
 func serveCPU(t *testing.T) {
 	l, err := net.Listen("tcp", fmt.Sprintf(":%d", cpuPort))
 	if err != nil {
@@ -62,31 +64,152 @@ func serveCPU(t *testing.T) {
 			if err != nil {
 				return
 			}
-			fmt.Fprintf(c, "%d\n", busyJiffies())
+			var b strings.Builder
+			fmt.Fprintf(&b, "%d\n", busyJiffies())
+			for pid, p := range procJiffies() {
+				fmt.Fprintf(&b, "%d\t%d\t%s\n", pid, p.jiffies, p.comm)
+			}
+			io.WriteString(c, b.String())
 			c.Close()
 		}
 	}()
 }
 
+// proc is one process's command name and user + system jiffies (all its
+// threads, /proc/PID/stat fields 14-15).
+type proc struct {
+	comm    string
+	jiffies uint64
+}
+
+// procJiffies returns this guest's live processes by PID. Interrupts and
+// softirqs count to the task they interrupted; time in the idle task and
+// in processes that exited is not in it.
+func procJiffies() map[int]proc {
+	out := map[int]proc{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || end < open {
+			continue
+		}
+		f := strings.Fields(s[end+1:]) // f[0] is field 3 (state)
+		if len(f) < 13 {
+			continue
+		}
+		utime, _ := strconv.ParseUint(f[11], 10, 64)
+		stime, _ := strconv.ParseUint(f[12], 10, 64)
+		out[pid] = proc{comm: s[open+1 : end], jiffies: utime + stime}
+	}
+	return out
+}
+
 // self is this guest's name (benchGuest sets it).
 var self string
+
+// cpuSample is one guest's counters at one time.
+type cpuSample struct {
+	busy  uint64
+	procs map[int]proc
+}
+
+// sampleCPU reads the counters of the guest at addr (cpuPort).
+func sampleCPU(t *testing.T, node, addr string) cpuSample {
+	c, err := net.DialTimeout("tcp", net.JoinHostPort(addr, strconv.Itoa(cpuPort)), 10*time.Second)
+	if err != nil {
+		t.Fatalf("CPU counters of %s: %v", node, err)
+	}
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	b, err := io.ReadAll(c)
+	c.Close()
+	first, rest, _ := strings.Cut(string(b), "\n")
+	v, perr := strconv.ParseUint(strings.TrimSpace(first), 10, 64)
+	if err != nil || perr != nil {
+		t.Fatalf("CPU counters of %s: %v %v %q", node, err, perr, first)
+	}
+	out := cpuSample{busy: v, procs: map[int]proc{}}
+	for _, line := range strings.Split(rest, "\n") {
+		f := strings.SplitN(line, "\t", 3)
+		if len(f) != 3 {
+			continue
+		}
+		pid, err1 := strconv.Atoi(f[0])
+		j, err2 := strconv.ParseUint(f[1], 10, 64)
+		if err1 == nil && err2 == nil {
+			out.procs[pid] = proc{comm: f[2], jiffies: j}
+		}
+	}
+	return out
+}
 
 // cpuNow samples the busy jiffies of this guest and of nodes.
 func cpuNow(t *testing.T, nodes map[string]string) map[string]uint64 {
 	out := map[string]uint64{self: busyJiffies()}
 	for n, addr := range nodes {
-		c, err := net.DialTimeout("tcp", net.JoinHostPort(addr, strconv.Itoa(cpuPort)), 10*time.Second)
-		if err != nil {
-			t.Fatalf("CPU counters of %s: %v", n, err)
+		out[n] = sampleCPU(t, n, addr).busy
+	}
+	return out
+}
+
+// topProcs samples every guest (this one and nodes) around fn and
+// returns, per guest, the k commands that used the most CPU during it
+// and the busy time no live process accounts for.
+func topProcs(t *testing.T, nodes map[string]string, k int, fn func()) map[string]string {
+	all := map[string]string{self: "127.0.0.1"}
+	for n, a := range nodes {
+		all[n] = a
+	}
+	before := map[string]cpuSample{}
+	for n, a := range all {
+		before[n] = sampleCPU(t, n, a)
+	}
+	fn()
+	out := map[string]string{}
+	for n, a := range all {
+		after := sampleCPU(t, n, a)
+		type use struct {
+			comm string
+			j    uint64
 		}
-		c.SetDeadline(time.Now().Add(10 * time.Second))
-		b, err := io.ReadAll(c)
-		c.Close()
-		v, perr := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-		if err != nil || perr != nil {
-			t.Fatalf("CPU counters of %s: %v %v %q", n, err, perr, b)
+		// By PID (a kworker's name changes with its work), then summed
+		// by name with a kworker's work queue cut off.
+		byComm := map[string]uint64{}
+		var sum uint64
+		for pid, p := range after.procs {
+			d := p.jiffies - min(p.jiffies, before[n].procs[pid].jiffies)
+			comm := p.comm
+			if strings.HasPrefix(comm, "kworker/") {
+				comm = "kworker"
+			}
+			byComm[comm] += d
+			sum += d
 		}
-		out[n] = v
+		var uses []use
+		for comm, j := range byComm {
+			if j > 0 {
+				uses = append(uses, use{comm, j})
+			}
+		}
+		sort.Slice(uses, func(i, j int) bool { return uses[i].j > uses[j].j })
+		var b strings.Builder
+		for i, u := range uses {
+			if i == k {
+				break
+			}
+			fmt.Fprintf(&b, "%s %.2f, ", u.comm, float64(u.j)/userHZ)
+		}
+		busy := after.busy - before[n].busy
+		fmt.Fprintf(&b, "busy %.2f, not in a live process %.2f", float64(busy)/userHZ, float64(busy-min(busy, sum))/userHZ)
+		out[n] = b.String()
 	}
 	return out
 }
@@ -286,9 +409,14 @@ func importDisks(t *testing.T, g *vmtest.Env, id benchID, node string, names ...
 // mdCreate makes /dev/md0: RAID-6, 64 KiB chunk (fabraid's), no bitmap,
 // assumed clean (as productbench), retrying while fabraidd's drive scan
 // holds a device for a moment.
+// mdCreate makes md0 with an internal write-intent bitmap (mdadm's
+// default for arrays of 100 GiB and more, what a site's md has) of
+// fabraid's granularity (mdBitmapChunk): every row compares two arrays that
+// both set a bit before the first write to a region and clear it when the
+// region goes idle.
 func mdCreate(t *testing.T, devs []string) {
 	args := append([]string{"--create", "/dev/md0", "--run", "--level=6", "--raid-devices=6", "--chunk=64",
-		"--metadata=1.2", "--assume-clean", "--bitmap=none"}, devs...)
+		"--metadata=1.2", "--assume-clean", "--bitmap=internal", "--bitmap-chunk=" + mdBitmapChunk}, devs...)
 	for i := 0; ; i++ {
 		cmd := exec.Command(benchtools.Bin+"/mdadm", args...)
 		cmd.Stdin = strings.NewReader("y\n")
@@ -524,6 +652,21 @@ func waitVolume(t *testing.T, start time.Time, ok func(api.Volume) bool) []byte 
 		}
 		time.Sleep(time.Second)
 	}
+}
+
+// logPlanned (on the owner) logs how many of the engine's writes the ublk
+// queue thread carried as planned rounds, and why the others were not.
+func logPlanned(t *testing.T, start time.Time, when string) {
+	var in api.Volume
+	b, err := exec.Command("/usr/bin/fabraid", "volume", "show", "v", "--json").Output()
+	if err == nil {
+		err = json.Unmarshal(b, &in)
+	}
+	if err != nil || in.IO == nil {
+		logf(t, start, "volume v %s: no engine I/O counters on this node (%v)", when, err)
+		return
+	}
+	logf(t, start, "volume v %s: %d writes, planned writes %+v", when, in.IO.Write.Requests, in.IO.PlannedWrites)
 }
 
 // waitHead (on a non-owner) waits until the volume is optimal and this
