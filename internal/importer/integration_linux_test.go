@@ -58,16 +58,21 @@ var (
 //   - the owner moves to c: a fences (b's controllers end: b's I/O fails
 //     and its controller never becomes live again), c imports the drives
 //     with its key and reads and writes them;
-//   - a unexports everything when the volume is gone.
+//   - a unexports everything when the volume is gone;
+//   - then the member path with nvme_tls = required between a and c
+//     (tls_integration_linux_test.go): plain and wrong-PSK connects
+//     refused, the importer's TLS connect with the pair key, data through.
 func TestIntegrationDriveExportImport(t *testing.T) {
 	mods := []string{"nvmet", "nvmet_tcp", "nvme_tcp"}
+	tlshd := vmtest.TLSHD(t)
 	vmtest.Run(t, vmtest.Options{
 		Guests: []vmtest.GuestConfig{
-			{Name: "a", Kernel: vmtest.Kernel612, Modules: mods[:2], MemoryMB: 512, Disks: []vmtest.Disk{{Size: 32 << 20}, {Size: 32 << 20}}},
+			{Name: "a", Kernel: vmtest.Kernel612, Modules: append(mods[:2:2], vmtest.TLSModules(vmtest.Kernel612)...), MemoryMB: 512, Disks: []vmtest.Disk{{Size: 32 << 20}, {Size: 32 << 20}},
+				Files: tlshd},
 			{Name: "b", Kernel: vmtest.Kernel612, Modules: mods[2:], MemoryMB: 512, Disks: []vmtest.Disk{{Size: 32 << 20}, {Size: 32 << 20}}},
-			{Name: "c", Kernel: vmtest.Kernel612, Modules: mods[2:], MemoryMB: 512},
+			{Name: "c", Kernel: vmtest.Kernel612, Modules: append(mods[2:], vmtest.TLSModules(vmtest.Kernel612)...), MemoryMB: 512, Files: tlshd},
 		},
-		Timeout: 240 * time.Second,
+		Timeout: 300 * time.Second,
 	}, func(t *testing.T, g *vmtest.Env) {
 		switch g.Name {
 		case "a":
@@ -139,6 +144,7 @@ func exportSide(t *testing.T, g *vmtest.Env) {
 	if len(st.Subsystems) != 0 || len(st.Ports) != 0 || len(st.Hosts) != 0 {
 		t.Fatalf("left after unexport: %+v", st.Spec)
 	}
+	tlsExportSide(t, g, reconcile)
 }
 
 // checkExports reads configfs itself: each drive subsystem allows exactly
@@ -368,6 +374,7 @@ func outsiderSide(t *testing.T, g *vmtest.Env) {
 		}
 	}
 	g.Signal(t, "imported")
+	tlsImportSide(t, g, ctx)
 }
 
 func importOK(t *testing.T, ctx context.Context, im *importer.Importer, in importer.Input) importer.Result {

@@ -3,13 +3,10 @@
 package nvmetls_test
 
 import (
-	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,22 +23,6 @@ var (
 	tlsSub  = "nqn.2026-11.io.fabraid:drive:tls"
 )
 
-// tlsModules are what kTLS needs besides nvme: the tls module and the
-// AEADs TLS 1.3 PSK suites use (gcm(aes); the kernel would request_module
-// them, but a plain guest has no modprobe).
-var tlsModules = []string{"tls", "gcm", "ghash_generic"}
-
-// tlshdConf names the .nvme keyring, which tlshd links into its session
-// keyring so it can read the PSKs the kernel hands it by serial.
-const tlshdConf = `[debug]
-loglevel=1
-tls=0
-nl=0
-
-[authenticate]
-keyrings=.nvme
-`
-
 // TestIntegrationTLS runs nvmet and nvme-tcp in one 6.12 guest over
 // loopback with tlshd (Debian trixie's ktls-utils 1.0.0) doing the
 // handshakes: a port that requires TLS 1.3, a PSK derived with this
@@ -50,11 +31,21 @@ keyrings=.nvme
 // same identity in another keyring, named with keyring=) are refused,
 // and the test logs the errors, tlshd's and the kernel's messages; last,
 // with addr_treq "not required" the port also takes a host without TLS.
-func TestIntegrationTLS(t *testing.T) {
+func TestIntegrationTLS(t *testing.T) { runTLS(t, vmtest.Kernel612, "a") }
+
+// TestIntegrationTLSKernel7 is TestIntegrationTLS on Debian sid's 7.x
+// kernel (NVME_TCP_TLS and NVME_TARGET_TCP_TLS built in or as modules),
+// with the same tlshd.
+func TestIntegrationTLSKernel7(t *testing.T) {
+	vmtest.RequireCaps(t, vmtest.Kernel7, "NvmetTCPTLS", "NvmeTCPTLS")
+	runTLS(t, vmtest.Kernel7, "a7")
+}
+
+func runTLS(t *testing.T, kernel, name string) {
 	vmtest.Run(t, vmtest.Options{
 		Guests: []vmtest.GuestConfig{{
-			Name: "a", Kernel: vmtest.Kernel612,
-			Modules: append(nvmetest.Modules(true, true, false), tlsModules...),
+			Name: name, Kernel: kernel,
+			Modules: append(nvmetest.Modules(true, true, false), vmtest.TLSModules(kernel)...),
 			Disks:   []vmtest.Disk{{Size: 16 << 20}},
 			Files:   vmtest.TLSHD(t),
 		}},
@@ -64,44 +55,9 @@ func TestIntegrationTLS(t *testing.T) {
 	})
 }
 
-// syncBuffer collects tlshd's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func tlsGuest(t *testing.T, g *vmtest.Env) {
 	klog := &kmsg{seen: map[string]bool{}}
-	if err := os.WriteFile("/etc/tlshd.conf", []byte(tlshdConf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var out syncBuffer
-	tlshd := exec.Command(vmtest.TLSHDPath, "-s", "-c", "/etc/tlshd.conf")
-	tlshd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+vmtest.TLSHDLibDir)
-	tlshd.Stdout, tlshd.Stderr = &out, &out
-	if err := tlshd.Start(); err != nil {
-		t.Fatalf("start tlshd: %v", err)
-	}
-	waitListening(t, tlshd.Process.Pid, &out)
-	defer func() {
-		tlshd.Process.Kill()
-		tlshd.Wait()
-		for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
-			t.Logf("tlshd: %s", l)
-		}
-	}()
+	vmtest.StartTLSHD(t)
 
 	// The PSK: configured, derived for the pair, into .nvme.
 	psk, d := newPSK(t)
@@ -276,32 +232,4 @@ func (k *kmsg) log(t *testing.T, when string) {
 			t.Logf("kernel (%s): %s", when, msg)
 		}
 	}
-}
-
-// waitListening waits until the process pid has a generic netlink socket
-// (/proc/net/netlink), then a moment more: tlshd listening for the
-// kernel's handshake requests. Before that the kernel finds no agent
-// (ESRCH). The socket's multicast membership cannot be checked there: the
-// Groups column shows only groups 1..32, and genetlink numbers its groups
-// dynamically.
-func waitListening(t *testing.T, pid int, out *syncBuffer) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		b, _ := os.ReadFile("/proc/net/netlink")
-		for _, l := range strings.Split(string(b), "\n") {
-			f := strings.Fields(l)
-			// sk Eth Pid Groups ...; Eth 16 is NETLINK_GENERIC.
-			if len(f) < 4 || f[1] != "16" {
-				continue
-			}
-			// libnl numbers its sockets' ports pid + n<<22.
-			if port, err := strconv.ParseUint(f[2], 10, 32); err == nil && int(port&0x3fffff) == pid {
-				time.Sleep(500 * time.Millisecond)
-				return
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("tlshd (pid %d) opened no generic netlink socket in 20 s; it said:\n%s", pid, out.String())
 }
