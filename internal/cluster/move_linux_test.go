@@ -25,17 +25,21 @@ import (
 //   - c's verifier writes 64 KiB blocks round-robin over a 2 MiB window
 //     of its consumer device (O_DIRECT, each write followed by fsync) and
 //     records per block the data of the last write whose flush completed.
-//   - c asks "volume move v b --wait": a turns its export inaccessible,
-//     freezes its engine, hands its held requests off, flushes and resigns; b acquires a
-//     newer epoch, fences, assembles and exports; c's head gets b's path;
-//     a removes its export once every node has a live path to b. No write
-//     or flush fails; the longest gap between completed writes is the
-//     pause (VMBENCH {"name":"move",...}). a runs no ublk device after.
+//   - c asks "volume move v b --wait": b imports the members while a
+//     serves (the drives exported to a and b); then a turns its export
+//     inaccessible, freezes its engine, hands its held requests off,
+//     flushes, ends its own member imports and resigns; b acquires a
+//     newer epoch, fences (the exporters drop a), assembles and exports;
+//     c's head gets b's path; a removes its export once every node has a
+//     live path to b. No write or flush fails; the longest gap between
+//     completed writes is the pause (VMBENCH {"name":"move",...}). a runs
+//     no ublk device after and has no live controller to b's or c's
+//     drives, and c's drives allow one host each (the storage fence).
 //   - c drains b ("node drain b --wait"): b, drained, moves v to the node
 //     plan.ChooseOwner picks (a: every node holds members and owns
 //     nothing else, a sorts first) the same way (VMBENCH "move-back"); b
-//     runs no ublk device after; "node undrain b". Every flushed write
-//     reads back.
+//     runs no ublk device and no controller to a's or c's drives after;
+//     "node undrain b". Every flushed write reads back.
 func TestIntegrationMove(t *testing.T) {
 	vmtest.Run(t, vmtest.Options{Guests: clusterVolumeGuests(t, nil), Timeout: 900 * time.Second}, moveGuest)
 }
@@ -74,12 +78,14 @@ func moveGuest(t *testing.T, g *vmtest.Env) {
 		g.Signal(t, "created")
 		g.Wait(t, "c", "moved")
 		noUblk("after the move to b")
+		noDriveControllers(t, g, start, "b", "c")
 		g.Signal(t, "released")
 		g.Wait(t, "c", "done")
 	case "b":
 		g.Wait(t, "a", "created")
 		g.Wait(t, "c", "moved-back")
 		noUblk("after the move back to a")
+		noDriveControllers(t, g, start, "a", "c")
 		g.Signal(t, "released")
 		g.Wait(t, "c", "done")
 	case "c":
@@ -129,6 +135,7 @@ func moveVerifier(t *testing.T, g *vmtest.Env, start time.Time) {
 		step(t, start, "move to %s: longest gap between completed writes %.2f s; command %.1f s; %d writes, none failed", to, gap.Seconds(), moved.Seconds(), total)
 		fmt.Printf("VMBENCH {\"name\":%q,\"pause_seconds\":%.2f,\"command_seconds\":%.2f,\"writes\":%d,\"kernel\":\"6.12\",\"tcg\":true}\n",
 			name, gap.Seconds(), moved.Seconds(), total)
+		oneHostPerDrive(t, start, to)
 		g.Signal(t, signal)
 	}
 	move("b", "move", "moved", "volume", "move", "v", "b", "--wait")
@@ -146,4 +153,37 @@ func moveVerifier(t *testing.T, g *vmtest.Env, start time.Time) {
 	checkAcked(t, f, acked, "after the moves")
 	step(t, start, "every flushed write reads back (%d blocks)", len(acked))
 	g.Signal(t, "done")
+}
+
+// noDriveControllers fails when this node (a planned move's old owner)
+// still has a live controller to a drive export of the given nodes: it
+// must have ended its member imports, or the exporters its controllers.
+func noDriveControllers(t *testing.T, g *vmtest.Env, start time.Time, nodes ...string) {
+	t.Helper()
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, g.Addr(n))
+	}
+	if live := liveDrivePaths(t, addrs...); len(live) > 0 {
+		t.Fatalf("%s, the old owner, still has live controllers to drives of %v: %v", g.Name, nodes, live)
+	}
+	step(t, start, "%s has no controller to the drives of %v", g.Name, nodes)
+}
+
+// oneHostPerDrive fails when one of this node's drive exports allows
+// another host than one (the new owner's, to): the old owner must have
+// been dropped by the storage fence.
+func oneHostPerDrive(t *testing.T, start time.Time, to string) {
+	t.Helper()
+	subs, _ := filepath.Glob("/sys/kernel/config/nvmet/subsystems/nqn.2026-11.io.fabraid:drive:*")
+	if len(subs) == 0 {
+		t.Fatalf("no drive export here after the move to %s", to)
+	}
+	for _, s := range subs {
+		hosts, _ := filepath.Glob(filepath.Join(s, "allowed_hosts", "*"))
+		if len(hosts) != 1 {
+			t.Fatalf("drive export %s allows %d hosts after the move to %s, want only %s's: %v", filepath.Base(s), len(hosts), to, to, hosts)
+		}
+	}
+	step(t, start, "after the move to %s each of this node's %d drive exports allows one host", to, len(subs))
 }

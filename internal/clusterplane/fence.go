@@ -38,7 +38,7 @@ func (pl *Plane) reconcileExports(ctx context.Context, cli *clientv3.Client, v *
 		return exporter.Result{}, fmt.Errorf("drive exporter: %w", err)
 	}
 	ks := exportHolders(c, v, hs)
-	in := plan.FencedExporterInput(v.View, drives, ks)
+	in := handoverExports(plan.FencedExporterInput(v.View, drives, ks), v, ks) // planned moves (handover.go)
 	in.HostNQN = pl.mgr.HostNQN()
 	in.AllowUnauthenticated = !pl.cfg.Cluster.RequireAuth
 	in.TLS = pl.TLSPorts() // decided this pass (exportRefusal)

@@ -211,10 +211,11 @@ func (c *clusterLoop) watch(cli *clientv3.Client, kick func()) {
 // kickPrefixes are the keys whose change asks for a reconcile: what the
 // view and the ownership decisions read and other nodes write (a drain
 // is acted on by the drained node, a fence acknowledgement by the node
-// taking a volume over). Statuses and paths are left out: every node
+// taking a volume over, a move record by the move's target and old owner).
+// Statuses and paths are left out: every node
 // rewrites its own as it reconciles.
 var kickPrefixes = []string{keys.VolumesPrefix, keys.NodesPrefix, keys.AlivePrefix, keys.HostKeysPrefix, keys.OwnersPrefix,
-	keys.DrainsPrefix, keys.FencePrefix}
+	keys.DrainsPrefix, keys.FencePrefix, keys.MovesPrefix}
 
 // kicks says whether a change of key k asks for a reconcile.
 func kicks(k string) bool {

@@ -14,6 +14,7 @@ func TestKicks(t *testing.T) {
 		keys.Drain("b"):             true,
 		keys.FenceVolume("u") + "c": true,
 		keys.Volume("u"):            true,
+		keys.Move("u"):              true,
 		keys.VolumeStatus("u"):      false,
 		keys.TokensPrefix + "x":     false,
 	} {

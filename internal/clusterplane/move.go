@@ -306,6 +306,7 @@ func (o *ownership) afterReconcile(ctx context.Context, cli *clientv3.Client, v 
 			h.since = time.Now()
 		}
 		h.frozen = true
+		o.releaseImports(ctx, cli, v, uuid)
 		p.Resign[uuid] = e
 	}
 	for uuid, e := range p.Resign {
@@ -365,20 +366,30 @@ func (o *ownership) afterReconcile(ctx context.Context, cli *clientv3.Client, v 
 // From and it is not over (f says whether it changed it); a lost race is
 // left to the next reconcile.
 func (o *ownership) moveRecord(ctx context.Context, cli *clientv3.Client, uuid string, f func(*model.Move) bool) {
+	if err := o.updateMove(ctx, cli, uuid, func(m model.Move) bool { return m.From == o.self && !m.Over() }, f); err != nil {
+		o.log.Warn("move record not updated", "uuid", uuid, "err", err)
+	}
+}
+
+// updateMove applies f to the volume's move record when mine says this
+// node may change it now (f says whether it changed it), compared on its
+// mod revision.
+func (o *ownership) updateMove(ctx context.Context, cli *clientv3.Client, uuid string, mine func(model.Move) bool, f func(*model.Move) bool) error {
 	mctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 	defer cancel()
 	cur, rev, ok, err := volumes.GetMove(mctx, cli, uuid)
-	if err != nil || !ok || cur.From != o.self || cur.Over() {
-		return
+	if err != nil || !ok || !mine(cur.Move) {
+		return err
 	}
 	m := cur.Move
 	if !f(&m) {
-		return
+		return nil
 	}
 	m.Updated = time.Now().UTC()
 	if err := volumes.UpdateMove(mctx, cli, rev, m); err != nil {
-		o.log.Warn("move record not updated", "uuid", uuid, "phase", m.Phase, "err", err)
-		return
+		return err
 	}
-	o.log.Info("move record", "uuid", uuid, "phase", m.Phase, "from", m.From, "to", m.To, "pause_seconds", m.PauseSeconds, "error", m.Error)
+	o.log.Info("move record", "uuid", uuid, "phase", m.Phase, "from", m.From, "to", m.To, "prepared", m.Prepared, "released", m.Released,
+		"pause_seconds", m.PauseSeconds, "error", m.Error)
+	return nil
 }

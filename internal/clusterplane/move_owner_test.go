@@ -39,7 +39,9 @@ func (m *handoverManager) Running(u [16]byte) bool { return m.running[u] }
 // TestOwnershipHandover runs a planned move through the ownership steps
 // of the old owner a, the target b and a bystander c against a real etcd:
 // the move is one transaction (record owner b, move record requested);
-// a keeps running the volume for one pass, drains it, resigns (phase
+// b prepares (imports the members, runs nothing) while a keeps running
+// the volume; once b's record says prepared, a drains it, releases its
+// member imports (record released), resigns (phase
 // resigned) and keeps its export (Keep, never Stop) while b has not
 // acquired, while b's status is not at its epoch and exported, and while
 // c's published paths show only a's address; then a stops the volume and
@@ -71,7 +73,11 @@ func TestOwnershipHandover(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		v := &clusterView{View: plan.View{Self: self, Volumes: vs}, Status: status, Paths: paths}
+		ms, err := volumes.ListMoves(ctx, cli)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := &clusterView{View: plan.View{Self: self, Volumes: vs}, Status: status, Paths: paths, Moves: ms}
 		for _, n := range []string{"a", "b", "c"} {
 			v.Nodes = append(v.Nodes, model.NodeStatus{Node: model.Node{Name: n, StorageAddresses: []string{"10.0.0." + n}}, Alive: true})
 		}
@@ -134,12 +140,21 @@ func TestOwnershipHandover(t *testing.T) {
 	}); err == nil || !strings.Contains(err.Error(), "already under way") {
 		t.Fatalf("second move while one is under way: %v", err)
 	}
-	// b cannot acquire while a holds the key.
-	if p := run(b); len(p.Held) != 0 {
+	// b cannot acquire while a holds the key: it prepares.
+	if p := run(b); len(p.Held) != 0 || !slices.Equal(p.Prepare, []string{uuid}) || !slices.Contains(p.Stop, u) {
 		t.Fatalf("b before a resigned: %+v", p)
 	}
-	// a: runs it this pass, drains after the manager's reconcile and
-	// resigns.
+	// a serves on while b imports the members.
+	if p := run(a); p.Held[uuid] != uint64(e1) || len(p.Drain) != 0 || len(mgr["a"].calls) != 0 {
+		t.Fatalf("a while b prepares: %+v, manager calls %v", p, mgr["a"].calls)
+	}
+	if errs := b.markPrepared(ctx, cli, []string{uuid}); len(errs) > 0 || !phase().Prepared {
+		t.Fatalf("b's prepared mark: %v, record %+v", errs, phase())
+	}
+	// a: runs it this pass, drains after the manager's reconcile, ends
+	// its member imports and resigns.
+	var released []string
+	a.release = func(_ context.Context, vol model.Volume) error { released = append(released, vol.UUID); return nil }
 	pa := run(a)
 	if pa.Held[uuid] != uint64(e1) || pa.Drain[uuid] != e1 || slices.Contains(pa.Stop, u) {
 		t.Fatalf("a's drain pass: %+v", pa)
@@ -150,8 +165,8 @@ func TestOwnershipHandover(t *testing.T) {
 	if _, _, ok, _ := owner.Current(ctx, cli, uuid); ok {
 		t.Fatal("a did not resign the owner key")
 	}
-	if ph := phase().Phase; ph != model.MoveResigned {
-		t.Fatalf("phase %s after the resign, want resigned", ph)
+	if ph := phase(); ph.Phase != model.MoveResigned || !ph.Released || !slices.Equal(released, []string{uuid}) {
+		t.Fatalf("move record %+v after the resign (released %v), want resigned and released", ph, released)
 	}
 	// a keeps its export until b serves and c has b's path.
 	if p := run(a); !keeps(p) || len(p.Held) != 0 {

@@ -34,7 +34,8 @@ import (
 //     picks (plan.ChooseOwner), how long the key has been absent;
 //   - decide: ownership.Decide (internal/clusterplane/ownership), pure,
 //     table-tested: acquire, take over, fence, keep, drain, resign,
-//     hold, stop, finish or wait, with the reason of a wait or hold;
+//     hold, stop, finish, prepare or wait, with the reason of a wait or
+//     hold;
 //   - execute: the etcd calls (Acquire, the takeover's record CAS, the
 //     storage fence's wait) and the plan for the volume manager
 //     (ownerPlan: Held, Stop, Keep, Drain, Resign, Finish, Undrain);
@@ -74,13 +75,23 @@ type ownership struct {
 	// acquired because it exports nothing (logged once each).
 	notAcquired map[string]bool
 	decided     map[string]decision.Action // the last decision per volume (logged when it changes)
+	// movesSeen: when this node first saw each volume's move record
+	// (by its Asked time): the start of its PrepareWait.
+	movesSeen map[string]moveSeen
+	// release ends this node's imports of a volume's members before it
+	// resigns a planned move (Plane.releaseImports over this pass's
+	// import plan); nil: not released.
+	release func(context.Context, model.Volume) error
 }
+
+// moveSeen is when this node first saw the move record asked at asked.
+type moveSeen struct{ asked, seen time.Time }
 
 func newOwnership(self string, ttl time.Duration, log *slog.Logger, freeze func() error, kick func()) *ownership {
 	return &ownership{self: self, ttl: ttl, log: log, freeze: freeze, kick: kick, wait: fence.Wait,
 		fenced: map[string]owner.Epoch{}, absent: map[string]time.Time{},
 		seen: map[string]owner.Key{}, lapsed: map[string]time.Time{}, handing: map[string]*handover{},
-		notAcquired: map[string]bool{}, decided: map[string]decision.Action{}}
+		notAcquired: map[string]bool{}, decided: map[string]decision.Action{}, movesSeen: map[string]moveSeen{}}
 }
 
 // session returns the current owner session, making a new one when there
@@ -151,6 +162,10 @@ type ownerPlan struct {
 	Keep    [][16]byte
 	Finish  []string
 	Undrain []string
+	// Prepare: volumes this node is a planned move's target of while
+	// another node holds the key: their members are imported, nothing
+	// runs (they are in Stop too).
+	Prepare []string
 }
 
 // reconcile settles the ownership of every volume of v (see the comment
@@ -204,6 +219,11 @@ func (o *ownership) reconcile(ctx context.Context, cli *clientv3.Client, v *clus
 		}
 		o.forget(uuid)
 	}
+	for uuid := range o.movesSeen {
+		if !records[uuid] {
+			delete(o.movesSeen, uuid)
+		}
+	}
 	return p, errors.Join(errs...)
 }
 
@@ -249,6 +269,7 @@ func (o *ownership) facts(v, ov *clusterView, vol model.Volume, ks map[string]ow
 		f.AbsentSince = o.absent[vol.UUID] // owner dead or lapsed: gone whatever the clock says
 	}
 	f.FailoverChoice = plan.ChooseOwner(ov.View, vol)
+	f.Move = o.moveFacts(v, vol.UUID, f.Now)
 	if h := o.handing[vol.UUID]; h != nil {
 		f.Handover = decision.Draining
 		if h.frozen {
@@ -292,6 +313,10 @@ func (o *ownership) execute(ctx context.Context, cli *clientv3.Client, s *owner.
 	case decision.Stop:
 		p.Stop = append(p.Stop, u)
 		return nil
+	case decision.Prepare:
+		p.Stop = append(p.Stop, u)
+		p.Prepare = append(p.Prepare, vol.UUID)
+		return nil
 	case decision.Resign:
 		p.Resign[vol.UUID] = e
 		p.Keep = append(p.Keep, u)
@@ -316,12 +341,18 @@ func (o *ownership) execute(ctx context.Context, cli *clientv3.Client, s *owner.
 		}
 		p.Drain[vol.UUID] = e
 	case decision.Acquire:
+		if err := o.voidRelease(ctx, cli, v, vol); err != nil {
+			return err
+		}
 		var err error
 		if e, err = owner.Acquire(ctx, s, vol.UUID, o.self); err != nil {
 			return fmt.Errorf("volume %s: %w", vol.Name, err)
 		}
 		o.log.Info("acquired volume", "volume", vol.Name, "epoch", e)
 	case decision.TakeOver:
+		if err := o.voidRelease(ctx, cli, v, vol); err != nil {
+			return err
+		}
 		var err error
 		if e, err = o.takeOver(ctx, cli, s, vol); err != nil {
 			return err

@@ -69,7 +69,7 @@ func (pl *Plane) Reconcile(ctx context.Context) error {
 	if len(xres.Fenced) > 0 {
 		pl.log.Info("drive exporter: fenced old owners", "drives", xres.Fenced)
 	}
-	imp := plan.ImporterInput(v.View, pl.mgr.HostIdentity(), local)
+	imp, prep := plan.ImporterInputPreparing(v.View, pl.mgr.HostIdentity(), local, own.Prepare)
 	pl.importTLS(&imp.Input, v) // tls.go
 	ires, err := c.im.Reconcile(ctx, imp.Input)
 	if err != nil {
@@ -78,6 +78,7 @@ func (pl *Plane) Reconcile(ctx context.Context) error {
 	for _, p := range ires.Problems {
 		pl.log.Warn("member importer", "problem", p)
 	}
+	errs = append(errs, pl.prepared(ctx, cli, v, prep, ires)...) // planned moves to this node (handover.go)
 	paths := imp.Paths(ires)
 	mp := managerPlan(v, imp, paths)
 	mp.Secret, mp.Auth, mp.Stop, mp.Drain = secret, xres.Auth, own.Stop, own.Keep
@@ -92,6 +93,7 @@ func (pl *Plane) Reconcile(ctx context.Context) error {
 	if res.Retry {
 		time.AfterFunc(consumerRetry, pl.kick) // a new owner's export may be up by then
 	}
+	pl.owners.release = func(ctx context.Context, vol model.Volume) error { return pl.releaseImports(ctx, imp, vol) }
 	errs = append(errs, pl.owners.afterReconcile(ctx, cli, v, own, pl.mgr)...) // hand-overs (move.go)
 	errs = append(errs, pl.drainOwned(ctx, cli, v, own.Held)...)               // a drained node's moves (drain.go)
 	errs = append(errs, pl.reprotect(ctx, cli, v)...)                          // members of down nodes (reprotect.go)

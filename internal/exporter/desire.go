@@ -86,6 +86,14 @@ type Volume struct {
 	// Epoch" after a Reconcile of this Input succeeded.
 	Epoch   uint64
 	Members []string // drive ids of every member, on any node
+	// Prepared is a planned move's target while Owner still holds the
+	// key: allowed too, so it imports the members ahead (handover.go).
+	// Empty: none.
+	Prepared Host
+	// Released is the host NQN of an old owner that ended its own
+	// controllers to the members (handover.go): it loses access without
+	// a fence of the drives. Empty: none.
+	Released string
 }
 
 // Input is the whole desired state of one node's drive exports.

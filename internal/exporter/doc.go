@@ -59,10 +59,16 @@
 //
 // Volume.Owner is the node holding the volume's owner key (cluster/owner;
 // plan.FencedExporterInput), not the record's desired owner, and
-// Volume.Epoch its epoch; without a key the drives go to nobody. Every
+// Volume.Epoch its epoch; without a key the drives go to nobody. During a
+// planned move the drives are exported to the move's target as well
+// (Volume.Prepared, handover.go: it imports them ahead and writes nothing
+// before it holds the key), and an old owner that ended its own
+// controllers (Volume.Released) is dropped from the allowed hosts without
+// the fence step. Every
 // Reconcile that returns without error leaves no controller of a host
-// other than each drive's Owner on the drive ports (as long as nothing but
-// the exporter changes the drive subsystems), so the caller may then
+// other than each drive's Owner (and Prepared) on the drive ports (as long
+// as nothing but the exporter changes the drive subsystems, and a Released
+// host did end its own), so the caller may then
 // acknowledge "fenced for Epoch" (cluster/fence.Ack) for every volume of
 // the Input, also after a restart that found the fence already done. An
 // error means no acknowledgement. A node that reboots has empty configfs

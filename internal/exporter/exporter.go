@@ -81,7 +81,7 @@ func (x *Exporter) Reconcile(ctx context.Context, in Input) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	d := Desire(in, nvmet.Features{Auth: f.Auth, TLS: f.TLS})
+	d := desireHandover(in, nvmet.Features{Auth: f.Auth, TLS: f.TLS})
 	res := Result{Exports: d.Exports, Problems: d.Problems, Auth: f.Auth, Refused: d.Refused}
 	if err := x.insertKeys(d.Keys); err != nil {
 		return res, err
@@ -90,7 +90,7 @@ func (x *Exporter) Reconcile(ctx context.Context, in Input) (Result, error) {
 	if err != nil {
 		return res, fmt.Errorf("drive exporter: %w", err)
 	}
-	step, fenced := Fence(d.Spec, pnvmet.StateOf(actual))
+	step, fenced := Fence(d.Spec, withoutReleased(pnvmet.StateOf(actual), in))
 	if len(fenced) > 0 {
 		done, err := x.apply(ctx, step)
 		res.Done = append(res.Done, done...)

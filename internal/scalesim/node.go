@@ -44,7 +44,7 @@ type node struct {
 // kickPrefixes are fabraidd's (internal/clusterplane kicks): the keys whose
 // change makes a node reconcile.
 var kickPrefixes = []string{keys.VolumesPrefix, keys.NodesPrefix, keys.AlivePrefix, keys.HostKeysPrefix, keys.OwnersPrefix,
-	keys.DrainsPrefix, keys.FencePrefix}
+	keys.DrainsPrefix, keys.FencePrefix, keys.MovesPrefix}
 
 func startNode(ctx context.Context, e *Etcd, name string, drives int, c Config, st *stats) (*node, error) {
 	cli, err := e.Client()

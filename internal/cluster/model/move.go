@@ -27,6 +27,17 @@ type Move struct {
 	// Epoch is From's owner epoch when the move was asked.
 	Epoch uint64 `json:"epoch"`
 	Phase string `json:"phase"`
+	// Prepared: To has imported every member on a live node while From
+	// still served (written by To in phase requested); From drains then,
+	// or after its PrepareWait without it.
+	Prepared bool `json:"prepared,omitempty"`
+	// Released: From disconnected its imports of the volume's members
+	// after its drain (engine frozen, members flushed), before it resigned
+	// the owner key at Epoch, so the drive exporters may drop From from
+	// the allowed hosts without ending controllers (and the target's
+	// prepared imports with them). From clears it before it acquires the
+	// volume again; void in a failed move.
+	Released bool `json:"released,omitempty"`
 	// ToEpoch is the epoch To serves at (phase done).
 	ToEpoch uint64 `json:"to_epoch,omitempty"`
 	Error   string `json:"error,omitempty"`

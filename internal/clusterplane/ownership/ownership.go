@@ -22,6 +22,12 @@ import (
 // key's expiry (or its lapse), never through the grace.
 const OwnerGrace = 15 * time.Second
 
+// PrepareWait is how long an owner asked to move a volume (a move
+// record) keeps serving it while the target imports the volume's
+// members ahead (Prepare); then it drains whatever the target's state,
+// as it does for a hand-over without a move record.
+const PrepareWait = 30 * time.Second
+
 // Key is where the volume's owner key is, as this node sees it.
 type Key int
 
@@ -88,6 +94,21 @@ type Facts struct {
 	// serves at a newer epoch and every live consumer has its path, or
 	// consumerWait has passed; the daemon's mayUnexport).
 	MayUnexport bool
+
+	// Move is the volume's planned move (a move record not over).
+	Move Move
+}
+
+// Move is a volume's planned move (a move record that is not over) as
+// a node sees it; zero without one.
+type Move struct {
+	From, To string
+	// Requested: phase requested (From has not resigned yet).
+	Requested bool
+	// Prepared: To has imported every member of a live node.
+	Prepared bool
+	// Seen is when this node first saw the move record.
+	Seen time.Time
 }
 
 // Kind is what the node does.
@@ -125,10 +146,16 @@ const (
 	// Finish a hand-over: the new owner serves; remove the export, stop
 	// the engine, end the move.
 	Finish
+	// Prepare: another node holds the key and moves the volume to this
+	// node (PrepareHere): import its members ahead, run no engine
+	// (an engine here stops, as for Stop). Importing writes nothing: this
+	// node writes the members only once it holds the key and the storage
+	// fence at that epoch is acknowledged.
+	Prepare
 )
 
 func (k Kind) String() string {
-	return [...]string{"wait", "acquire", "take over", "fence", "keep", "drain", "resign", "hold", "stop", "finish"}[k]
+	return [...]string{"wait", "acquire", "take over", "fence", "keep", "drain", "resign", "hold", "stop", "finish", "prepare"}[k]
 }
 
 // Reason says why a volume waits or holds (or resigns).
@@ -155,6 +182,9 @@ const (
 	KeyElsewhere
 	// RecordDeleted: a key of this node's lease whose record is gone.
 	RecordDeleted
+	// TargetPreparing: a planned move's target imports the members;
+	// this node serves until it is prepared or PrepareWait passed.
+	TargetPreparing
 )
 
 func (r Reason) String() string {
@@ -168,6 +198,7 @@ func (r Reason) String() string {
 		"hand-over: the export stays inaccessible until the new owner serves and every consumer has a path to it",
 		"hand-over: another node holds the key; the export stays inaccessible until the hand-over ends",
 		"the volume record is gone",
+		"planned move: the target imports the members; this node serves until it is prepared",
 	}[r]
 }
 
@@ -231,6 +262,22 @@ func WatchAbsence(f Facts) bool {
 	return f.Key == NoKey && f.Ready && f.RecordOwner != f.Self && f.RecordOwner != "" && f.OwnerAlive && !f.OwnerLapsed
 }
 
+// Preparing says whether this node, asked to move the volume to the
+// record owner, still serves it while the target imports the members:
+// until the target is prepared or PrepareWait has passed since this
+// node saw the move.
+func Preparing(f Facts) bool {
+	m := f.Move
+	return m.From == f.Self && m.To == f.RecordOwner && m.Requested && !m.Prepared && f.Now.Sub(m.Seen) < PrepareWait
+}
+
+// PrepareHere says whether this node imports the volume's members ahead:
+// a planned move from the key's holder to this node, which the record
+// names.
+func PrepareHere(f Facts) bool {
+	return f.Move.To == f.Self && f.Move.From == f.KeyNode && f.Key == HeldElsewhere && f.RecordOwner == f.Self && f.Ready
+}
+
 // Decide is the node's ownership decision for one volume in one reconcile.
 func Decide(f Facts) Action {
 	if f.Deleted {
@@ -265,15 +312,21 @@ func decide(f Facts, h Handover) Action {
 		return Action{Kind: Hold, Why: NotServedYet}
 	case f.Key == HeldHere:
 		fence := f.FencedEpoch != f.KeyEpoch
+		k := Keep
+		if fence {
+			k = Fence
+		}
 		if !self && f.Ready && f.OwnerAlive {
+			if h == NoHandover && Preparing(f) {
+				// A planned move's target imports the members while
+				// this node still serves: the pause starts only once
+				// it has them.
+				return Action{Kind: k, Epoch: f.KeyEpoch, Fence: fence, Why: TargetPreparing}
+			}
 			// The desired owner is another live node: hand it over.
 			// This pass still runs it; the drain follows the manager's
 			// reconcile.
 			return Action{Kind: Drain, Epoch: f.KeyEpoch, Fence: fence, BeginHandover: h == NoHandover}
-		}
-		k := Keep
-		if fence {
-			k = Fence
 		}
 		// A drain not frozen yet ends: the record came back.
 		return Action{Kind: k, Epoch: f.KeyEpoch, Fence: fence, DropHandover: h == Draining}
@@ -287,6 +340,9 @@ func decide(f Facts, h Handover) Action {
 		if h == Frozen {
 			// A frozen hand-over's export goes only through Finish.
 			return Action{Kind: Hold, Why: KeyElsewhere}
+		}
+		if PrepareHere(f) {
+			return Action{Kind: Prepare}
 		}
 		return Action{Kind: Stop}
 	}

@@ -21,6 +21,8 @@ func TestDecide(t *testing.T) {
 	elsewhere := func(f *Facts) { f.Key, f.KeyNode, f.KeyEpoch = HeldElsewhere, "a", 12 }
 	mine := func(f *Facts) { f.RecordOwner = "b" }
 	dead := func(f *Facts) { f.OwnerAlive = false }
+	moveAway := func(f *Facts) { f.Move = Move{From: "b", To: "a", Requested: true, Seen: t0.Add(-time.Second)} }
+	moveHere := func(f *Facts) { mine(f); elsewhere(f); f.Move = Move{From: "a", To: "b", Requested: true, Seen: t0} }
 	for _, c := range []struct {
 		name string
 		f    Facts
@@ -53,6 +55,40 @@ func TestDecide(t *testing.T) {
 		{"held, drained and frozen: resign", mod(func(f *Facts) { held(f); f.FencedEpoch = 12; f.Handover = Frozen }), Action{Kind: Resign, Epoch: 12}},
 		{"held, frozen although the record came back: resign (no thaw at its own epoch)",
 			mod(func(f *Facts) { mine(f); held(f); f.Handover = Frozen }), Action{Kind: Resign, Epoch: 12}},
+		// A planned move away (b to a): b serves while a imports the members.
+		{"held, moving to a, a imports the members: keep serving", mod(func(f *Facts) { held(f); f.FencedEpoch = 12; moveAway(f) }),
+			Action{Kind: Keep, Epoch: 12, Why: TargetPreparing}},
+		{"held, moving to a right after the acquire: fence, keep serving", mod(func(f *Facts) { held(f); moveAway(f) }),
+			Action{Kind: Fence, Epoch: 12, Fence: true, Why: TargetPreparing}},
+		{"held, moving to a, a prepared: drain", mod(func(f *Facts) { held(f); f.FencedEpoch = 12; moveAway(f); f.Move.Prepared = true }),
+			Action{Kind: Drain, Epoch: 12, BeginHandover: true}},
+		{"held, moving to a, not prepared after PrepareWait: drain", mod(func(f *Facts) {
+			held(f)
+			f.FencedEpoch = 12
+			moveAway(f)
+			f.Move.Seen = t0.Add(-PrepareWait)
+		}), Action{Kind: Drain, Epoch: 12, BeginHandover: true}},
+		{"held, the drain begun: no more waiting", mod(func(f *Facts) { held(f); f.FencedEpoch = 12; moveAway(f); f.Handover = Draining }),
+			Action{Kind: Drain, Epoch: 12}},
+		{"held, a move record to another node than the record owner: drain", mod(func(f *Facts) {
+			held(f)
+			f.FencedEpoch = 12
+			moveAway(f)
+			f.Move.To = "c"
+		}), Action{Kind: Drain, Epoch: 12, BeginHandover: true}},
+		{"held, the move past phase requested: drain", mod(func(f *Facts) { held(f); f.FencedEpoch = 12; moveAway(f); f.Move.Requested = false }),
+			Action{Kind: Drain, Epoch: 12, BeginHandover: true}},
+		{"held, the record came back although a move record names a: keep", mod(func(f *Facts) { mine(f); held(f); f.FencedEpoch = 12; moveAway(f) }),
+			Action{Kind: Keep, Epoch: 12}},
+		// A planned move here (a to b): b imports the members, runs nothing.
+		{"moving here, a holds the key: prepare", mod(moveHere), Action{Kind: Prepare}},
+		{"moving here, a prepared already: prepare on", mod(func(f *Facts) { moveHere(f); f.Move.Prepared = true }), Action{Kind: Prepare}},
+		{"moving here, a resigned but its key still listed: prepare", mod(func(f *Facts) { moveHere(f); f.Move.Requested = false }), Action{Kind: Prepare}},
+		{"moving here, the key held by another node than the move's From: stop", mod(func(f *Facts) { moveHere(f); f.KeyNode = "c" }), Action{Kind: Stop}},
+		{"moving here, the record names another node now: stop", mod(func(f *Facts) { moveHere(f); f.RecordOwner = "c" }), Action{Kind: Stop}},
+		{"moving here, volume not ready: stop", mod(func(f *Facts) { moveHere(f); f.Ready = false }), Action{Kind: Stop}},
+		{"moving here, a drain of this node not frozen: prepare, drop the drain", mod(func(f *Facts) { moveHere(f); f.Handover = Draining }),
+			Action{Kind: Prepare, DropHandover: true}},
 		// Another lease's key.
 		{"key of this node's previous, fenced lease: wait", mod(func(f *Facts) { mine(f); f.Key, f.KeyNode = HeldPrevious, "b" }),
 			Action{Kind: Wait, Why: PreviousLease}},
@@ -130,12 +166,12 @@ func TestWatchAbsence(t *testing.T) {
 
 // Every kind and reason has a text (logs, volume show).
 func TestStrings(t *testing.T) {
-	for k := Wait; k <= Finish; k++ {
+	for k := Wait; k <= Prepare; k++ {
 		if k.String() == "" {
 			t.Errorf("kind %d has no name", k)
 		}
 	}
-	for r := PreviousLease; r <= RecordDeleted; r++ {
+	for r := PreviousLease; r <= TargetPreparing; r++ {
 		if r.String() == "" {
 			t.Errorf("reason %d has no text", r)
 		}
