@@ -327,6 +327,7 @@ func readIdentity(path string) (member, volume [16]byte, err error) {
 		return member, volume, fmt.Errorf("read superblock: %w", err)
 	}
 	defer f.Close()
+	dropCache(f)
 	sb, err := superblock.ReadCopies(f)
 	if err != nil {
 		return member, volume, fmt.Errorf("read superblock of %s: %w", path, err)
