@@ -79,9 +79,17 @@ func (v *Volume) writeAt(p []byte, off int64) (int, error) {
 	defer v.endRequest(counted)
 	op := v.newOp()
 	defer v.putOp(op)
-	if err := v.eachStripe(op, op.split(off, len(p)), func(sop *stripeOp, r layout.StripeReq) error {
-		return v.writeStripe(sop, p, r)
-	}); err != nil {
+	reqs := op.split(off, len(p))
+	if len(reqs) == 1 {
+		err = v.writeStripe(op, p, reqs[0])
+	} else {
+		for len(reqs) > 0 && err == nil {
+			n := min(len(reqs), maxStripesInFlight)
+			err = v.writeStripes(p, reqs[:n])
+			reqs = reqs[n:]
+		}
+	}
+	if err != nil {
 		return 0, fmt.Errorf("write at %d: %w", off, err)
 	}
 	return len(p), nil

@@ -1,0 +1,191 @@
+package engine
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/fabraid/fabraid/engine/layout"
+	"github.com/fabraid/fabraid/engine/superblock"
+)
+
+// batchRecorder is an Executor that records the batches it runs, each IO
+// as its member's index in devs, and runs them one after another.
+type batchRecorder struct {
+	devs    []Member
+	armed   atomic.Bool
+	mu      sync.Mutex
+	batches [][]recordedIO
+}
+
+type recordedIO struct {
+	slot       int
+	write, fua bool
+	off        int64
+	n          int
+}
+
+func (b *batchRecorder) Execute(ios []IO) {
+	if b.armed.Load() {
+		var batch []recordedIO
+		for _, io := range ios {
+			slot := -1
+			for i, d := range b.devs {
+				if d == io.Dev {
+					slot = i
+				}
+			}
+			batch = append(batch, recordedIO{slot: slot, write: io.Write, fua: io.FUA, off: io.Off, n: len(io.Buf)})
+		}
+		b.mu.Lock()
+		b.batches = append(b.batches, batch)
+		b.mu.Unlock()
+	}
+	SyncExecutor{}.Execute(ios)
+}
+
+// A write over several whole stripes runs in shared rounds: every journal
+// record in one batch (with owner-domain journaling), then every data and
+// parity write in one batch in which each member's chunks follow each
+// other at adjacent offsets, so that the block layer merges them into one
+// member I/O. The data reads back.
+func TestWriteStripesRounds(t *testing.T) {
+	for _, owner := range []bool{false, true} {
+		t.Run(fmt.Sprintf("owner-journal=%v", owner), func(t *testing.T) {
+			const stripes = 4
+			cfg := Config{Name: "rounds", K: 3, M: 2, ChunkSize: 4096, RegionSize: 64 << 10, DataOffset: 256 << 10, AssumeZeroed: true,
+				Domains: []string{ownerDomain, "n1", "n2", "n3", "n4"}}
+			_, devs := memMembers(5, 1<<20)
+			rec := &batchRecorder{devs: devs}
+			opts := Options{Logger: quietLogger(), Executor: rec}
+			if owner {
+				opts.OwnerDomain = ownerDomain
+			}
+			v, err := Create(cfg, devs, nil, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer v.Close()
+			stripeBytes := v.Geometry().StripeBytes()
+			p := make([]byte, stripes*stripeBytes)
+			rng := rand.New(rand.NewPCG(5, 6))
+			for i := range p {
+				p[i] = byte(rng.Uint32())
+			}
+			if _, err := v.WriteAt(p, 0); err != nil { // sets the region's bit
+				t.Fatal(err)
+			}
+			for i := range p {
+				p[i]++
+			}
+			rec.armed.Store(true)
+			if _, err := v.WriteAt(p, 0); err != nil {
+				t.Fatal(err)
+			}
+			rec.armed.Store(false)
+			var records, writes [][]recordedIO
+			for _, b := range rec.batches {
+				switch {
+				case b[0].fua:
+					records = append(records, b)
+				case b[0].write:
+					writes = append(writes, b)
+				default:
+					t.Fatalf("a full-stripe write read: %+v", b)
+				}
+			}
+			if want := 0; owner {
+				want = 1
+				if len(records) != want {
+					t.Fatalf("journal records in %d batches, want %d: %+v", len(records), want, rec.batches)
+				}
+			} else if len(records) != 0 {
+				t.Fatalf("records without owner-domain journaling: %+v", records)
+			}
+			if len(writes) != 1 || len(writes[0]) != stripes*5 {
+				t.Fatalf("data and parity writes in %d batches (%+v), want one of %d", len(writes), writes, stripes*5)
+			}
+			checkMemberRuns(t, writes[0], stripes)
+			got := make([]byte, len(p))
+			if _, err := v.ReadAt(got, 0); err != nil || !bytes.Equal(got, p) {
+				t.Fatalf("read back: %v, equal %v", err, bytes.Equal(got, p))
+			}
+		})
+	}
+}
+
+// checkMemberRuns checks that batch holds, for each member, perChunk
+// consecutive chunk writes at adjacent ascending offsets.
+func checkMemberRuns(t *testing.T, batch []recordedIO, perMember int) {
+	t.Helper()
+	seen := map[int]bool{}
+	for i := 0; i < len(batch); {
+		slot := batch[i].slot
+		if seen[slot] {
+			t.Fatalf("member %d's writes are not consecutive in the batch: %+v", slot, batch)
+		}
+		seen[slot] = true
+		n := 1
+		for ; i+n < len(batch) && batch[i+n].slot == slot; n++ {
+			prev := batch[i+n-1]
+			if batch[i+n].off != prev.off+int64(prev.n) {
+				t.Fatalf("member %d: write at %d does not follow the one at %d+%d", slot, batch[i+n].off, prev.off, prev.n)
+			}
+		}
+		if n != perMember {
+			t.Fatalf("member %d: %d writes in a run, want %d", slot, n, perMember)
+		}
+		i += n
+	}
+}
+
+// A write over several stripes whose reconstruct-write read fails on a
+// member fails that member, re-plans the stripe concerned on its own and
+// lands: the data reads back, the failed member's chunks reconstructed
+// from the parity the write computed.
+func TestWriteStripesReadFailure(t *testing.T) {
+	var failSlot atomic.Int32
+	failSlot.Store(-1)
+	_, devs := hookMembers(6, 2<<20, func(op memOp) error {
+		if op.slot == int(failSlot.Load()) && !op.write && !op.flush && !op.after {
+			return errors.New("injected read error")
+		}
+		return nil
+	})
+	v, err := Create(Config{Name: "rf", K: 4, M: 2, ChunkSize: 4096, RegionSize: 64 << 10, DataOffset: 256 << 10, AssumeZeroed: true},
+		devs, nil, Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	g := v.Geometry()
+	model := make([]byte, 8*g.StripeBytes())
+	rng := rand.New(rand.NewPCG(7, 8))
+	for i := range model {
+		model[i] = byte(rng.Uint32())
+	}
+	if _, err := v.WriteAt(model, 0); err != nil {
+		t.Fatal(err)
+	}
+	// Stripe 0 from its second block on: a reconstruct-write that reads
+	// data position 0, on the member that fails.
+	slot := g.Slot(0, g.MemberOf(0, 0))
+	failSlot.Store(int32(slot))
+	off := int64(layout.BlockSize)
+	p := bytes.Repeat([]byte{7}, int(3*g.StripeBytes()-layout.BlockSize))
+	if _, err := v.WriteAt(p, off); err != nil {
+		t.Fatal(err)
+	}
+	copy(model[off:], p)
+	if m := v.Status().Members[slot]; m.Role != superblock.RoleFailed {
+		t.Fatalf("member %d after its read failed: %+v", slot, m)
+	}
+	got := make([]byte, len(model))
+	if _, err := v.ReadAt(got, 0); err != nil || !bytes.Equal(got, model) {
+		t.Fatalf("read back: %v, equal %v", err, bytes.Equal(got, model))
+	}
+}
