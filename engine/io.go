@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -130,7 +131,32 @@ func (op *stripeOp) addDirectReads(reqs []layout.StripeReq, p []byte) bool {
 			op.add(v.slotAt(r, s.Pos), false, p[s.BufOff:s.BufOff+int64(s.Len)], v.geo.MemberOffset(r.Row)+int64(s.Off))
 		}
 	}
+	if len(reqs) > 1 {
+		op.sortBySlot()
+	}
 	return true
+}
+
+// sortBySlot orders the queued IOs by member slot and offset: a member's
+// chunks of consecutive rows are adjacent on it, and submitted one after
+// another the block layer merges them into one I/O.
+func (op *stripeOp) sortBySlot() { sort.Sort((*ioOrder)(op)) }
+
+// ioOrder sorts a stripeOp's IOs (with their slots) by slot and offset.
+type ioOrder stripeOp
+
+func (o *ioOrder) Len() int { return len(o.ios) }
+
+func (o *ioOrder) Less(i, j int) bool {
+	if o.slots[i] != o.slots[j] {
+		return o.slots[i] < o.slots[j]
+	}
+	return o.ios[i].Off < o.ios[j].Off
+}
+
+func (o *ioOrder) Swap(i, j int) {
+	o.ios[i], o.ios[j] = o.ios[j], o.ios[i]
+	o.slots[i], o.slots[j] = o.slots[j], o.slots[i]
 }
 
 func (op *stripeOp) split(off int64, n int) []layout.StripeReq {

@@ -189,3 +189,60 @@ func TestWriteStripesReadFailure(t *testing.T) {
 		t.Fatalf("read back: %v, equal %v", err, bytes.Equal(got, model))
 	}
 }
+
+// A healthy read over several stripes is one batch of direct reads in
+// which each member's chunks follow each other in ascending offsets, so
+// that the block layer merges the adjacent ones (PlanRead's too).
+func TestReadStripesSorted(t *testing.T) {
+	cfg := Config{Name: "reads", K: 4, M: 2, ChunkSize: 4096, RegionSize: 64 << 10, DataOffset: 256 << 10, AssumeZeroed: true}
+	_, devs := memMembers(6, 1<<20)
+	rec := &batchRecorder{devs: devs}
+	v, err := Create(cfg, devs, nil, Options{Logger: quietLogger(), Executor: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	p := make([]byte, 6*v.Geometry().StripeBytes())
+	for i := range p {
+		p[i] = byte(i / 4096)
+	}
+	if _, err := v.WriteAt(p, 0); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(p)-layout.BlockSize)
+	rec.armed.Store(true)
+	if _, err := v.ReadAt(got, layout.BlockSize); err != nil {
+		t.Fatal(err)
+	}
+	d, ok := v.PlanRead(got, layout.BlockSize)
+	if !ok {
+		t.Fatal("healthy read not planned")
+	}
+	rec.Execute(d.IOs)
+	if _, err := d.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	rec.armed.Store(false)
+	if len(rec.batches) != 2 {
+		t.Fatalf("%d batches, want 2", len(rec.batches))
+	}
+	for _, b := range rec.batches {
+		checkMemberOrder(t, b)
+	}
+	if !bytes.Equal(got, p[layout.BlockSize:]) {
+		t.Fatal("read back differs")
+	}
+}
+
+// checkMemberOrder checks that each member's IOs in batch are consecutive
+// and in ascending offsets.
+func checkMemberOrder(t *testing.T, batch []recordedIO) {
+	t.Helper()
+	last := map[int]int{}
+	for i, io := range batch {
+		if j, seen := last[io.slot]; seen && (j != i-1 || batch[j].off >= io.off) {
+			t.Fatalf("member %d: IO %d (at %d) does not follow its IO %d (at %d) in order: %+v", io.slot, i, io.off, j, batch[j].off, batch)
+		}
+		last[io.slot] = i
+	}
+}
