@@ -138,8 +138,10 @@ func (op *stripeOp) addDirectReads(reqs []layout.StripeReq, p []byte) bool {
 }
 
 // sortBySlot orders the queued IOs by member slot and offset: a member's
-// chunks of consecutive rows are adjacent on it, and submitted one after
-// another the block layer merges them into one I/O.
+// chunks of consecutive rows are adjacent on it, and the block plug merges
+// a bio only into the latest request of its queue, so members that share a
+// queue (partitions of one disk) merge only chunks submitted one after
+// another.
 func (op *stripeOp) sortBySlot() { sort.Sort((*ioOrder)(op)) }
 
 // ioOrder sorts a stripeOp's IOs (with their slots) by slot and offset.

@@ -12,10 +12,14 @@ import (
 // writeStripes writes the stripe requests of one request that spans
 // several stripes in shared rounds: every stripe's reads in one batch,
 // every journal record in the next, every data and parity write in the
-// last, sorted by member and offset, so that the block layer merges a
-// member's adjacent chunks into one I/O (a 1 MiB write on 4+2 with 64 KiB
-// chunks is six member writes of 256 KiB instead of 24 of 64 KiB, and one
-// record per stripe in one round instead of four rounds side by side).
+// last. A batch is submitted at once (one io_uring_enter, under one block
+// plug), so a member's chunks of consecutive rows, adjacent on it, can
+// merge into one I/O (a 1 MiB write on 4+2 with 64 KiB chunks: six member
+// writes of 256 KiB instead of 24 of 64 KiB from up to eight goroutines,
+// each submitting its own), and each phase is one round trip. The batch is
+// sorted by member and offset so that a member's chunks are also
+// consecutive where members share a request queue (partitions of one
+// disk): the plug merges a bio only into the latest request of its queue.
 //
 // Each stripe keeps the state machine of writeStripe (steps 1-8): the
 // request holds every stripe's write-intent bit and lock from planning to
