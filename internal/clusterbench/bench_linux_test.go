@@ -304,7 +304,10 @@ type sample struct {
 	cpu  map[string]float64
 	gib  float64
 	secs float64 // wall time of the window
-	err  string
+	// drives: requests completed by the member disks of every guest up
+	// in the window (driveRequests), after every merge above them.
+	drives float64
+	err    string
 }
 
 // cpuPerGiB is the CPU seconds of the guests per GiB moved.
@@ -454,13 +457,14 @@ func med(xs []float64) float64 {
 // total and by node, and the errors of failed runs.
 type summary struct {
 	v, cpu float64
+	drives float64 // member disk requests per GiB moved
 	byNode map[string]float64
 	errs   []string
 	ok     int
 }
 
 func summarize(ss []sample) summary {
-	var v, c []float64
+	var v, c, d []float64
 	per := map[string][]float64{}
 	var sum summary
 	for _, s := range ss {
@@ -471,13 +475,16 @@ func summarize(ss []sample) summary {
 		sum.ok++
 		v = append(v, s.v)
 		c = append(c, s.cpuPerGiB())
+		if s.gib > 0 {
+			d = append(d, s.drives/s.gib)
+		}
 		for n, x := range s.cpu {
 			if s.gib > 0 {
 				per[n] = append(per[n], x/s.gib)
 			}
 		}
 	}
-	sum.v, sum.cpu = med(v), med(c)
+	sum.v, sum.cpu, sum.drives = med(v), med(c), med(d)
 	sum.byNode = map[string]float64{}
 	for n, xs := range per {
 		sum.byNode[n] = round2(med(xs))
@@ -490,8 +497,8 @@ func report(t *testing.T, prefix string, js []job, res map[string]map[string][]s
 	kernel := readTrim("/proc/sys/kernel/osrelease")
 	tcg := !strings.Contains(readTrim("/sys/devices/system/clocksource/clocksource0/available_clocksource"), "kvm-clock")
 	table := []string{
-		"| row | unit | fabraid | md | fabraid/md | CPU s/GiB fabraid | CPU s/GiB md |",
-		"|---|---|---|---|---|---|---|",
+		"| row | unit | fabraid | md | fabraid/md | CPU s/GiB fabraid | CPU s/GiB md | drive I/Os per MiB fabraid | md |",
+		"|---|---|---|---|---|---|---|---|---|",
 	}
 	for _, j := range js {
 		fab, md := summarize(res[j.name]["fabraid"]), summarize(res[j.name]["md"])
@@ -499,6 +506,7 @@ func report(t *testing.T, prefix string, js []job, res map[string]map[string][]s
 			"fabraid": round1(fab.v), "md": round1(md.v),
 			"cpu_s_per_gib_fabraid": round2(fab.cpu), "cpu_s_per_gib_md": round2(md.cpu),
 			"cpu_s_per_gib_fabraid_by_node": fab.byNode, "cpu_s_per_gib_md_by_node": md.byNode,
+			"drive_ios_per_mib_fabraid": round2(fab.drives / 1024), "drive_ios_per_mib_md": round2(md.drives / 1024),
 			"idle_cpu_s_per_s": round2(idle),
 			"rounds":           min(fab.ok, md.ok), "kernel": kernel, "tcg": tcg}
 		ratio := "–"
@@ -517,8 +525,8 @@ func report(t *testing.T, prefix string, js []job, res map[string]map[string][]s
 			}
 			return fmt.Sprintf("%.1f", s.v)
 		}
-		table = append(table, fmt.Sprintf("| %s | %s | %s | %s | %s | %.1f | %.1f |",
-			prefix+j.name, j.unit, cell(fab), cell(md), ratio, fab.cpu, md.cpu))
+		table = append(table, fmt.Sprintf("| %s | %s | %s | %s | %s | %.1f | %.1f | %.2f | %.2f |",
+			prefix+j.name, j.unit, cell(fab), cell(md), ratio, fab.cpu, md.cpu, fab.drives/1024, md.drives/1024))
 	}
 	fmt.Printf("CLUSTERBENCH kernel %s, tcg %v, %d rounds (median), consumer c, owner a, idle guest CPU %.2f s/s\n", kernel, tcg, n, idle)
 	for _, l := range table {

@@ -66,6 +66,7 @@ func serveCPU(t *testing.T) {
 			}
 			var b strings.Builder
 			fmt.Fprintf(&b, "%d\n", busyJiffies())
+			fmt.Fprintf(&b, "drives\t%d\t\n", driveRequests())
 			for pid, p := range procJiffies() {
 				fmt.Fprintf(&b, "%d\t%d\t%s\n", pid, p.jiffies, p.comm)
 			}
@@ -73,6 +74,28 @@ func serveCPU(t *testing.T) {
 			c.Close()
 		}
 	}()
+}
+
+// driveRequests is the read and write requests completed by this guest's
+// member disks, the virtio disks of memberBytes (/sys/block/X/stat fields
+// 1 and 5): what the drives see after every merge above them.
+func driveRequests() uint64 {
+	var n uint64
+	ents, _ := os.ReadDir("/sys/block")
+	for _, e := range ents {
+		dir := filepath.Join("/sys/block", e.Name())
+		if !strings.HasPrefix(e.Name(), "vd") || readTrim(filepath.Join(dir, "size")) != strconv.Itoa(memberBytes/512) {
+			continue
+		}
+		f := strings.Fields(readTrim(filepath.Join(dir, "stat")))
+		if len(f) < 5 {
+			continue
+		}
+		r, _ := strconv.ParseUint(f[0], 10, 64)
+		w, _ := strconv.ParseUint(f[4], 10, 64)
+		n += r + w
+	}
+	return n
 }
 
 // proc is one process's command name and user + system jiffies (all its
@@ -118,8 +141,9 @@ var self string
 
 // cpuSample is one guest's counters at one time.
 type cpuSample struct {
-	busy  uint64
-	procs map[int]proc
+	busy   uint64
+	drives uint64 // driveRequests
+	procs  map[int]proc
 }
 
 // sampleCPU reads the counters of the guest at addr (cpuPort).
@@ -142,6 +166,10 @@ func sampleCPU(t *testing.T, node, addr string) cpuSample {
 		if len(f) != 3 {
 			continue
 		}
+		if f[0] == "drives" {
+			out.drives, _ = strconv.ParseUint(f[1], 10, 64)
+			continue
+		}
 		pid, err1 := strconv.Atoi(f[0])
 		j, err2 := strconv.ParseUint(f[1], 10, 64)
 		if err1 == nil && err2 == nil {
@@ -158,6 +186,15 @@ func cpuNow(t *testing.T, nodes map[string]string) map[string]uint64 {
 		out[n] = sampleCPU(t, n, addr).busy
 	}
 	return out
+}
+
+// drivesNow is the member disk requests of this guest and of nodes so far.
+func drivesNow(t *testing.T, nodes map[string]string) uint64 {
+	n := driveRequests()
+	for node, addr := range nodes {
+		n += sampleCPU(t, node, addr).drives
+	}
+	return n
 }
 
 // topProcs samples every guest (this one and nodes) around fn and
@@ -269,9 +306,10 @@ func fio(t *testing.T, nodes map[string]string, j job, dev string, size int64, s
 	}
 	var out []byte
 	var err error
-	s0, t0 := sectors(dev), time.Now()
+	s0, d0, t0 := sectors(dev), drivesNow(t, nodes), time.Now()
 	cpu := cpuWindow(t, nodes, func() { out, err = exec.Command(benchtools.Bin+"/fio", args...).Output() })
 	s := sample{cpu: cpu, gib: float64(sectors(dev)-s0) * 512 / (1 << 30), secs: time.Since(t0).Seconds()}
+	s.drives = float64(drivesNow(t, nodes) - d0)
 	if err != nil {
 		var stderr []byte
 		if ee, ok := err.(*exec.ExitError); ok {
