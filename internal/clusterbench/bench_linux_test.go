@@ -307,7 +307,10 @@ type sample struct {
 	// drives: requests completed by the member disks of every guest up
 	// in the window (driveRequests), after every merge above them.
 	drives float64
-	err    string
+	// headWriteKiB: the mean size of the writes the system under test
+	// (ublk or md device) received in the window.
+	headWriteKiB float64
+	err          string
 }
 
 // cpuPerGiB is the CPU seconds of the guests per GiB moved.
@@ -434,8 +437,8 @@ func phase(t *testing.T, g *vmtest.Env, start time.Time, prefix string, nodes ma
 					res[j.name] = map[string][]sample{}
 				}
 				res[j.name][tg.name] = append(res[j.name][tg.name], s)
-				logf(t, start, "round %d %s %s%s: %.1f %s, cpu %v s in a %.1f s window, %.3f GiB %s",
-					r+1, tg.name, prefix, j.name, s.v, j.unit, s.cpu, s.secs, s.gib, s.err)
+				logf(t, start, "round %d %s %s%s: %.1f %s, cpu %v s in a %.1f s window, %.3f GiB, %.0f drive requests, writes of %.0f KiB at the device %s",
+					r+1, tg.name, prefix, j.name, s.v, j.unit, s.cpu, s.secs, s.gib, s.drives, s.headWriteKiB, s.err)
 			}
 		}
 	}

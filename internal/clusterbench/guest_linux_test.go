@@ -67,6 +67,8 @@ func serveCPU(t *testing.T) {
 			var b strings.Builder
 			fmt.Fprintf(&b, "%d\n", busyJiffies())
 			fmt.Fprintf(&b, "drives\t%d\t\n", driveRequests())
+			hr, hs := headRequests()
+			fmt.Fprintf(&b, "heads\t%d\t%d\n", hr, hs)
 			for pid, p := range procJiffies() {
 				fmt.Fprintf(&b, "%d\t%d\t%s\n", pid, p.jiffies, p.comm)
 			}
@@ -96,6 +98,26 @@ func driveRequests() uint64 {
 		n += r + w
 	}
 	return n
+}
+
+// headRequests is the write requests completed by this guest's ublk and
+// md devices and their sectors (/sys/block/X/stat fields 5 and 7): the
+// requests each system under test received from its NVMe head.
+func headRequests() (reqs, sectors uint64) {
+	ents, _ := os.ReadDir("/sys/block")
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), "ublkb") && !strings.HasPrefix(e.Name(), "md") {
+			continue
+		}
+		f := strings.Fields(readTrim(filepath.Join("/sys/block", e.Name(), "stat")))
+		if len(f) < 7 {
+			continue
+		}
+		r, _ := strconv.ParseUint(f[4], 10, 64)
+		s, _ := strconv.ParseUint(f[6], 10, 64)
+		reqs, sectors = reqs+r, sectors+s
+	}
+	return reqs, sectors
 }
 
 // proc is one process's command name and user + system jiffies (all its
@@ -141,9 +163,11 @@ var self string
 
 // cpuSample is one guest's counters at one time.
 type cpuSample struct {
-	busy   uint64
-	drives uint64 // driveRequests
-	procs  map[int]proc
+	busy        uint64
+	drives      uint64 // driveRequests
+	headWrites  uint64 // headRequests
+	headSectors uint64
+	procs       map[int]proc
 }
 
 // sampleCPU reads the counters of the guest at addr (cpuPort).
@@ -166,8 +190,13 @@ func sampleCPU(t *testing.T, node, addr string) cpuSample {
 		if len(f) != 3 {
 			continue
 		}
-		if f[0] == "drives" {
+		switch f[0] {
+		case "drives":
 			out.drives, _ = strconv.ParseUint(f[1], 10, 64)
+			continue
+		case "heads":
+			out.headWrites, _ = strconv.ParseUint(f[1], 10, 64)
+			out.headSectors, _ = strconv.ParseUint(f[2], 10, 64)
 			continue
 		}
 		pid, err1 := strconv.Atoi(f[0])
@@ -188,13 +217,23 @@ func cpuNow(t *testing.T, nodes map[string]string) map[string]uint64 {
 	return out
 }
 
-// drivesNow is the member disk requests of this guest and of nodes so far.
-func drivesNow(t *testing.T, nodes map[string]string) uint64 {
-	n := driveRequests()
+// ioCounts is what drivesNow sums over the guests.
+type ioCounts struct{ drives, headWrites, headSectors uint64 }
+
+func (c ioCounts) minus(o ioCounts) ioCounts {
+	return ioCounts{c.drives - o.drives, c.headWrites - o.headWrites, c.headSectors - o.headSectors}
+}
+
+// drivesNow is the member disk requests, and the writes the systems under
+// test received, of this guest and of nodes so far.
+func drivesNow(t *testing.T, nodes map[string]string) ioCounts {
+	hr, hs := headRequests()
+	c := ioCounts{driveRequests(), hr, hs}
 	for node, addr := range nodes {
-		n += sampleCPU(t, node, addr).drives
+		s := sampleCPU(t, node, addr)
+		c.drives, c.headWrites, c.headSectors = c.drives+s.drives, c.headWrites+s.headWrites, c.headSectors+s.headSectors
 	}
-	return n
+	return c
 }
 
 // topProcs samples every guest (this one and nodes) around fn and
@@ -309,7 +348,11 @@ func fio(t *testing.T, nodes map[string]string, j job, dev string, size int64, s
 	s0, d0, t0 := sectors(dev), drivesNow(t, nodes), time.Now()
 	cpu := cpuWindow(t, nodes, func() { out, err = exec.Command(benchtools.Bin+"/fio", args...).Output() })
 	s := sample{cpu: cpu, gib: float64(sectors(dev)-s0) * 512 / (1 << 30), secs: time.Since(t0).Seconds()}
-	s.drives = float64(drivesNow(t, nodes) - d0)
+	d := drivesNow(t, nodes).minus(d0)
+	s.drives = float64(d.drives)
+	if d.headWrites > 0 {
+		s.headWriteKiB = float64(d.headSectors) / 2 / float64(d.headWrites)
+	}
 	if err != nil {
 		var stderr []byte
 		if ee, ok := err.(*exec.ExitError); ok {
