@@ -9,7 +9,7 @@ import (
 )
 
 // fakeHost builds a sysfs/dev tree whose "devices" are regular files.
-func fakeHost(t *testing.T) Host {
+func fakeHost(t testing.TB) Host {
 	t.Helper()
 	root := t.TempDir()
 	h := Host{SysBlock: filepath.Join(root, "sys/block"), Dev: filepath.Join(root, "dev"),
