@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"github.com/fabraid/fabraid/internal/cluster/model"
 	"github.com/fabraid/fabraid/internal/cluster/owner"
 	"github.com/fabraid/fabraid/internal/cluster/registry"
+	"github.com/fabraid/fabraid/internal/cluster/store"
 	"github.com/fabraid/fabraid/internal/cluster/volumes"
 )
 
@@ -156,9 +158,32 @@ func TestClientWritesOnlyItsOwn(t *testing.T) {
 	if u, err := n1.Client().UserList(ctx); err != nil || slices.Contains(u.Users, "n3") {
 		t.Errorf("etcd users after n3's removal: %v (%v), want no n3", u, err)
 	}
+	removedCertRefused(ctx, t, n1, n3)
 	allowed("leave", n2.Leave(ctx, false))
 	if _, ok, err := registry.Get(ctx, n1.Client(), "n2"); err != nil || ok {
 		t.Errorf("n2 still registered after its leave: %v %v", ok, err)
+	}
+}
+
+// removedCertRefused checks that a client with removed's certificate
+// (still valid: nothing revokes it) can neither read nor write etcd
+// through member's endpoints.
+func removedCertRefused(ctx context.Context, t *testing.T, member, removed *Node) {
+	t.Helper()
+	tc, err := removed.files.ClientTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := store.Connect(member.Client().Endpoints(), tc, removed.o.Log)
+	if err != nil {
+		t.Fatalf("connect with %s's certificate: %v", removed.o.Name, err)
+	}
+	defer cli.Close()
+	if _, err := cli.Get(ctx, keys.NodesPrefix, clientv3.WithPrefix()); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Errorf("removed %s reads the node records: %v, want permission denied", removed.o.Name, err)
+	}
+	if _, err := cli.Put(ctx, keys.NodesPrefix+removed.o.Name, "{}"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Errorf("removed %s writes its own record: %v, want permission denied", removed.o.Name, err)
 	}
 }
 
