@@ -114,6 +114,9 @@ func (x *Exporter) Reconcile(ctx context.Context, in Input) (Result, error) {
 	if err := checkTLS(d.Spec, pnvmet.StateOf(back)); err != nil {
 		return res, fmt.Errorf("drive exporter: read back after apply: %w", err)
 	}
+	if err := x.pruneKeys(in.HostNQN, d.Keys); err != nil {
+		return res, err
+	}
 	return res, nil
 }
 

@@ -2,13 +2,18 @@ package exporter
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/fabraid/fabraid/internal/fabrictls"
 	"github.com/fabraid/fabraid/kernel/nvmet"
+	"github.com/fabraid/fabraid/kernel/nvmetls"
 	"github.com/fabraid/fabraid/kernel/nvmf"
+	"github.com/fabraid/fabraid/plugins/backend"
 	pnvmet "github.com/fabraid/fabraid/plugins/nvmet"
 )
 
@@ -73,5 +78,71 @@ func TestDesireTLS(t *testing.T) {
 	}
 	if d := Desire(base(), tlsAuth); len(d.Keys) != 0 || d.Spec.Ports[0].TLS {
 		t.Errorf("no TLS asked for: keys %v ports %+v", d.Keys, d.Spec.Ports)
+	}
+}
+
+// memKeys is a keyring in memory: identity to key.
+type memKeys map[string][]byte
+
+func (k memKeys) Insert(d nvmetls.Derived) error { k[d.Identity] = d.Key; return nil }
+
+func (k memKeys) Identities() ([]string, error) { return slices.Sorted(maps.Keys(k)), nil }
+
+func (k memKeys) Remove(id string) error { delete(k, id); return nil }
+
+// tlsTarget is a memTarget whose ports take TLS.
+type tlsTarget struct{ *memTarget }
+
+func (t tlsTarget) Features(ctx context.Context) (backend.Features, error) {
+	f, err := t.memTarget.Features(ctx)
+	f.TLS = true
+	return f, err
+}
+
+// TestReconcilePrunesKeys: Reconcile leaves in the keyring the pair keys
+// of this pass's TLS exports and removes those of drive exports it no
+// longer makes (a drive or owner gone, TLS turned off), and nothing else:
+// not this node's own importer keys (its host NQN), not other
+// subsystems' keys, not descriptions of another shape.
+func TestReconcilePrunesKeys(t *testing.T) {
+	ks := memKeys{}
+	stale, err := fabrictls.PairKey(nvmf.SecretText(keyC), hostC, NQN("d9"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	importer, err := fabrictls.PairKey(nvmf.SecretText(keyB), hostA, NQN("r1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	others := []string{importer.Identity, nvmetls.Identity(nvmetls.SHA256, hostB, "nqn.2014-08.org.example:other"), "not a psk identity"}
+	for _, id := range append(others, stale.Identity) {
+		ks[id] = []byte("k")
+	}
+	x := &Exporter{Target: tlsTarget{&memTarget{}}, Keys: ks}
+	in := base()
+	in.TLS = fabrictls.PortsRequired
+	res, err := x.Reconcile(context.Background(), in)
+	if err != nil || len(res.Exports) != 2 {
+		t.Fatalf("reconcile: %v, exports %v", err, res.Exports)
+	}
+	var want []string
+	for _, e := range res.Exports {
+		k, err := fabrictls.PairKey(nvmf.SecretText(keyB), hostB, e.NQN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, k.Identity)
+	}
+	want = append(want, others...)
+	if got, _ := ks.Identities(); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
+		t.Errorf("keys after the TLS reconcile: %q, want %q", got, slices.Sorted(slices.Values(want)))
+	}
+
+	in.Volumes = nil
+	if _, err := x.Reconcile(context.Background(), in); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := ks.Identities(); !slices.Equal(got, slices.Sorted(slices.Values(others))) {
+		t.Errorf("keys after the exports are gone: %q, want %q", got, slices.Sorted(slices.Values(others)))
 	}
 }

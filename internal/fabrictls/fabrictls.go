@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/fabraid/fabraid/kernel/nvmetls"
@@ -151,7 +152,57 @@ func PairKey(hostSecret nvmf.SecretText, hostNQN, subNQN string) (nvmetls.Derive
 }
 
 // Keys is where pair keys go before a port or connection uses them
-// (KernelKeys: the .nvme keyring). Insert is idempotent.
+// (KernelKeys: the .nvme keyring). Insert is idempotent. Identities lists
+// the identities of the PSKs there (anyone's, not only fabraid's);
+// Remove takes the PSK with the identity out of use.
 type Keys interface {
 	Insert(d nvmetls.Derived) error
+	Identities() ([]string, error)
+	Remove(identity string) error
+}
+
+// SplitIdentity returns the host and subsystem NQN of a version 0 PSK
+// identity ("NVMe0R<hh> <hostnqn> <subnqn>", nvmetls.Identity); ok is
+// false for any other shape. Pure.
+func SplitIdentity(id string) (hostNQN, subNQN string, ok bool) {
+	f := strings.Fields(id)
+	if len(f) != 3 || !strings.HasPrefix(f[0], "NVMe0R") {
+		return "", "", false
+	}
+	return f[1], f[2], true
+}
+
+// StaleKeys returns the identities of present that owned claims for this
+// side (by host and subsystem NQN) and keep does not hold, sorted. Keys
+// that are not version 0 identities or not owned are never stale. Pure.
+func StaleKeys(present []string, keep []nvmetls.Derived, owned func(hostNQN, subNQN string) bool) []string {
+	kept := map[string]bool{}
+	for _, k := range keep {
+		kept[k.Identity] = true
+	}
+	var stale []string
+	for _, id := range present {
+		h, s, ok := SplitIdentity(id)
+		if ok && !kept[id] && owned(h, s) {
+			stale = append(stale, id)
+		}
+	}
+	slices.Sort(stale)
+	return slices.Compact(stale)
+}
+
+// PruneKeys removes from ks the stale keys (StaleKeys) and returns their
+// identities (identities only: a key is never in an error or a log).
+func PruneKeys(ks Keys, keep []nvmetls.Derived, owned func(hostNQN, subNQN string) bool) ([]string, error) {
+	present, err := ks.Identities()
+	if err != nil {
+		return nil, fmt.Errorf("list TLS keys: %w", err)
+	}
+	stale := StaleKeys(present, keep, owned)
+	for i, id := range stale {
+		if err := ks.Remove(id); err != nil {
+			return stale[:i], fmt.Errorf("remove stale TLS key %s: %w", id, err)
+		}
+	}
+	return stale, nil
 }

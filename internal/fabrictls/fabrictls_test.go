@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/fabraid/fabraid/kernel/nvmetls"
 	"github.com/fabraid/fabraid/kernel/nvmf"
 )
 
@@ -157,5 +159,20 @@ func TestHost(t *testing.T) {
 		if got != c.tls || (err == nil) != (c.refused == "") || err != nil && !strings.Contains(err.Error(), c.refused) {
 			t.Errorf("Host(%s, %+v, %q) = %v, %v; want %v, error with %q", c.m, c.s, c.ports, got, err, c.tls, c.refused)
 		}
+	}
+}
+
+// TestStaleKeys: only well-formed identities that owned claims and keep
+// lacks are stale, each once, sorted.
+func TestStaleKeys(t *testing.T) {
+	keep := []nvmetls.Derived{{Identity: "NVMe0R01 h1 s1"}}
+	present := []string{"NVMe0R01 h1 s2", "NVMe0R01 h1 s1", "NVMe0R02 h1 s0", "NVMe0R01 h2 s3", "NVMe0R01 h1", "other h1 s4", "NVMe0R01 h1 s2"}
+	owned := func(h, s string) bool { return h == "h1" }
+	got := StaleKeys(present, keep, owned)
+	if want := []string{"NVMe0R01 h1 s2", "NVMe0R02 h1 s0"}; !slices.Equal(got, want) {
+		t.Errorf("StaleKeys = %q, want %q", got, want)
+	}
+	if h, s, ok := SplitIdentity(nvmetls.Identity(nvmetls.SHA256, "nqn.h", "nqn.s")); !ok || h != "nqn.h" || s != "nqn.s" {
+		t.Errorf("SplitIdentity of nvmetls.Identity: %q %q %v", h, s, ok)
 	}
 }

@@ -1,6 +1,8 @@
 package fabrictls
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +19,43 @@ type KernelKeys struct{}
 func (KernelKeys) Insert(d nvmetls.Derived) error {
 	_, err := nvmetls.Insert(0, d)
 	return err
+}
+
+// Identities lists the descriptions of the psk keys this process can
+// see (/proc/keys): the .nvme keyring's, since Insert puts them there. A
+// kernel without /proc/keys has none.
+func (KernelKeys) Identities() ([]string, error) {
+	keys, err := nvmetls.ProcKeys()
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, k := range keys {
+		if k.Type == "psk" {
+			ids = append(ids, k.Description)
+		}
+	}
+	return ids, nil
+}
+
+// Remove revokes each psk key with the identity: it stops matching the
+// kernel's lookups at once (nvmetls.Revoke).
+func (KernelKeys) Remove(identity string) error {
+	keys, err := nvmetls.ProcKeys()
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if k.Type == "psk" && k.Description == identity {
+			if err := nvmetls.Revoke(k.ID); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // TLSHDRunning says whether a process whose name is tlshd runs, from

@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -17,6 +18,19 @@ import (
 type recordKeys []nvmetls.Derived
 
 func (r *recordKeys) Insert(d nvmetls.Derived) error { *r = append(*r, d); return nil }
+
+func (r *recordKeys) Identities() ([]string, error) {
+	var ids []string
+	for _, d := range *r {
+		ids = append(ids, d.Identity)
+	}
+	return ids, nil
+}
+
+func (r *recordKeys) Remove(id string) error {
+	*r = slices.DeleteFunc(*r, func(d nvmetls.Derived) bool { return d.Identity == id })
+	return nil
+}
 
 // TestReconcileTLSKeys: before a TLS connect the importer inserts the
 // pair key derived from its own secret (the key the exporter derives

@@ -16,15 +16,20 @@ var ErrNoKeyring = errors.New("no .nvme keyring (load the nvme_keyring module; n
 // search and link it.
 const pskPerm = 0x3f1b0000
 
+// ProcKeys reads the keys the caller can view from /proc/keys.
+func ProcKeys() ([]ProcKey, error) {
+	f, err := os.Open("/proc/keys")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return ParseProcKeys(f)
+}
+
 // Keyring is the serial of the kernel's .nvme keyring, found in
 // /proc/keys (root sees it: the keyring grants its owner, root, view).
 func Keyring() (int, error) {
-	f, err := os.Open("/proc/keys")
-	if err != nil {
-		return 0, fmt.Errorf("find %s keyring: %w", KeyringName, err)
-	}
-	defer f.Close()
-	keys, err := ParseProcKeys(f)
+	keys, err := ProcKeys()
 	if err != nil {
 		return 0, fmt.Errorf("find %s keyring: %w", KeyringName, err)
 	}
