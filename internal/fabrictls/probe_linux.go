@@ -21,9 +21,10 @@ func (KernelKeys) Insert(d nvmetls.Derived) error {
 	return err
 }
 
-// Identities lists the descriptions of the psk keys this process can
-// see (/proc/keys): the .nvme keyring's, since Insert puts them there. A
-// kernel without /proc/keys has none.
+// Identities lists the descriptions of the live psk keys this process
+// can see (/proc/keys; revoked ones stay listed until collected): the
+// .nvme keyring's, since Insert puts them there. A kernel without
+// /proc/keys has none.
 func (KernelKeys) Identities() ([]string, error) {
 	keys, err := nvmetls.ProcKeys()
 	if errors.Is(err, fs.ErrNotExist) {
@@ -34,23 +35,23 @@ func (KernelKeys) Identities() ([]string, error) {
 	}
 	var ids []string
 	for _, k := range keys {
-		if k.Type == "psk" {
+		if k.Type == "psk" && k.Live() {
 			ids = append(ids, k.Description)
 		}
 	}
 	return ids, nil
 }
 
-// Remove revokes each psk key with the identity: it stops matching the
-// kernel's lookups at once (nvmetls.Revoke).
+// Remove revokes each live psk key with the identity: it stops matching the
+// kernel's lookups at once (nvmetls.RevokePossessed).
 func (KernelKeys) Remove(identity string) error {
 	keys, err := nvmetls.ProcKeys()
 	if err != nil {
 		return err
 	}
 	for _, k := range keys {
-		if k.Type == "psk" && k.Description == identity {
-			if err := nvmetls.Revoke(k.ID); err != nil {
+		if k.Type == "psk" && k.Live() && k.Description == identity {
+			if err := nvmetls.RevokePossessed(0, k.ID); err != nil {
 				return err
 			}
 		}

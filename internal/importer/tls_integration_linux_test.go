@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -55,6 +56,7 @@ func tlsExportSide(t *testing.T, g *vmtest.Env, reconcile func(exporter.Input) e
 			t.Fatalf("port %d %s = %q (%v), want %s", exporter.PortBase, attr, b, err, want)
 		}
 	}
+	pairKeysIn(t, res.Exports, true)
 	t.Logf("drive port %d: addr_tsas tls1.3, addr_treq required; %d pair keys in .nvme", exporter.PortBase, len(res.Exports))
 	g.Signal(t, "tls-exported")
 	g.Wait(t, "c", "tls-written")
@@ -64,6 +66,27 @@ func tlsExportSide(t *testing.T, g *vmtest.Env, reconcile func(exporter.Input) e
 	t.Logf("1 MiB c wrote through TLS is on %s at %d", g.Disks[0], tlsOffset)
 	in.Volumes = nil
 	reconcile(in)
+	pairKeysIn(t, res.Exports, false)
+	t.Logf("after the unexport: none of the %d pair keys in .nvme", len(res.Exports))
+}
+
+// pairKeysIn checks that the kernel's keyring holds (want) or no longer
+// holds each export's pair key, by identity.
+func pairKeysIn(t *testing.T, exports []exporter.Export, want bool) {
+	t.Helper()
+	ids, err := fabrictls.KernelKeys{}.Identities()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range exports {
+		k, err := fabrictls.PairKey(nvmf.SecretText(keyC), hostC.NQN, e.NQN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(ids, k.Identity) != want {
+			t.Errorf("pair key %s in .nvme: %v, want %v (psk keys: %q)", k.Identity, !want, want, ids)
+		}
+	}
 }
 
 // tlsImportSide is c's part, after it served as the new owner.

@@ -16,8 +16,16 @@ const KeyringName = ".nvme"
 // ProcKey is one line of /proc/keys.
 type ProcKey struct {
 	ID          int // serial
+	Flags       string
 	Type        string
 	Description string
+}
+
+// Live says whether the key is usable: instantiated, and not revoked,
+// dead, negative or invalidated (a revoked key stays in /proc/keys until
+// the garbage collector takes it).
+func (k ProcKey) Live() bool {
+	return strings.Contains(k.Flags, "I") && !strings.ContainsAny(k.Flags, "RDNi")
 }
 
 // ParseProcKeys parses /proc/keys ("<hex id> <flags> <usage> <timeout>
@@ -43,7 +51,7 @@ func ParseProcKeys(r io.Reader) ([]ProcKey, error) {
 		if i := strings.LastIndex(desc, ": "); i >= 0 {
 			desc = desc[:i]
 		}
-		keys = append(keys, ProcKey{ID: int(id), Type: f[7], Description: desc})
+		keys = append(keys, ProcKey{ID: int(id), Flags: f[1], Type: f[7], Description: desc})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("read /proc/keys: %w", err)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 
 	"golang.org/x/sys/unix"
 )
@@ -43,6 +44,10 @@ func Keyring() (int, error) {
 // a "psk" key in keyring and returns its serial. keyring 0 means the
 // .nvme keyring.
 func Insert(keyring int, d Derived) (int, error) {
+	// Link, add and set permissions on one OS thread: a session keyring
+	// the kernel makes on the link belongs to the calling thread only.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	if keyring == 0 {
 		var err error
 		if keyring, err = Keyring(); err != nil {
@@ -82,6 +87,26 @@ func NewKeyring(name string) (int, error) {
 		return id, fmt.Errorf("set permissions of keyring %q: %w", name, err)
 	}
 	return id, nil
+}
+
+// RevokePossessed revokes the key id of keyring (0: the .nvme keyring)
+// as its possessor: it links keyring into the session keyring first, on
+// the same OS thread (a session keyring the kernel makes on that access
+// belongs to the calling thread only), since only a possessor may revoke
+// a key that Insert made.
+func RevokePossessed(keyring, id int) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if keyring == 0 {
+		var err error
+		if keyring, err = Keyring(); err != nil {
+			return err
+		}
+	}
+	if _, err := unix.KeyctlInt(unix.KEYCTL_LINK, keyring, unix.KEY_SPEC_SESSION_KEYRING, 0, 0); err != nil {
+		return fmt.Errorf("link keyring %d into the session keyring: %w", keyring, err)
+	}
+	return Revoke(id)
 }
 
 // Revoke revokes the key or keyring id: it stops matching lookups at once

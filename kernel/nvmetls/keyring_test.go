@@ -49,3 +49,18 @@ func FuzzParseProcKeys(f *testing.F) {
 		}
 	})
 }
+
+// TestLive: /proc/keys flags (I instantiated, R revoked, D dead, Q quota,
+// U under construction, N negative, i invalidated); a revoked key is
+// still listed until collected and must not count.
+func TestLive(t *testing.T) {
+	for flags, want := range map[string]bool{"I--Q---": true, "I------": true, "IR-Q---": false, "I-DQ---": false, "---QU--": false, "I--Q-N-": false, "I--Q--i": false} {
+		if got := (ProcKey{Flags: flags}).Live(); got != want {
+			t.Errorf("Live(%s) = %v, want %v", flags, got, want)
+		}
+	}
+	keys, err := ParseProcKeys(strings.NewReader("1d2e7a2f IR-Q---     2 perm 3f1b0000     0     0 psk       NVMe0R01 h s: 32\n"))
+	if err != nil || len(keys) != 1 || keys[0].Flags != "IR-Q---" || keys[0].Live() {
+		t.Errorf("a revoked psk parsed as %+v (%v)", keys, err)
+	}
+}
