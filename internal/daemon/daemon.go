@@ -282,6 +282,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			sddaemon.SdNotify(false, sddaemon.SdNotifyStopping)
 			d.log.Info("fabraidd stopping; volumes keep running")
+			if !running.IsZero() {
+				// The running reconcile sees ctx cancelled; let it end
+				// before the plugin, plane and cluster client close.
+				select {
+				case <-done:
+				case <-time.After(stopWait):
+					d.log.Warn("a reconcile still runs; stopping without it", "waited", stopWait.String())
+				}
+			}
 			return nil
 		case <-wd:
 			if running.IsZero() || time.Since(running) < maxReconcile {
@@ -311,6 +320,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 // feeding systemd's watchdog: longer than an engine start may take
 // (volmgr waits up to 150 s for one), shorter than forever.
 const maxReconcile = 10 * time.Minute
+
+// stopWait is how long a stopping fabraidd waits for the reconcile that
+// runs to end (it sees its context cancelled).
+const stopWait = 15 * time.Second
 
 // Handler is the API (see package api).
 func (d *Daemon) Handler() http.Handler {

@@ -376,3 +376,20 @@ func TestCheckBinaryRefusesWritableOrSymlink(t *testing.T) {
 		t.Fatal("relative path accepted")
 	}
 }
+
+// TestClosedRunnerStartsNothing: a call that comes after Close (a
+// reconcile still running while its daemon stops) returns ErrClosed and
+// starts no plugin process that nobody would stop.
+func TestClosedRunnerStartsNothing(t *testing.T) {
+	r := startRunner(t, "memory", nil)
+	if _, err := r.Features(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	if _, err := r.List(context.Background(), scope); !errors.Is(err, ErrClosed) {
+		t.Fatalf("List after Close: %v, want ErrClosed", err)
+	}
+	if r.Starts() != 1 || r.Pid() != 0 {
+		t.Fatalf("after Close: starts %d, pid %d; want 1 start and no process", r.Starts(), r.Pid())
+	}
+}

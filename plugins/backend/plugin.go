@@ -132,7 +132,12 @@ type Runner struct {
 	client *plugin.Client
 	be     Backend
 	starts int
+	closed bool // Close ran: no plugin starts again
 }
+
+// ErrClosed is returned by calls on a Runner after Close: a caller still
+// running when its daemon stops must not start a plugin nobody will stop.
+var ErrClosed = errors.New("backend plugin runner closed")
 
 // NewRunner checks the binary and returns a Runner that starts it on first use.
 func NewRunner(cfg RunnerConfig) (*Runner, error) {
@@ -173,6 +178,9 @@ func (h *Runner) Pid() int {
 func (h *Runner) Backend() (Backend, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.closed {
+		return nil, ErrClosed
+	}
 	if h.client != nil && !h.client.Exited() {
 		return h.be, nil
 	}
@@ -231,6 +239,9 @@ func explainStart(err error) error {
 // has died meanwhile, the error is ErrTransient (the next Do restarts it).
 func (h *Runner) Do(fn func(Backend) error) error {
 	be, err := h.Backend()
+	if errors.Is(err, ErrClosed) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrTransient, &startError{err})
 	}
@@ -238,15 +249,28 @@ func (h *Runner) Do(fn func(Backend) error) error {
 	if errors.Is(err, errConnection) {
 		// go-plugin notices the exit asynchronously: drop the client now
 		// so the next call starts a new plugin.
-		h.Close()
+		h.drop()
 	}
 	return err
 }
 
-// Close stops the plugin process (the exports stay in the target).
+// Close stops the plugin process (the exports stay in the target); later
+// calls return ErrClosed instead of starting another one.
 func (h *Runner) Close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.closed = true
+	h.killLocked()
+}
+
+// drop stops the plugin process; the next call starts a new one.
+func (h *Runner) drop() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.killLocked()
+}
+
+func (h *Runner) killLocked() {
 	if h.client != nil {
 		h.client.Kill()
 		h.client = nil
