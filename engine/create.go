@@ -65,13 +65,6 @@ func create(cfg Config, devs []Member, names []string, opts Options, h testHooks
 	if err := g.Validate(); err != nil {
 		return nil, fmt.Errorf("create volume %q: %w", cfg.Name, err)
 	}
-	if cfg.DataOffset == 0 {
-		// Room for the bitmap of a large member and a journal of
-		// DefaultJournalRecords records of the largest size.
-		need := int64(defaultBitmapOffset + defaultBitmapRoom + journalHdrBlocks*journalBlock +
-			DefaultJournalRecords*maxRecordSize(g))
-		cfg.DataOffset = max(DefaultDataOffset, (need+DefaultDataOffset-1)/DefaultDataOffset*DefaultDataOffset)
-	}
 	if len(devs) != g.Members() {
 		return nil, fmt.Errorf("create volume %q: %d devices for %d members", cfg.Name, len(devs), g.Members())
 	}
@@ -90,6 +83,19 @@ func create(cfg Config, devs []Member, names []string, opts Options, h testHooks
 	if len(names) != len(devs) || len(cfg.Domains) != len(devs) {
 		return nil, fmt.Errorf("create volume %q: %d devices, %d names, %d domains", cfg.Name, len(devs), len(names), len(cfg.Domains))
 	}
+	size := cfg.MemberSize
+	for i, d := range devs {
+		s, err := d.Size()
+		if err != nil {
+			return nil, fmt.Errorf("create volume %q: device %s: %w", cfg.Name, names[i], err)
+		}
+		if size == 0 || s < size {
+			size = s
+		}
+	}
+	if cfg.DataOffset == 0 {
+		cfg.DataOffset = defaultDataOffset(g, size)
+	}
 	if cfg.DataOffset%superblock.SectorAlign != 0 || cfg.DataOffset < defaultBitmapOffset+bitmapBlock {
 		return nil, fmt.Errorf("create volume %q: data offset %d must be 4 KiB aligned and at least %d",
 			cfg.Name, cfg.DataOffset, defaultBitmapOffset+bitmapBlock)
@@ -105,16 +111,6 @@ func create(cfg Config, devs []Member, names []string, opts Options, h testHooks
 		}
 		log.Warn("creating volume despite failure-domain violation", "volume", cfg.Name, "err", err)
 		flags |= superblock.FlagDomainOverride
-	}
-	size := cfg.MemberSize
-	for i, d := range devs {
-		s, err := d.Size()
-		if err != nil {
-			return nil, fmt.Errorf("create volume %q: device %s: %w", cfg.Name, names[i], err)
-		}
-		if size == 0 || s < size {
-			size = s
-		}
 	}
 	g.Rows = (size - cfg.DataOffset) / int64(cfg.ChunkSize)
 	if err := g.Validate(); err != nil {
@@ -265,4 +261,17 @@ func (v *Volume) start(opts Options, consistent bool) error {
 		v.meta.Members[slot].OwnerJournal = consistent && v.slots[slot].owner
 	}
 	return v.writeMetaLocked()
+}
+
+// defaultDataOffset leaves room for the bitmap of a large member and a
+// journal of memberSize/journalShare bytes (at most defaultJournalMax), and
+// never fewer than DefaultJournalRecords records of the largest size,
+// rounded up to DefaultDataOffset. Members below ~128 MiB keep the 1 MiB
+// offset; a member of 1 GiB or more gets a journal of 8 MiB, which a
+// forced retire (a flush and header write on every member, the writers
+// waiting) empties 8 times less often than the minimal one.
+func defaultDataOffset(g layout.Geometry, memberSize int64) int64 {
+	journal := max(DefaultJournalRecords*maxRecordSize(g), min(memberSize/journalShare, defaultJournalMax))
+	need := int64(defaultBitmapOffset+defaultBitmapRoom+journalHdrBlocks*journalBlock) + journal
+	return max(DefaultDataOffset, (need+DefaultDataOffset-1)/DefaultDataOffset*DefaultDataOffset)
 }

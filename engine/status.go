@@ -43,6 +43,10 @@ type Status struct {
 	// write to a stripe with a data chunk that is not durably readable);
 	// JournalReplayed the records replayed by assembly.
 	JournalRecords, JournalReplayed int64
+	// JournalForcedRetires counts the retires a full journal forced since
+	// assembly: each flushes every member and writes the journal header
+	// while the writer that needed room waits.
+	JournalForcedRetires int64
 	// OwnerJournal counts the members covered by owner-domain journaling
 	// in this assembly (Options.OwnerDomain): every write to a stripe with
 	// a data chunk on one of them is journaled. Zero when it is off.
@@ -107,6 +111,7 @@ func (v *Volume) statusLocked() Status {
 	if v.jrn != nil {
 		st.Journal = true
 		st.JournalRecords, st.JournalReplayed = v.jrn.records.Load(), v.jrn.replayed.Load()
+		st.JournalForcedRetires = v.jrn.forced.Load()
 		st.OwnerJournal = v.ownerSlots
 	}
 	for slot := range v.slots {

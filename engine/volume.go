@@ -30,7 +30,12 @@ const (
 	// DefaultJournalRecords is how many records of the largest size (a
 	// full chunk of m positions) the default data offset leaves room for.
 	DefaultJournalRecords = 3
-	lockShards            = 4096
+	// journalShare and defaultJournalMax size the default journal: a
+	// 1/128 share of a member, at most 8 MiB (assembly reads the whole
+	// area of every member).
+	journalShare      = 128
+	defaultJournalMax = 8 << 20
+	lockShards        = 4096
 )
 
 // Errors.
