@@ -109,14 +109,17 @@ func (p *plVolume) check(what string) {
 
 // sectorsWritten returns the sectors written to block device dev (field 7
 // of /sys/block/DEV/stat).
-func sectorsWritten(t *testing.T, dev string) int64 {
+func sectorsWritten(t *testing.T, dev string) int64 { return blockStat(t, dev, 6) }
+
+// blockStat returns field i (from 0) of /sys/block/DEV/stat.
+func blockStat(t *testing.T, dev string, i int) int64 {
 	t.Helper()
 	b, err := os.ReadFile("/sys/block/" + strings.TrimPrefix(dev, "/dev/") + "/stat")
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := strings.Fields(string(b))
-	n, err := strconv.ParseInt(f[6], 10, 64)
+	n, err := strconv.ParseInt(f[i], 10, 64)
 	if err != nil {
 		t.Fatal(err)
 	}
