@@ -27,6 +27,12 @@
 // an error: the other members still resolve, and the next Reconcile
 // retries.
 //
+// A TLS connection's pair key (fabrictls.PairKey) goes into the keyring
+// before its connect; after each Reconcile this host's pair keys of drive
+// exports that neither a wanted TLS connection nor a remaining controller
+// uses are revoked (the drive exporter's keys, of other hosts, are its
+// own).
+//
 // Local members (the owner's own drives) are listed in Input.Local and
 // opened directly, never through the fabric.
 //

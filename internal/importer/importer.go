@@ -89,8 +89,9 @@ type Result struct {
 // Reconcile at a time.
 type Importer struct {
 	Host *nvmf.Host
-	// Keys receives the TLS pair keys before a TLS connect (nil: the
-	// kernel's .nvme keyring, fabrictls.KernelKeys).
+	// Keys receives the TLS pair keys before a TLS connect, and loses
+	// this host's drive pair keys no connection needs after each
+	// Reconcile (nil: the kernel's .nvme keyring, fabrictls.KernelKeys).
 	Keys fabrictls.Keys
 	// PathTimeout bounds the wait for a new controller's namespace
 	// (default 15 s).
@@ -181,6 +182,9 @@ func (im *Importer) Reconcile(ctx context.Context, in Input) (Result, error) {
 	if ctrls, err = im.Host.Sysfs.Controllers(); err != nil {
 		return res, fmt.Errorf("import: %w", err)
 	}
+	if err := im.pruneKeys(in.Identity.NQN, desired, ctrls); err != nil {
+		res.Problems = append(res.Problems, err)
+	}
 	var cands []Device
 	for _, p := range in.Local {
 		cands = append(cands, Device{Path: p})
@@ -238,11 +242,7 @@ func (im *Importer) tlsKey(in Input, o nvmf.Options) error {
 	if err != nil {
 		return fmt.Errorf("import %s from %s:%s: %w", o.NQN, o.Address, o.ServiceID, err)
 	}
-	var ks fabrictls.Keys = fabrictls.KernelKeys{}
-	if im.Keys != nil {
-		ks = im.Keys
-	}
-	if err := ks.Insert(k); err != nil {
+	if err := im.keys().Insert(k); err != nil {
 		return fmt.Errorf("import %s from %s:%s: TLS key %s: %w", o.NQN, o.Address, o.ServiceID, k.Identity, err)
 	}
 	return nil

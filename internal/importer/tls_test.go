@@ -72,3 +72,71 @@ func TestReconcileTLSKeys(t *testing.T) {
 		t.Fatalf("a connect to the refused remote was written: %s", b)
 	}
 }
+
+// fakeController makes controller name in the sysfs tree root: live, of
+// host to nqn at addr on the default service id.
+func fakeController(t *testing.T, root, name, host, nqn, addr string) {
+	t.Helper()
+	dir := filepath.Join(root, "class", "nvme", name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for a, v := range map[string]string{"transport": "tcp", "state": "live", "hostnqn": host, "subsysnqn": nqn,
+		"address": "traddr=" + addr + ",trsvcid=" + exporter.DefaultServiceID} {
+		if err := os.WriteFile(filepath.Join(dir, a), []byte(v+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestReconcilePrunesKeys: after a Reconcile the keyring keeps this
+// host's pair keys of the drives it still wants over TLS (connected or
+// not, a KeepOnly remote too) and of the controllers it keeps (a refused
+// remote's), and loses those of the TLS members it dropped; it never
+// touches the drive exporter's keys (another host on a drive subsystem),
+// other subsystems' keys or other descriptions.
+func TestReconcilePrunesKeys(t *testing.T) {
+	dir := t.TempDir()
+	fabrics := filepath.Join(dir, "nvme-fabrics")
+	if err := os.WriteFile(fabrics, []byte("transport=%s,traddr=%s,tls,dhchap_secret=%s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sysfs := t.TempDir()
+	fakeController(t, sysfs, "nvme0", id.NQN, exporter.NQN("kept"), "10.0.0.4")
+	hostC := "nqn.2014-08.org.nvmexpress:uuid:0c0c0c0c-0000-4000-8000-00000000000c"
+	ours := func(drive string) string { return nvmetls.Identity(nvmetls.SHA256, id.NQN, exporter.NQN(drive)) }
+	others := []string{
+		nvmetls.Identity(nvmetls.SHA256, hostC, exporter.NQN("gone")), // the drive exporter's
+		nvmetls.Identity(nvmetls.SHA256, id.NQN, "nqn.2014-08.org.example:other"),
+		"not a psk identity",
+	}
+	var keys recordKeys
+	for _, k := range append([]string{ours("gone"), ours("kept"), ours("later"), ours("dead")}, others...) {
+		keys = append(keys, nvmetls.Derived{Identity: k})
+	}
+	im := &Importer{Host: &nvmf.Host{Fabrics: fabrics, Dev: dir, Sysfs: nvmf.Sysfs{Root: sysfs}}, Keys: &keys}
+	in := Input{Identity: id, Secret: nvmf.SecretText(nvmf.Secret{Key: bytes.Repeat([]byte{0xb0}, 32)}.Reveal()), Remotes: []Remote{
+		{NQN: exporter.NQN("later"), Address: "10.0.0.2", TLS: true}, // its connect fails here: still wanted
+		{NQN: exporter.NQN("dead"), Address: "10.0.0.3", TLS: true, KeepOnly: true},
+		{NQN: exporter.NQN("kept"), Address: "10.0.0.4", Refused: "NVMe/TCP TLS: this node cannot connect with it"},
+	}}
+	check := func(when string, want ...string) {
+		t.Helper()
+		got, _ := keys.Identities()
+		got = slices.Compact(slices.Sorted(slices.Values(got)))
+		want = slices.Sorted(slices.Values(append(want, others...)))
+		if !slices.Equal(got, want) {
+			t.Fatalf("keys %s: %q, want %q", when, got, want)
+		}
+	}
+	if _, err := im.Reconcile(context.Background(), in); err != nil {
+		t.Fatal(err)
+	}
+	check("after dropping drive gone", ours("later"), ours("dead"), ours("kept"))
+
+	in.Remotes = in.Remotes[1:]
+	if _, err := im.Reconcile(context.Background(), in); err != nil {
+		t.Fatal(err)
+	}
+	check("after dropping drive later", ours("dead"), ours("kept"))
+}
