@@ -527,10 +527,11 @@ func (j *journal) retireLocked() error {
 	return nil
 }
 
-// writeHeader writes header copy gen%2 with the retired sequence number to
-// every writable member (or only to dev) and flushes them.
+// writeHeader writes header copy gen%2 with the retired sequence number
+// durably: to every writable member as FUA writes in one round, or only to
+// dev (write and flush).
 func (j *journal) writeHeader(retired, gen uint64, dev Member) error {
-	h := make([]byte, journalBlock)
+	h := AlignedBuffer(journalBlock)
 	encodeJournalHeader(h, j.v.base.VolumeUUID, retired, gen)
 	off := j.hdrOff + int64(gen%journalHdrBlocks)*journalBlock
 	if dev != nil {
@@ -539,7 +540,7 @@ func (j *journal) writeHeader(retired, gen uint64, dev Member) error {
 		}
 		return j.v.memberFlush(dev)
 	}
-	return j.v.syncWritable("journal header write", nil, h, off)
+	return j.v.writeWritableFUA("journal header write", nil, h, off)
 }
 
 // reset makes every record so far unneeded: both header copies get the
