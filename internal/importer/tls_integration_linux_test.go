@@ -32,7 +32,8 @@ import (
 // tlshd's messages are logged: the reason), and the importer connects
 // with TLS and the key it derives from its own secret: the controller
 // uses that key (sysfs tls_key), and 1 MiB written through it is on a's
-// disk.
+// disk. Each side's pair keys are live while used and not after: a's
+// after its unexport, c's after the importer drops the member.
 
 // tlsOffset is where c writes through TLS and a looks on its disk.
 const tlsOffset = 8 << 20
@@ -71,7 +72,8 @@ func tlsExportSide(t *testing.T, g *vmtest.Env, reconcile func(exporter.Input) e
 }
 
 // pairKeysIn checks that the kernel's keyring holds (want) or no longer
-// holds each export's pair key, by identity.
+// holds the pair key of c and each export's drive, by identity: a's
+// exporter's key on a, c's importer's on c.
 func pairKeysIn(t *testing.T, exports []exporter.Export, want bool) {
 	t.Helper()
 	ids, err := fabrictls.KernelKeys{}.Identities()
@@ -170,8 +172,27 @@ func tlsImportSide(t *testing.T, g *vmtest.Env, ctx context.Context) {
 		t.Fatal(err)
 	}
 	g.Signal(t, "tls-written")
-	if err := h.Disconnect(cs[0].Name); err != nil {
+	dropTLSMember(t, ctx, ring, wrongID, exporter.NQN(drivesA[0]))
+}
+
+// dropTLSMember revokes the test's wrong key (it shares the pair's
+// identity), checks that the importer's pair key for the drive nqn is
+// live while its controller is, then has the importer drop the member (a
+// pass without it) and checks that neither a controller nor a live key
+// of the pair is left.
+func dropTLSMember(t *testing.T, ctx context.Context, ring, wrongID int, nqn string) {
+	t.Helper()
+	if err := nvmetls.RevokePossessed(ring, wrongID); err != nil {
 		t.Fatal(err)
+	}
+	pair := []exporter.Export{{NQN: nqn}}
+	pairKeysIn(t, pair, true)
+	importOK(t, ctx, importer.New(), importer.Input{Identity: hostC, Secret: nvmf.SecretText(keyC)})
+	if cs, err := nvmf.NewHost().Sysfs.Controllers(); err != nil || len(cs) != 0 {
+		t.Fatalf("controllers after the member is dropped: %+v (%v)", cs, err)
+	}
+	if pairKeysIn(t, pair, false); !t.Failed() {
+		t.Logf("importer dropped %s: no controller, its pair key not live in .nvme", nqn)
 	}
 }
 
