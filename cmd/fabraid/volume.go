@@ -27,7 +27,7 @@ func newVolumeCmd() *cobra.Command {
 	cmd.PersistentFlags().String("config", config.DefaultPath, "configuration file (for api_socket)")
 	cmd.PersistentFlags().String("socket", "", "fabraidd API socket (default: api_socket from the configuration)")
 	cmd.AddCommand(newVolumeCreateCmd(), newVolumeListCmd(), newVolumeShowCmd(), newVolumeFailCmd(),
-		newVolumeReAddCmd(), newVolumeReplaceCmd(), newVolumeRebuildCmd(), newVolumeScrubCmd(), newVolumeMoveCmd(), newVolumeDeleteCmd())
+		newVolumeReAddCmd(), newVolumeReplaceCmd(), newVolumeRebuildCmd(), newVolumeScrubCmd(), newVolumeMoveCmd(), newVolumeAttachCmd(), newVolumeDeleteCmd())
 	return cmd
 }
 
@@ -68,11 +68,11 @@ func parseRate(s string) (int64, error) {
 func newVolumeCreateCmd() *cobra.Command {
 	var k, m int
 	var chunk string
-	var drives, nodes []string
+	var drives, nodes, attach []string
 	var groups int
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "create NAME --data K --parity M [--chunk SIZE] [--drives DEV,... | --nodes a,b,c]",
+		Use:   "create NAME --data K --parity M [--chunk SIZE] [--drives DEV,... | --nodes a,b,c] [--attach n1,n2]",
 		Short: "Create a volume of K data + M parity chunks per stripe on claimed drives",
 		Long: `Create a volume on K+M claimed, unused drives (default: the first K+M in
 device order), start its engine, export it over NVMe/TCP and connect this node
@@ -82,12 +82,18 @@ In a cluster, placement picks free drives across the alive nodes (at most M
 members of a group per failure domain) and the owner node that runs the
 engine; the record goes into etcd and the command waits until the owner has
 formatted the members and reports the volume ready. --nodes limits the
-members and the owner to these nodes; --groups makes G groups of K+M.` + volumeExitCodes,
+members and the owner to these nodes; --groups makes G groups of K+M.
+--attach names the nodes that consume the volume (connect to its NVMe head;
+its export admits their hosts only); default: every node. fabraid volume
+attach changes it later.` + volumeExitCodes,
 		Example: `  fabraid volume create vol0 --data 4 --parity 2
   fabraid volume create scratch --data 2 --parity 1 --chunk 128K --drives /dev/nvme1n1,/dev/nvme2n1,/dev/nvme3n1`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req := api.CreateRequest{Name: args[0], K: k, M: m, Drives: drives, Nodes: nodes, Groups: groups}
+			if cmd.Flags().Changed("attach") {
+				req.Attach = &api.Attach{Nodes: attach}
+			}
 			if chunk != "" {
 				n, err := parseUblkSize(chunk)
 				if err != nil {
@@ -120,6 +126,7 @@ members and the owner to these nodes; --groups makes G groups of K+M.` + volumeE
 	f.StringSliceVar(&drives, "drives", nil, "claimed drives to use (paths, names or ids), exactly K+M (one node)")
 	f.StringSliceVar(&nodes, "nodes", nil, "cluster: place members and owner on these nodes only")
 	f.IntVar(&groups, "groups", 0, "cluster: groups of K+M members (default 1)")
+	f.StringSliceVar(&attach, "attach", nil, "cluster: the nodes that consume the volume (default: every node)")
 	f.BoolVar(&asJSON, "json", false, "print the volume as JSON")
 	cmd.MarkFlagRequired("data")
 	cmd.MarkFlagRequired("parity")
@@ -200,6 +207,7 @@ func newVolumeShowCmd() *cobra.Command {
 			fmt.Fprintf(w, "ublk:     %s\n", ublkText(v))
 			if v.Owner != "" {
 				fmt.Fprintf(w, "owner:    %s%s\n", v.Owner, epochText(v.Epoch))
+				fmt.Fprintf(w, "attached: %s\n", attachedText(v.Attached))
 			}
 			switch v.ExportAuth {
 			case api.ExportAuthDHCHAP:

@@ -174,6 +174,13 @@ func (c *Client) Drain(node string, drained bool, r DrainRequest) (DrainReply, e
 	return out, c.do(method, "/v1/nodes/"+url.PathEscape(node)+"/drain", r, &out)
 }
 
+// Attach sets the nodes volume ref is attached to (POST
+// /v1/volumes/{ref}/attach).
+func (c *Client) Attach(ref string, r AttachRequest) (Volume, error) {
+	var out Volume
+	return out, c.do("POST", "/v1/volumes/"+url.PathEscape(ref)+"/attach", r, &out)
+}
+
 // Move asks for the move of volume ref to node (a cluster).
 func (c *Client) Move(ref string, r MoveRequest) (MoveReply, error) {
 	var out MoveReply

@@ -17,6 +17,22 @@ type CreateRequest struct {
 	// (default: any alive node); Drives is not used there.
 	Groups int      `json:"groups,omitempty"`
 	Nodes  []string `json:"nodes,omitempty"`
+	// Attach (in a cluster) lists the nodes that consume the volume; nil:
+	// every node.
+	Attach *Attach `json:"attach,omitempty"`
+}
+
+// Attach names the nodes a cluster volume is attached to: they connect
+// to its NVMe head and its exports admit only their hosts. Empty: none.
+type Attach struct {
+	Nodes []string `json:"nodes"`
+}
+
+// AttachRequest sets a cluster volume's attach list: every node (All,
+// as a volume without a list), or exactly Nodes (empty: no node).
+type AttachRequest struct {
+	All   bool     `json:"all,omitempty"`
+	Nodes []string `json:"nodes"`
 }
 
 // Volume describes a volume: the reply of GET /v1/volumes/{ref}, one
@@ -34,6 +50,9 @@ type Volume struct {
 	Groups    int    `json:"groups"`
 	ChunkSize int    `json:"chunk_size"`
 	Device    string `json:"device,omitempty"` // consumer device: NVMe multipath head
+	// Attached lists the nodes a cluster volume is attached to; nil:
+	// every node.
+	Attached *Attach `json:"attached,omitempty"`
 	// Owner is the node running the engine (in a cluster), and Epoch the
 	// owner epoch its engine runs at (0: not known here).
 	Owner     string      `json:"owner,omitempty"`

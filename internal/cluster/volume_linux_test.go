@@ -12,6 +12,7 @@ import (
 	"os"
 	osexec "os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -157,6 +158,7 @@ func volumeGuest(t *testing.T, g *vmtest.Env) {
 		g.Signal(t, "healed")
 		g.Wait(t, "c", "intact")
 		g.Wait(t, "b", "measured")
+		attachOwner(t, g, start, in.NQN)
 		mustFabraid(t, "cluster", "status")
 		step(t, start, "done")
 		g.Signal(t, "done")
@@ -276,7 +278,67 @@ func loseNode(t *testing.T, g *vmtest.Env, start time.Time, node string) {
 	}
 	step(t, start, "every region reads back intact")
 	g.Signal(t, "intact")
+	attachOther(t, g, start)
 	g.Wait(t, "a", "done")
+}
+
+// attachOwner (on a, the owner) attaches v to a and b only: its export
+// admits two hosts, a's among them, and c drops its head; then to every
+// node again, and c's head comes back (attachOther).
+func attachOwner(t *testing.T, g *vmtest.Env, start time.Time, nqn string) {
+	allowed := func() []string {
+		ents, err := os.ReadDir("/sys/kernel/config/nvmet/subsystems/" + nqn + "/allowed_hosts")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range ents {
+			out = append(out, e.Name())
+		}
+		return out
+	}
+	own, err := os.ReadFile("/etc/nvme/hostnqn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := allowed()
+	step(t, start, "volume attach v a b: %s", strings.TrimSpace(mustFabraid(t, "volume", "attach", "v", "a", "b")))
+	deadline := time.Now().Add(60 * time.Second)
+	for hs := allowed(); len(hs) != 2 || !slices.Contains(hs, strings.TrimSpace(string(own))); hs = allowed() {
+		if time.Now().After(deadline) {
+			t.Fatalf("export of v admits %v 60 s after attach a b (before: %v), want a's and b's hosts", hs, before)
+		}
+		time.Sleep(time.Second)
+	}
+	step(t, start, "export of v admits %d hosts (before: %d)", len(allowed()), len(before))
+	g.Signal(t, "attached-ab")
+	g.Wait(t, "c", "detached")
+	step(t, start, "volume attach v --all: %s", strings.TrimSpace(mustFabraid(t, "volume", "attach", "v", "--all")))
+	g.Signal(t, "attached-all")
+	g.Wait(t, "c", "reattached")
+}
+
+// attachOther is c's part of attachOwner: its head goes, comes back, and
+// its region reads back intact through it.
+func attachOther(t *testing.T, g *vmtest.Env, start time.Time) {
+	g.Wait(t, "a", "attached-ab")
+	deadline := time.Now().Add(60 * time.Second)
+	for in := showVolume(t); in.Device != "" || in.Attached == nil; in = showVolume(t) {
+		if time.Now().After(deadline) {
+			t.Fatalf("c 60 s after attach a b: device %q, attached %+v; want no device", in.Device, in.Attached)
+		}
+		time.Sleep(time.Second)
+	}
+	step(t, start, "c detached: no consumer device of v")
+	g.Signal(t, "detached")
+	g.Wait(t, "a", "attached-all")
+	head := waitHead(t, start)
+	want, _ := os.ReadFile(filepath.Join(g.Shared, "sum-c"))
+	if got := readRegion(t, head, regionOf("c"), regionBytes); got != string(want) {
+		t.Fatalf("c's region through %s after attach --all: sha256 %s, want %s", head, got, want)
+	}
+	step(t, start, "c attached again: %s, its region intact", head)
+	g.Signal(t, "reattached")
 }
 
 // returnedNode is a node's boot after its power cut: fabraidd starts from

@@ -240,7 +240,9 @@ func localDrives(stateDir string) (map[string]string, []exporter.Drive) {
 
 // managerPlan is the volume manager's plan: the owned volumes being
 // created or ready with their members' devices, every node as an allowed
-// host, this node's addresses, every ready volume as a consumer.
+// host (a volume with an attach list admits its attached nodes only),
+// this node's addresses, every ready volume attached to this node as a
+// consumer.
 func managerPlan(v *clusterView, imp plan.Import, paths map[[16]byte][]string) volmgr.ClusterPlan {
 	var p volmgr.ClusterPlan
 	if self, ok := v.node(v.Self); ok {
@@ -252,7 +254,8 @@ func managerPlan(v *clusterView, imp plan.Import, paths map[[16]byte][]string) v
 			p.Hosts = append(p.Hosts, volmgr.ExportHost{NQN: n.HostNQN, Secret: v.HostKeys[n.Name]})
 		}
 	}
-	for _, c := range plan.Consumers(v.View) {
+	p.Attached = plan.AttachedHosts(v.View)
+	for _, c := range plan.ConsumedBy(v.View, v.Self) {
 		p.Consumers = append(p.Consumers, volmgr.Consumer{UUID: c.UUID, Addresses: c.Addresses})
 	}
 	for _, o := range imp.Volumes {

@@ -176,13 +176,15 @@ func mayUnexport(h handover, f handoverFacts) (bool, string) {
 	return false, ""
 }
 
-// pendingConsumers are the live nodes of v that may still depend on this
-// node's export of vol: their published paths show a controller to one of
-// addrs and none live elsewhere, or they publish no paths.
+// pendingConsumers are the live nodes of v attached to volume uuid that
+// may still depend on this node's export of it: their published paths
+// show a controller to one of addrs and none live elsewhere, or they
+// publish no paths.
 func pendingConsumers(v *clusterView, uuid string, addrs []string) []string {
+	vol, _ := v.volume(uuid)
 	var out []string
 	for _, n := range v.Nodes {
-		if !n.Alive {
+		if !n.Alive || !vol.AttachedTo(n.Name) {
 			continue
 		}
 		np, ok := v.Paths[n.Name]

@@ -72,6 +72,11 @@ func (pl *Plane) Create(ctx context.Context, q api.CreateRequest) (api.Volume, e
 		return api.Volume{}, fmt.Errorf("%w: %w", volmgr.ErrInvalid, err)
 	}
 	rec.ChunkSize = q.ChunkSize
+	if q.Attach != nil {
+		if rec.Attach, err = checkAttachNodes(v, q.Attach.Nodes); err != nil {
+			return api.Volume{}, err
+		}
+	}
 	cli := pl.cluster.Client()
 	cctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 	err = volumes.Create(cctx, cli, rec)
@@ -110,13 +115,13 @@ func (pl *Plane) Create(ctx context.Context, q api.CreateRequest) (api.Volume, e
 	}
 }
 
-// waitHead waits up to 30 s for this node's consumer device of vol and
-// returns its Info.
+// waitHead waits up to 30 s for this node's consumer device of vol (none
+// when vol is not attached to this node) and returns its Info.
 func (pl *Plane) waitHead(ctx context.Context, v *clusterView, vol model.Volume) api.Volume {
 	u, _ := volid.ParseUUID(vol.UUID)
 	pl.kick()
 	deadline := time.Now().Add(30 * time.Second)
-	for pl.mgr.Head(u) == "" && time.Now().Before(deadline) && ctx.Err() == nil {
+	for vol.AttachedTo(v.Self) && pl.mgr.Head(u) == "" && time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(500 * time.Millisecond)
 	}
 	return pl.clusterInfo(v, vol)
@@ -130,6 +135,7 @@ func (pl *Plane) clusterInfo(v *clusterView, vol model.Volume) api.Volume {
 	if vol.Owner == v.Self && vol.State == model.VolumeReady {
 		if in, err := pl.mgr.Info(vol.UUID); err == nil {
 			in.Owner, in.Device, in.Epoch = vol.Owner, head, v.Status[vol.UUID].Epoch
+			in.Attached = apiAttach(vol.Attach)
 			in.ExportRefused = refusedNodes(v, vol)
 			for i, m := range in.Members {
 				if m.Slot < len(vol.Members) {
@@ -151,7 +157,7 @@ func (pl *Plane) clusterInfo(v *clusterView, vol model.Volume) api.Volume {
 func remoteInfo(vol model.Volume, st model.VolumeStatus, has bool, head string, size int64) api.Volume {
 	u, _ := volid.ParseUUID(vol.UUID)
 	in := api.Volume{Name: vol.Name, UUID: vol.UUID, K: vol.K, M: vol.M, Groups: vol.Groups, ChunkSize: vol.ChunkSize,
-		NQN: volid.NQN(u), Device: head, Owner: vol.Owner, Size: size}
+		NQN: volid.NQN(u), Device: head, Owner: vol.Owner, Size: size, Attached: apiAttach(vol.Attach)}
 	switch {
 	case vol.State != model.VolumeReady:
 		in.State = vol.State

@@ -28,6 +28,8 @@ type Volumes interface {
 	Request(ctx context.Context, ref, id string) (*api.OpReply, error)
 	Move(ctx context.Context, ref string, q api.MoveRequest) (api.MoveReply, error)
 	Drain(ctx context.Context, node string, drained bool, q api.DrainRequest) (api.DrainReply, error)
+	// Attach sets the nodes a cluster volume is attached to.
+	Attach(ctx context.Context, ref string, q api.AttachRequest) (api.Volume, error)
 	// Reconcile converges the node's volumes once; the daemon's loop
 	// runs one at a time.
 	Reconcile(ctx context.Context) error
@@ -73,6 +75,9 @@ func (l *localVolumes) List(context.Context) ([]api.Volume, error) {
 }
 
 func (l *localVolumes) Create(ctx context.Context, q api.CreateRequest) (api.Volume, error) {
+	if q.Attach != nil {
+		return api.Volume{}, fmt.Errorf("%w: --attach needs a cluster (a one-node volume is consumed on its node)", errBadRequest)
+	}
 	in, err := l.mgr.Create(ctx, q)
 	if err == nil {
 		l.kick()
@@ -115,6 +120,10 @@ func (l *localVolumes) Drain(context.Context, string, bool, api.DrainRequest) (a
 	return api.DrainReply{}, fmt.Errorf("%w: node drain needs a cluster", errBadRequest)
 }
 
+func (l *localVolumes) Attach(context.Context, string, api.AttachRequest) (api.Volume, error) {
+	return api.Volume{}, fmt.Errorf("%w: attach lists need a cluster (a one-node volume is consumed on its node)", errBadRequest)
+}
+
 func (l *localVolumes) Reconcile(ctx context.Context) error { return l.mgr.Reconcile(ctx) }
 
 // volumeRoutes adds the /v1/volumes API and node drains (see package
@@ -151,6 +160,15 @@ func (d *Daemon) volumeRoutes(mux *http.ServeMux, reply func(http.ResponseWriter
 			return
 		}
 		out, err := d.volumes().Move(r.Context(), r.PathValue("ref"), q)
+		reply(w, out, err)
+	})
+	mux.HandleFunc("POST /v1/volumes/{ref}/attach", func(w http.ResponseWriter, r *http.Request) {
+		var q api.AttachRequest
+		if err := decode(r, &q); err != nil {
+			reply(w, nil, err)
+			return
+		}
+		out, err := d.volumes().Attach(r.Context(), r.PathValue("ref"), q)
 		reply(w, out, err)
 	})
 	mux.HandleFunc("POST /v1/volumes/{ref}/{op}", func(w http.ResponseWriter, r *http.Request) {

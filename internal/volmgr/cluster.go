@@ -47,6 +47,10 @@ type ClusterPlan struct {
 	// Hosts are allowed on every volume export: every node's host NQN
 	// with its DH-HMAC-CHAP secret.
 	Hosts []ExportHost
+	// Attached restricts the export of each volume with an attach list
+	// to the host NQNs here (plan.AttachedHosts; a subset of Hosts). A
+	// volume absent from it admits every host.
+	Attached map[[16]byte][]string
 	// Auth: the kernel's nvmet has DH-HMAC-CHAP; the hosts get their keys.
 	// Without it every export of this node (drive and volume exports
 	// alike) allows its hosts by host NQN alone: ReconcileCluster warns
@@ -436,13 +440,22 @@ func ClusterExportSpec(exports []Export, hosts []ExportHost, auth bool, addrs []
 	}
 	out := ExportSpec(exports, "", "", port)
 	for i := range out {
-		out[i].Hosts = slices.Clone(hs)
+		out[i].Hosts = admitted(hs, exportOf(exports, out[i].NQN).Hosts)
 		out[i].Listeners = slices.Clone(ls)
 		for j := range out[i].Listeners {
 			out[i].Listeners[j].ANAStates = exportOf(exports, out[i].NQN).anaStates()
 		}
 	}
 	return out
+}
+
+// admitted returns the hosts of hs whose NQN is in only; nil only: all.
+func admitted(hs []backend.Host, only []string) []backend.Host {
+	out := slices.Clone(hs)
+	if only == nil {
+		return out
+	}
+	return slices.DeleteFunc(out, func(h backend.Host) bool { return !slices.Contains(only, h.NQN) })
 }
 
 // WithCtrlKey gives every host of exports that has a DH-HMAC-CHAP key

@@ -163,6 +163,12 @@ func TestClusterExportSpec(t *testing.T) {
 	if s := ClusterExportSpec(nil, hosts, true, []string{"10.0.0.1"}, 0); len(s) != 0 {
 		t.Fatalf("nothing to export: %+v", s)
 	}
+	// An attach list (Export.Hosts) admits its hosts only; empty: none.
+	attached := []Export{{UUID: [16]byte{1}, Device: "/dev/ublkb0", Hosts: []string{"nqn.b"}}, {UUID: [16]byte{2}, Device: "/dev/ublkb1", Hosts: []string{}}}
+	s = ClusterExportSpec(attached, hosts, true, []string{"10.0.0.1"}, 0)
+	if len(s[0].Hosts) != 1 || s[0].Hosts[0].NQN != "nqn.b" || string(s[0].Hosts[0].DHCHAPKey) != "DHHC-1:00:b:" || len(s[1].Hosts) != 0 {
+		t.Fatalf("attached exports: %+v", s)
+	}
 	id := nvmf.HostIdentity{NQN: "nqn.self", ID: "0b0b0b0b-0000-4000-8000-00000000000b"}
 	cs, err := ConsumerConnections([]Consumer{{UUID: [16]byte{1}, Addresses: []string{"10.0.0.1", "10.0.1.1"}}}, id, "DHHC-1:00:s:")
 	if err != nil || len(cs) != 2 || cs[1].Address != "10.0.1.1" || cs[0].ServiceID != "4420" || cs[0].NQN != volid.NQN([16]byte{1}) ||

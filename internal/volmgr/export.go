@@ -34,6 +34,10 @@ type Export struct {
 	// Frozen: the volume's engine is frozen (self-fence or hand-over);
 	// its export is inaccessible until the engine thaws (ana.go).
 	Frozen bool
+	// Hosts, when not nil, are the host NQNs the cluster export admits
+	// (the volume's attach list, ClusterPlan.Attached); nil admits every
+	// host of the plan.
+	Hosts []string
 }
 
 // ExportSpec is the desired state of the node's volume exports, in the
@@ -124,6 +128,11 @@ func (x *exporter) reconcileCluster(ctx context.Context, exports []Export, p *Cl
 	}
 	if exports, err = x.withANA(ctx, exports, p.CntlIDMin, p.CntlIDMax, p.Drain); err != nil {
 		return nil, err
+	}
+	for i := range exports {
+		if hosts, ok := p.Attached[exports[i].UUID]; ok {
+			exports[i].Hosts = hosts
+		}
 	}
 	return x.converge(ctx, WithCtrlKey(ClusterExportSpec(exports, p.Hosts, p.Auth, p.Addresses, p.Port), p.CtrlSecret), desired, true)
 }

@@ -2,6 +2,7 @@ package model
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 )
 
@@ -46,6 +47,22 @@ type Volume struct {
 	MemberSize int64          `json:"member_size"`
 	Members    []VolumeMember `json:"members"` // slot order
 	Created    time.Time      `json:"created"`
+	// Attach is the nodes that consume the volume (connect to its NVMe
+	// head and get access to its export); nil means every node, as for
+	// records written before attach lists.
+	Attach *AttachList `json:"attach,omitempty"`
+}
+
+// AttachList names the nodes a volume is attached to; an empty list
+// attaches it to no node.
+type AttachList struct {
+	Nodes []string `json:"nodes"`
+}
+
+// AttachedTo reports whether node consumes v: every node when v has no
+// attach list.
+func (v Volume) AttachedTo(node string) bool {
+	return v.Attach == nil || slices.Contains(v.Attach.Nodes, node)
 }
 
 // VolumeMember is one member slot of a Volume.

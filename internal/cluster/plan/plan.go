@@ -335,6 +335,37 @@ func Consumers(v View) []Consumer {
 	return out
 }
 
+// ConsumedBy is Consumers restricted to the volumes attached to node
+// (model.Volume.AttachedTo): the connections node makes.
+func ConsumedBy(v View, node string) []Consumer {
+	attached := map[string]bool{}
+	for _, vol := range v.Volumes {
+		attached[vol.UUID] = vol.AttachedTo(node)
+	}
+	return slices.DeleteFunc(Consumers(v), func(c Consumer) bool { return !attached[volid.Format(c.UUID)] })
+}
+
+// AttachedHosts maps each volume with an attach list to the host NQNs of
+// its attached nodes that the view knows: the hosts its export admits. A
+// volume without an attach list is absent (every node's host).
+func AttachedHosts(v View) map[[16]byte][]string {
+	out := map[[16]byte][]string{}
+	for _, vol := range v.Volumes {
+		u, err := volid.ParseUUID(vol.UUID)
+		if vol.Attach == nil || err != nil {
+			continue
+		}
+		hosts := []string{}
+		for _, name := range vol.Attach.Nodes {
+			if n, ok := v.node(name); ok && n.HostNQN != "" {
+				hosts = append(hosts, n.HostNQN)
+			}
+		}
+		out[u] = hosts
+	}
+	return out
+}
+
 // ChooseOwner is the node that takes volume vol over when its owner is
 // gone: the same answer on every node that reads the same View. The
 // candidates are the alive nodes with a storage address that can export

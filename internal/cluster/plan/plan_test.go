@@ -223,6 +223,36 @@ func TestConsumers(t *testing.T) {
 	}
 }
 
+// TestAttach: a volume with an attach list is consumed by its attached
+// nodes only and its export admits their host NQNs only (an attached
+// node the view does not know adds none); an empty list attaches it to
+// no node; no list: every node, as before attach lists.
+func TestAttach(t *testing.T) {
+	v := view("c")
+	v.Volumes = append(v.Volumes,
+		model.Volume{UUID: us(6), Name: "v6", State: model.VolumeReady, Owner: "a", Members: members("c-d3"), Attach: &model.AttachList{Nodes: []string{"b", "gone"}}},
+		model.Volume{UUID: us(7), Name: "v7", State: model.VolumeReady, Owner: "a", Members: members("b-d3"), Attach: &model.AttachList{Nodes: []string{}}},
+	)
+	names := func(cs []Consumer) (out []string) {
+		for _, c := range cs {
+			out = append(out, c.Name)
+		}
+		return out
+	}
+	for node, want := range map[string][]string{"a": {"v1"}, "b": {"v1", "v6"}, "c": {"v1"}} {
+		if got := names(ConsumedBy(v, node)); !reflect.DeepEqual(got, want) {
+			t.Errorf("ConsumedBy(%s) = %v, want %v", node, got, want)
+		}
+	}
+	if got := names(Consumers(v)); !reflect.DeepEqual(got, []string{"v1", "v6", "v7"}) {
+		t.Errorf("Consumers = %v, want every ready volume", got)
+	}
+	want := map[[16]byte][]string{u(6): {"nqn.host:b"}, u(7): {}}
+	if got := AttachedHosts(v); !reflect.DeepEqual(got, want) {
+		t.Errorf("AttachedHosts = %v, want %v", got, want)
+	}
+}
+
 func TestChooseOwner(t *testing.T) {
 	v := view("c")
 	// v1's owner a is gone: b, c and the dead d hold members; b and c

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/fabraid/fabraid/internal/cluster/model"
 )
 
 // FuzzDecode: no record decoder panics; an accepted volume passes check
@@ -14,6 +16,9 @@ func FuzzDecode(f *testing.F) {
 	v := vol(uuidN(1), "v")
 	v.Version = 1
 	b, _ := json.Marshal(v)
+	f.Add(b)
+	v.Attach = &model.AttachList{Nodes: []string{"a", "b"}}
+	b, _ = json.Marshal(v)
 	f.Add(b)
 	f.Add([]byte(`{"version":2}`))
 	f.Add([]byte(`{"version":1,"uuid":"` + uuidN(1) + `","state":"optimal","members":[{"slot":0,"role":"failed"}]}`))

@@ -41,6 +41,7 @@ import (
 
 	"github.com/fabraid/fabraid/internal/cluster/keys"
 	"github.com/fabraid/fabraid/internal/cluster/model"
+	"github.com/fabraid/fabraid/internal/config"
 )
 
 // Errors callers map to answers.
@@ -423,6 +424,28 @@ func check(v model.Volume) error {
 	case model.VolumeCreating, model.VolumeReady, model.VolumeDeleting:
 	default:
 		return fmt.Errorf("volume %q: %w: state %q", v.Name, ErrInvalid, v.State)
+	}
+	return checkAttach(v)
+}
+
+// MaxAttach bounds a volume's attach list.
+const MaxAttach = 4096
+
+// checkAttach refuses an attach list that names a node twice, a name that
+// is no node name, or more than MaxAttach nodes.
+func checkAttach(v model.Volume) error {
+	if v.Attach == nil {
+		return nil
+	}
+	if len(v.Attach.Nodes) > MaxAttach {
+		return fmt.Errorf("volume %q: %w: attached to %d nodes, at most %d", v.Name, ErrInvalid, len(v.Attach.Nodes), MaxAttach)
+	}
+	seen := map[string]bool{}
+	for _, n := range v.Attach.Nodes {
+		if err := config.CheckNodeName(n); err != nil || seen[n] {
+			return fmt.Errorf("volume %q: %w: attach list entry %q (a node name, once)", v.Name, ErrInvalid, n)
+		}
+		seen[n] = true
 	}
 	return nil
 }

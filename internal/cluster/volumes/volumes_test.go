@@ -304,6 +304,10 @@ func TestCheckRefuses(t *testing.T) {
 		func(v *model.Volume) { v.State = "gone" },
 		func(v *model.Volume) { v.K = 0 },
 		func(v *model.Volume) { v.Members[1].Node, v.Members[1].Drive = "a", "a-d1" },
+		func(v *model.Volume) { v.Attach = &model.AttachList{Nodes: []string{"a", "a"}} },
+		func(v *model.Volume) { v.Attach = &model.AttachList{Nodes: []string{"../x"}} },
+		func(v *model.Volume) { v.Attach = &model.AttachList{Nodes: []string{""}} },
+		func(v *model.Volume) { v.Attach = &model.AttachList{Nodes: make([]string, MaxAttach+1)} },
 	} {
 		v := vol(uuidN(1), "v")
 		f(&v)
@@ -311,8 +315,12 @@ func TestCheckRefuses(t *testing.T) {
 			t.Errorf("%+v: %v, want ErrInvalid", v, err)
 		}
 	}
-	if err := check(vol(uuidN(1), "v")); err != nil {
-		t.Error(err)
+	for _, a := range []*model.AttachList{nil, {}, {Nodes: []string{"a", "b-1.x"}}} {
+		v := vol(uuidN(1), "v")
+		v.Attach = a
+		if err := check(v); err != nil {
+			t.Errorf("attach %+v: %v", a, err)
+		}
 	}
 }
 
