@@ -207,7 +207,7 @@ func newVolumeShowCmd() *cobra.Command {
 			fmt.Fprintf(w, "ublk:     %s\n", ublkText(v))
 			if v.Owner != "" {
 				fmt.Fprintf(w, "owner:    %s%s\n", v.Owner, epochText(v.Epoch))
-				fmt.Fprintf(w, "attached: %s\n", attachedText(v.Attached))
+				fmt.Fprintf(w, "attached: %s\n", v.Attached.String())
 			}
 			switch v.ExportAuth {
 			case api.ExportAuthDHCHAP:

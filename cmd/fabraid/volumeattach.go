@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -39,7 +38,7 @@ Any node may be asked; the change reaches every node with its next reconcile.` +
 			if asJSON {
 				return printJSON(cmd, v)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "volume %s attached to %s\n", v.Name, attachedText(v.Attached))
+			fmt.Fprintf(cmd.OutOrStdout(), "volume %s attached to %s\n", v.Name, v.Attached.String())
 			return nil
 		},
 	}
@@ -47,15 +46,4 @@ Any node may be asked; the change reaches every node with its next reconcile.` +
 	cmd.Flags().BoolVar(&none, "none", false, "attach to no node")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the volume as JSON")
 	return cmd
-}
-
-// attachedText says which nodes a volume is attached to.
-func attachedText(a *api.Attach) string {
-	switch {
-	case a == nil:
-		return "every node"
-	case len(a.Nodes) == 0:
-		return "no node"
-	}
-	return strings.Join(a.Nodes, ", ")
 }

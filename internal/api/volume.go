@@ -1,6 +1,7 @@
 package api
 
 import (
+	"strings"
 	"time"
 
 	"github.com/fabraid/fabraid/engine"
@@ -26,6 +27,17 @@ type CreateRequest struct {
 // to its NVMe head and its exports admit only their hosts. Empty: none.
 type Attach struct {
 	Nodes []string `json:"nodes"`
+}
+
+// String says which nodes: "every node" for nil, "no node", or the list.
+func (a *Attach) String() string {
+	switch {
+	case a == nil:
+		return "every node"
+	case len(a.Nodes) == 0:
+		return "no node"
+	}
+	return strings.Join(a.Nodes, ", ")
 }
 
 // AttachRequest sets a cluster volume's attach list: every node (All,

@@ -39,7 +39,7 @@ func (pl *Plane) Attach(ctx context.Context, ref string, q api.AttachRequest) (a
 		}
 		return api.Volume{}, err
 	}
-	pl.log.Info("volume attach list set", "volume", vol.Name, "attached", attachedText(vol.Attach))
+	pl.log.Info("volume attach list set", "volume", vol.Name, "attached", apiAttach(vol.Attach).String())
 	pl.kick()
 	return pl.clusterInfo(v, vol), nil
 }
@@ -70,17 +70,6 @@ func checkAttachNodes(v *clusterView, nodes []string) (*model.AttachList, error)
 	}
 	slices.Sort(out.Nodes)
 	return out, nil
-}
-
-// attachedText is an attach list for the log.
-func attachedText(a *model.AttachList) string {
-	switch {
-	case a == nil:
-		return "every node"
-	case len(a.Nodes) == 0:
-		return "no node"
-	}
-	return fmt.Sprint(a.Nodes)
 }
 
 // apiAttach is a record's attach list in the API's terms.

@@ -319,9 +319,20 @@ type Consumer struct {
 // port is the volume manager's). A volume without an owner (a failover
 // in progress) or whose owner has no storage address is left out.
 func Consumers(v View) []Consumer {
+	return consumers(v, func(model.Volume) bool { return true })
+}
+
+// ConsumedBy is Consumers restricted to the volumes attached to node
+// (model.Volume.AttachedTo): the connections node makes.
+func ConsumedBy(v View, node string) []Consumer {
+	return consumers(v, func(vol model.Volume) bool { return vol.AttachedTo(node) })
+}
+
+// consumers is Consumers of the volumes keep accepts.
+func consumers(v View, keep func(model.Volume) bool) []Consumer {
 	var out []Consumer
 	for _, vol := range v.Volumes {
-		if vol.State != model.VolumeReady || vol.Owner == "" {
+		if vol.State != model.VolumeReady || vol.Owner == "" || !keep(vol) {
 			continue
 		}
 		n, ok := v.node(vol.Owner)
@@ -333,16 +344,6 @@ func Consumers(v View) []Consumer {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
-}
-
-// ConsumedBy is Consumers restricted to the volumes attached to node
-// (model.Volume.AttachedTo): the connections node makes.
-func ConsumedBy(v View, node string) []Consumer {
-	attached := map[string]bool{}
-	for _, vol := range v.Volumes {
-		attached[vol.UUID] = vol.AttachedTo(node)
-	}
-	return slices.DeleteFunc(Consumers(v), func(c Consumer) bool { return !attached[volid.Format(c.UUID)] })
 }
 
 // AttachedHosts maps each volume with an attach list to the host NQNs of
