@@ -93,9 +93,11 @@ func create(cfg Config, devs []Member, names []string, opts Options, h testHooks
 			size = s
 		}
 	}
-	if cfg.DataOffset == 0 {
-		cfg.DataOffset = defaultDataOffset(g, size)
+	off, err := chooseDataOffset(cfg, g, size)
+	if err != nil {
+		return nil, fmt.Errorf("create volume %q: %w", cfg.Name, err)
 	}
+	cfg.DataOffset = off
 	if cfg.DataOffset%superblock.SectorAlign != 0 || cfg.DataOffset < defaultBitmapOffset+bitmapBlock {
 		return nil, fmt.Errorf("create volume %q: data offset %d must be 4 KiB aligned and at least %d",
 			cfg.Name, cfg.DataOffset, defaultBitmapOffset+bitmapBlock)
@@ -124,7 +126,7 @@ func create(cfg Config, devs []Member, names []string, opts Options, h testHooks
 	// Coarser regions keep the bitmap small enough to leave room for the
 	// journal (when the data offset allows one at all).
 	limit := cfg.DataOffset
-	if jmin := journalHdrBlocks*journalBlock + maxRecordSize(g); limit-jmin >= defaultBitmapOffset+bitmapBlock {
+	if jmin := max(journalMinBytes(g), cfg.JournalBytes); limit-jmin >= defaultBitmapOffset+bitmapBlock {
 		limit -= jmin
 	}
 	for defaultBitmapOffset+bitmapBytes() > limit {
@@ -134,9 +136,9 @@ func create(cfg Config, devs []Member, names []string, opts Options, h testHooks
 	// needs at least one record of the largest size.
 	journalOff := defaultBitmapOffset + bitmapBytes()
 	journalBytes := cfg.DataOffset - journalOff
-	if journalBytes < journalHdrBlocks*journalBlock+maxRecordSize(g) {
+	if journalBytes < journalMinBytes(g) {
 		log.Warn("no room for the stripe journal between bitmap and data: the write hole stays open while degraded",
-			"volume", cfg.Name, "data_offset", cfg.DataOffset, "needed", journalOff+journalHdrBlocks*journalBlock+maxRecordSize(g))
+			"volume", cfg.Name, "data_offset", cfg.DataOffset, "needed", journalOff+journalMinBytes(g))
 		journalOff, journalBytes = 0, 0
 	}
 	codec := superblock.CodecRS
@@ -272,6 +274,58 @@ func (v *Volume) start(opts Options, consistent bool) error {
 // waiting) empties 8 times less often than the minimal one.
 func defaultDataOffset(g layout.Geometry, memberSize int64) int64 {
 	journal := max(DefaultJournalRecords*maxRecordSize(g), min(memberSize/journalShare, defaultJournalMax))
-	need := int64(defaultBitmapOffset+defaultBitmapRoom+journalHdrBlocks*journalBlock) + journal
+	return journalDataOffset(journalHdrBlocks*journalBlock + journal)
+}
+
+// journalDataOffset is the smallest multiple of DefaultDataOffset (and at
+// least DefaultDataOffset) that leaves the default bitmap room and a
+// journal area of area bytes, header blocks included.
+func journalDataOffset(area int64) int64 {
+	need := int64(defaultBitmapOffset+defaultBitmapRoom) + area
 	return max(DefaultDataOffset, (need+DefaultDataOffset-1)/DefaultDataOffset*DefaultDataOffset)
+}
+
+// journalMinBytes is the smallest journal area of geometry g: the header
+// blocks and one record of the largest size.
+func journalMinBytes(g layout.Geometry) int64 {
+	return journalHdrBlocks*journalBlock + maxRecordSize(g)
+}
+
+// CheckJournalBytes reports whether Create would accept cfg.JournalBytes
+// (with cfg.DataOffset) on members of memberSize bytes: a caller that
+// hands the create to another node checks it first.
+func CheckJournalBytes(cfg Config, memberSize int64) error {
+	if cfg.ChunkSize == 0 {
+		cfg.ChunkSize = DefaultChunkSize
+	}
+	g := layout.Geometry{K: cfg.K, M: cfg.M, Groups: max(1, cfg.Groups), ChunkSize: cfg.ChunkSize, Rows: 1}
+	_, err := chooseDataOffset(cfg, g, memberSize)
+	return err
+}
+
+// chooseDataOffset returns the data offset of a new volume on members of
+// memberSize bytes: cfg.DataOffset when only it is given, the one
+// cfg.JournalBytes derives when that is given (cfg.DataOffset, if also
+// given, must equal it), defaultDataOffset otherwise.
+func chooseDataOffset(cfg Config, g layout.Geometry, memberSize int64) (int64, error) {
+	if cfg.JournalBytes == 0 {
+		if cfg.DataOffset != 0 {
+			return cfg.DataOffset, nil
+		}
+		return defaultDataOffset(g, memberSize), nil
+	}
+	if lo := journalMinBytes(g); cfg.JournalBytes < lo {
+		return 0, fmt.Errorf("journal of %d bytes below the minimum of %d for %d+%d with %d KiB chunks (2 header blocks and one full-chunk record)",
+			cfg.JournalBytes, lo, g.K, g.M, g.ChunkSize>>10)
+	}
+	if hi := min(MaxJournalBytes, memberSize/4); cfg.JournalBytes > hi {
+		return 0, fmt.Errorf("journal of %d bytes above the maximum of %d (1 GiB, at most a quarter of a %d-byte member)",
+			cfg.JournalBytes, hi, memberSize)
+	}
+	off := journalDataOffset(cfg.JournalBytes)
+	if cfg.DataOffset != 0 && cfg.DataOffset != off {
+		return 0, fmt.Errorf("data offset %d disagrees with a journal of %d bytes, which needs data offset %d (give one of them)",
+			cfg.DataOffset, cfg.JournalBytes, off)
+	}
+	return off, nil
 }

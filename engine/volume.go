@@ -36,6 +36,9 @@ const (
 	journalShare      = 128
 	defaultJournalMax = 8 << 20
 	lockShards        = 4096
+	// MaxJournalBytes bounds Config.JournalBytes: assembly reads the
+	// whole area of every member.
+	MaxJournalBytes = 1 << 30
 )
 
 // Errors.
@@ -67,7 +70,13 @@ type Config struct {
 	// than M members in one domain (logged as a warning and recorded).
 	AllowDomainViolation bool
 	RegionSize           int64 // member data bytes per bitmap bit; default DefaultRegionSize
-	DataOffset           int64 // default DefaultDataOffset
+	DataOffset           int64 // default: defaultDataOffset, or the one JournalBytes derives
+	// JournalBytes is the stripe journal area wanted between bitmap and
+	// data (header blocks included); 0: the default share of a member.
+	// The data offset becomes the smallest multiple of DefaultDataOffset
+	// that leaves at least this much; from journalMinBytes(g) to
+	// min(MaxJournalBytes, a quarter of the member).
+	JournalBytes int64
 	// MemberSize limits the space used on each member (default: the
 	// smallest member).
 	MemberSize int64
