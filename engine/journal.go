@@ -218,7 +218,8 @@ type journal struct {
 	inflight map[uint64]struct{}
 	rings    []jring // by slot
 
-	bufs sync.Pool // *[]byte of maxRecordSize bytes
+	bufs    sync.Pool // *[]byte of maxRecordSize bytes
+	runBufs sync.Pool // *[]byte holding the records of one write run
 
 	records  atomic.Int64 // records written since assembly
 	bytes    atomic.Int64
@@ -370,8 +371,34 @@ func (j *journal) placeAll(slots []int, size int64, offs []int64) bool {
 }
 
 // encode builds rec's FUA writes (rec.ios): header and payload in one
-// buffer per copy.
+// pooled buffer per copy.
 func (j *journal) encode(rec *pendingRecord, r layout.StripeReq, mask uint64, shards [][]byte, epoch uint64) {
+	rec.bp = j.bufs.Get().(*[]byte)
+	j.encodeInto(rec, r, mask, shards, epoch, (*rec.bp)[:rec.size])
+}
+
+// follows reports whether rec lies right after prev in the same member's
+// ring (both with one copy).
+func (rec *pendingRecord) follows(prev *pendingRecord) bool {
+	return len(rec.slots) == 1 && len(prev.slots) == 1 && rec.slots[0] == prev.slots[0] &&
+		rec.offs[0] == prev.offs[0]+prev.size
+}
+
+// runBuffer returns a pooled aligned buffer of at least n bytes for the
+// records of one write run.
+func (j *journal) runBuffer(n int64) *[]byte {
+	bp, _ := j.runBufs.Get().(*[]byte)
+	if bp == nil || int64(cap(*bp)) < n {
+		b := AlignedBuffer(int(n))
+		bp = &b
+	}
+	*bp = (*bp)[:n]
+	return bp
+}
+
+// encodeInto builds rec's FUA writes (rec.ios) with the first copy in buf
+// (rec.size bytes, owned by the caller); further copies get their own.
+func (j *journal) encodeInto(rec *pendingRecord, r layout.StripeReq, mask uint64, shards [][]byte, epoch uint64, buf []byte) {
 	span := r.Hi - r.Lo
 	hdr := &jrecord{seq: rec.seq, epoch: epoch, stripe: r.Stripe, lo: r.Lo, hi: r.Hi, mask: mask}
 	crc := uint32(0)
@@ -380,8 +407,6 @@ func (j *journal) encode(rec *pendingRecord, r layout.StripeReq, mask uint64, sh
 			crc = crc32.Update(crc, castagnoli, shards[p][:span])
 		}
 	}
-	rec.bp = j.bufs.Get().(*[]byte)
-	buf := (*rec.bp)[:rec.size]
 	k := 0
 	for p := 0; p < j.v.geo.K; p++ {
 		if mask&(1<<uint(p)) != 0 {
@@ -404,8 +429,10 @@ func (j *journal) encode(rec *pendingRecord, r layout.StripeReq, mask uint64, sh
 // failed and the record dropped (errRetry: nothing of the stripe was
 // written yet, the write is re-planned), else the record counts.
 func (j *journal) written(rec *pendingRecord) error {
-	j.bufs.Put(rec.bp)
-	rec.bp = nil
+	if rec.bp != nil {
+		j.bufs.Put(rec.bp)
+		rec.bp = nil
+	}
 	for _, io := range rec.ios {
 		if io.Err != nil {
 			j.done(rec.seq)

@@ -515,6 +515,22 @@ func (v *Volume) journalSlot(r layout.StripeReq, avoid uint64) []int {
 	return nil
 }
 
+// journalSlotNear is journalSlot, except that it keeps prev (the member
+// that took the previous record of a write run; -1 for none) wherever prev
+// may hold r's record: any writable member of r's group whose position is
+// not in avoid. Which such member holds a record does not matter to
+// replay; keeping one lets a run's records leave as one write.
+func (v *Volume) journalSlotNear(r layout.StripeReq, avoid uint64, prev int) []int {
+	if prev >= 0 && prev/v.geo.Width() == r.Group && v.writable(prev) {
+		for pos := 0; pos < v.geo.Width(); pos++ {
+			if v.slotAt(r, pos) == prev && avoid&(1<<uint(pos)) == 0 {
+				return []int{prev}
+			}
+		}
+	}
+	return v.journalSlot(r, avoid)
+}
+
 func bitsCount(x uint64) int {
 	n := 0
 	for ; x != 0; x &= x - 1 {

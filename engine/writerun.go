@@ -193,16 +193,19 @@ func (run *stripeRun) setAside(i, first int) {
 // journal writes the records of the active stripes that need one in one
 // round. Only the first record may wait for room in the rings (the run
 // holds no other record yet); a stripe whose record finds none, or whose
-// record write failed, is set aside.
+// record write failed, is set aside. Every stripe's record goes to the
+// member that took the previous one where that member may hold it, so the
+// run's records are adjacent in one ring and leave as one FUA write.
 func (run *stripeRun) journal() error {
 	v := run.v
-	waited := false
+	waited, prev := false, -1
 	for i, r := range run.reqs {
 		sp := run.plans[i]
 		if !run.active(i) || sp.journal == 0 {
 			continue
 		}
-		rec, ok, err := v.jrn.reserve(r, sp.journal, v.journalSlot(r, sp.avoid), !waited)
+		slots := v.journalSlotNear(r, sp.avoid, prev)
+		rec, ok, err := v.jrn.reserve(r, sp.journal, slots, !waited)
 		if err != nil {
 			run.dropRecords()
 			return err
@@ -212,25 +215,28 @@ func (run *stripeRun) journal() error {
 			run.setAside(i, 0)
 			continue
 		}
-		v.jrn.encode(rec, r, sp.journal, run.ops[i].shards, v.epoch.Load())
+		prev = slots[0]
 		run.recs[i] = rec
 	}
-	var ios []IO
-	for _, rec := range run.recs {
-		if rec != nil {
-			ios = append(ios, rec.ios...)
+	segs := run.encodeRecords()
+	if len(segs) > 0 {
+		ios := make([]IO, len(segs))
+		for s, seg := range segs {
+			ios[s] = seg.io
+		}
+		v.exec.Execute(ios)
+		for s, seg := range segs {
+			for _, i := range seg.recs {
+				run.recs[i].ios[0].Err = ios[s].Err
+			}
+			v.jrn.runBufs.Put(seg.bp)
 		}
 	}
-	if len(ios) > 0 {
-		v.exec.Execute(ios)
-	}
-	k := 0
 	var failed error
 	for i, rec := range run.recs {
 		if rec == nil {
 			continue
 		}
-		k += copy(rec.ios, ios[k:k+len(rec.ios)])
 		run.recs[i] = nil
 		err := v.jrn.written(rec)
 		switch {
@@ -253,7 +259,9 @@ func (run *stripeRun) journal() error {
 func (run *stripeRun) dropRecords() {
 	for i, rec := range run.recs {
 		if rec != nil {
-			run.v.jrn.bufs.Put(rec.bp)
+			if rec.bp != nil {
+				run.v.jrn.bufs.Put(rec.bp)
+			}
 			run.v.jrn.done(rec.seq)
 			run.recs[i] = nil
 		}
@@ -303,4 +311,51 @@ func (run *stripeRun) execute() error {
 		}
 	}
 	return failed
+}
+
+// recordSegment is one FUA write carrying the records run.recs[recs...],
+// which lie back to back in one member's ring; bp is its pooled buffer.
+type recordSegment struct {
+	io   IO
+	recs []int
+	bp   *[]byte
+}
+
+// encodeRecords encodes the run's reserved records into segments: records
+// adjacent in one member's ring share one write. Every record keeps its
+// own IO (rec.ios, a view of its bytes in the segment) for the failure
+// accounting of journal.written.
+func (run *stripeRun) encodeRecords() []recordSegment {
+	j := run.v.jrn
+	var order []int
+	for i, rec := range run.recs {
+		if rec != nil {
+			order = append(order, i)
+		}
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		ra, rb := run.recs[a], run.recs[b]
+		return cmp.Or(cmp.Compare(ra.slots[0], rb.slots[0]), cmp.Compare(ra.offs[0], rb.offs[0]))
+	})
+	var segs []recordSegment
+	for len(order) > 0 {
+		n, size := 1, run.recs[order[0]].size
+		for n < len(order) && run.recs[order[n]].follows(run.recs[order[n-1]]) {
+			size += run.recs[order[n]].size
+			n++
+		}
+		bp := j.runBuffer(size)
+		first := run.recs[order[0]]
+		seg := recordSegment{recs: order[:n:n], bp: bp,
+			io: IO{Dev: run.v.dev(first.slots[0]), Write: true, FUA: true, Buf: (*bp)[:size], Off: first.offs[0]}}
+		at := int64(0)
+		for _, i := range seg.recs {
+			rec := run.recs[i]
+			j.encodeInto(rec, run.reqs[i], run.plans[i].journal, run.ops[i].shards, run.v.epoch.Load(), (*bp)[at:at+rec.size])
+			at += rec.size
+		}
+		segs = append(segs, seg)
+		order = order[n:]
+	}
+	return segs
 }

@@ -49,7 +49,8 @@ func (b *batchRecorder) Execute(ios []IO) {
 }
 
 // A write over several whole stripes runs in shared rounds: every journal
-// record in one batch (with owner-domain journaling), then every data and
+// record in one batch (with owner-domain journaling: one FUA write, the
+// records adjacent on one member), then every data and
 // parity write in one batch in which each member's chunks follow each
 // other at adjacent offsets, so that the block layer merges them into one
 // member I/O. The data reads back.
@@ -102,6 +103,14 @@ func TestWriteStripesRounds(t *testing.T) {
 				want = 1
 				if len(records) != want {
 					t.Fatalf("journal records in %d batches, want %d: %+v", len(records), want, rec.batches)
+				}
+				// The run's records lie back to back on one member: one
+				// FUA write carries them all.
+				if len(records[0]) != 1 {
+					t.Fatalf("journal records in %d writes, want one: %+v", len(records[0]), records[0])
+				}
+				if n := records[0][0].n; n <= int(maxRecordSize(v.geo)) {
+					t.Fatalf("one record write of %d bytes: want several records in it", n)
 				}
 			} else if len(records) != 0 {
 				t.Fatalf("records without owner-domain journaling: %+v", records)
@@ -244,5 +253,50 @@ func checkMemberOrder(t *testing.T, batch []recordedIO) {
 			t.Fatalf("member %d: IO %d (at %d) does not follow its IO %d (at %d) in order: %+v", io.slot, i, io.off, j, batch[j].off, batch)
 		}
 		last[io.slot] = i
+	}
+}
+
+// A write run whose shared journal write fails (one FUA write carrying the
+// records of several stripes) fails that member, and every stripe of the
+// run is written on its own with a record on another member: the write
+// lands, the data reads back, and only the one member is failed.
+func TestWriteStripesRecordFailure(t *testing.T) {
+	var armed atomic.Bool
+	failed := -1
+	_, devs := hookMembers(5, 1<<20, func(op memOp) error {
+		if armed.Load() && op.fua && !op.after && op.off >= 4096*3 && op.off < 256<<10 && op.n > 8192 {
+			armed.Store(false)
+			failed = op.slot
+			return errors.New("injected journal write error")
+		}
+		return nil
+	})
+	cfg := Config{Name: "jf", K: 3, M: 2, ChunkSize: 4096, RegionSize: 64 << 10, DataOffset: 256 << 10, AssumeZeroed: true,
+		Domains: []string{ownerDomain, "n1", "n2", "n3", "n4"}}
+	v, err := Create(cfg, devs, nil, Options{Logger: quietLogger(), OwnerDomain: ownerDomain})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	model := make([]byte, 6*v.Geometry().StripeBytes())
+	rng := rand.New(rand.NewPCG(9, 10))
+	for i := range model {
+		model[i] = byte(rng.Uint32())
+	}
+	armed.Store(true)
+	if _, err := v.WriteAt(model, 0); err != nil {
+		t.Fatal(err)
+	}
+	if failed < 0 {
+		t.Fatal("no journal write of several records was seen")
+	}
+	for slot, m := range v.Status().Members {
+		if want := slot == failed; (m.Role == superblock.RoleFailed) != want {
+			t.Fatalf("member %d after the journal write on member %d failed: %+v", slot, failed, m)
+		}
+	}
+	got := make([]byte, len(model))
+	if _, err := v.ReadAt(got, 0); err != nil || !bytes.Equal(got, model) {
+		t.Fatalf("read back: %v, equal %v", err, bytes.Equal(got, model))
 	}
 }
