@@ -89,9 +89,12 @@ reprotect: setup
 # simulated nodes (10 drives each, one 4+2 volume per node unless
 # SCALE_VOLUMES) against a real three-member etcd in one process, 60 s
 # steady, then an owner's and a 20-node rack's power cut; one SCALE line.
+# SCALE_ATTACH=N gives each volume an attach list of N nodes (its owner
+# and N-1 others; default none: every node consumes every volume).
 SCALE_NODES ?= 100
 scale:
 	FABRAID_SCALE_NODES=$(SCALE_NODES) $(if $(SCALE_VOLUMES),FABRAID_SCALE_VOLUMES=$(SCALE_VOLUMES)) \
+		$(if $(SCALE_ATTACH),FABRAID_SCALE_ATTACH=$(SCALE_ATTACH)) \
 		$(GO) test -count=1 -timeout 60m -run '^TestScaleSim$$' -v ./internal/scalesim
 
 lint:

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -15,6 +15,7 @@ import (
 	"github.com/fabraid/fabraid/internal/cluster/owner"
 	"github.com/fabraid/fabraid/internal/cluster/plan"
 	"github.com/fabraid/fabraid/internal/cluster/registry"
+	"github.com/fabraid/fabraid/internal/cluster/scope"
 	"github.com/fabraid/fabraid/internal/cluster/volumes"
 )
 
@@ -39,12 +40,10 @@ type node struct {
 	// (counted as dead for takeovers, before their alive key expires).
 	seen   map[string]owner.Key
 	lapsed map[string]bool
+	// interest is what the last view made this node's business: the
+	// changes that kick a reconcile (fabraidd's, internal/cluster/scope).
+	interest atomic.Pointer[scope.Interest]
 }
-
-// kickPrefixes are fabraidd's (internal/clusterplane kicks): the keys whose
-// change makes a node reconcile.
-var kickPrefixes = []string{keys.VolumesPrefix, keys.NodesPrefix, keys.AlivePrefix, keys.HostKeysPrefix, keys.OwnersPrefix,
-	keys.DrainsPrefix, keys.FencePrefix, keys.MovesPrefix}
 
 func startNode(ctx context.Context, e *Etcd, name string, drives int, c Config, st *stats) (*node, error) {
 	cli, err := e.Client()
@@ -74,7 +73,7 @@ func startNode(ctx context.Context, e *Etcd, name string, drives int, c Config, 
 }
 
 // run reconciles every interval (first after a random part of it) and
-// on every watch event of kickPrefixes, one at a time, until ctx ends or
+// on every watch event that concerns the node (kicks), one at a time, until ctx ends or
 // the node is killed.
 func (n *node) run(ctx context.Context, interval, first time.Duration, events *eventCount) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
@@ -83,14 +82,10 @@ func (n *node) run(ctx context.Context, interval, first time.Duration, events *e
 		for resp := range n.cli.Watch(wctx, keys.Prefix, clientv3.WithPrefix()) {
 			for _, ev := range resp.Events {
 				events.add(1)
-				k := string(ev.Kv.Key)
-				for _, p := range kickPrefixes {
-					if strings.HasPrefix(k, p) {
-						select {
-						case n.kick <- struct{}{}:
-						default:
-						}
-						break
+				if n.kicks(ev) {
+					select {
+					case n.kick <- struct{}{}:
+					default:
 					}
 				}
 			}
@@ -129,6 +124,8 @@ func (n *node) reconcile(ctx context.Context) {
 	if err != nil {
 		return
 	}
+	in := scope.Of(n.name, v.Volumes, nil)
+	n.interest.Store(&in)
 	ks, err := owner.List(rctx, n.cli)
 	if err != nil {
 		n.st.read(0, err)
@@ -298,4 +295,15 @@ func readView(ctx context.Context, kv clientv3.KV, self string) (plan.View, erro
 		return plan.View{}, err
 	}
 	return v, nil
+}
+
+// kicks says whether a watch event asks for a reconcile now: every
+// change of a key the loop reads before the first view, then those of
+// the node's interest.
+func (n *node) kicks(ev *clientv3.Event) bool {
+	e := scope.Event{Key: string(ev.Kv.Key), Value: ev.Kv.Value, Delete: ev.Type == clientv3.EventTypeDelete}
+	if in := n.interest.Load(); in != nil {
+		return in.Kicks(e)
+	}
+	return scope.Interest{Self: n.name}.Kicks(e)
 }

@@ -6,9 +6,10 @@
 // of a rack of nodes (issue 27). Each node runs fabraid's own registry,
 // heartbeat, owner session, volume and owner-key code; the kernel side
 // (exports, imports, engines) is absent, so a takeover here is the etcd
-// part of one: record compare-and-swap and key acquisition. The view and
-// the reconcile triggers copy internal/clusterplane's (readView, kicks), which
-// the simulation cannot import without linking the kernel side.
+// part of one: record compare-and-swap and key acquisition. The view
+// copies internal/clusterplane's readView, which the simulation cannot
+// import without linking the kernel side; which changes kick a reconcile
+// is fabraidd's own decision (internal/cluster/scope).
 package scalesim
 
 import (
@@ -46,6 +47,10 @@ type Config struct {
 	// Rack is how many nodes die at once in the second failover (0:
 	// none).
 	Rack int
+	// Attach is the length of each volume's attach list: its owner and
+	// Attach-1 other nodes at random (0: no list, every node consumes
+	// every volume).
+	Attach int
 	// Dir holds the etcd members' data; FreePort gives loopback ports.
 	Dir      string
 	FreePort func() int
@@ -59,6 +64,8 @@ type Result struct {
 	Keys                    int64   // keys under the cluster prefix
 	DBBytes                 int64   // largest member backend
 	Leases                  int     // leases granted and alive
+	Attach                  int     // nodes per attach list (0: every node)
+	CreateViewReads         int64   // view reads from the first create until every volume was owned
 	ViewReads               int64   // reconciles' view reads in the steady window
 	ViewP50, ViewP99        float64 // seconds per view read (six range reads)
 	WatchEventsPerSec       float64 // events delivered to all nodes' watches, steady window
@@ -137,8 +144,9 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		return nil, fmt.Errorf("%w (%d view reads, p50 %.2f s, p99 %.2f s; %d reads and %d writes failed; %d owner sessions fenced)",
 			err, n, p50, p99, st.readErrs.Load(), st.writeErrs.Load(), st.sessionsLost.Load())
 	}
-	r := &Result{Nodes: c.Nodes, Volumes: len(uuids), ReadyAfter: time.Since(t0).Seconds()}
-	logf("%d volumes created and owned in %.1f s", len(uuids), r.ReadyAfter)
+	r := &Result{Nodes: c.Nodes, Volumes: len(uuids), Attach: c.Attach, ReadyAfter: time.Since(t0).Seconds()}
+	r.CreateViewReads, _, _ = st.viewQuantiles()
+	logf("%d volumes created and owned in %.1f s (%d view reads)", len(uuids), r.ReadyAfter, r.CreateViewReads)
 
 	st.reset()
 	ev0, ru0, s0 := events.get(), rusage(), time.Now()
@@ -204,6 +212,7 @@ func createVolumes(ctx context.Context, cli clientKV, c Config) ([]string, error
 			return nil, fmt.Errorf("scalesim: place volume %d: %w", i, err)
 		}
 		rec.State = model.VolumeReady
+		rec.Attach = attachList(v, rec.Owner, c.Attach)
 		for j := range rec.Members {
 			rec.Members[j].UUID = volid.Format(newUUID())
 		}
@@ -214,6 +223,22 @@ func createVolumes(ctx context.Context, cli clientKV, c Config) ([]string, error
 		out = append(out, rec.UUID)
 	}
 	return out, nil
+}
+
+// attachList is owner and n-1 other nodes of the view at random; nil
+// (every node) for n 0.
+func attachList(v plan.View, owner string, n int) *model.AttachList {
+	if n == 0 {
+		return nil
+	}
+	l := &model.AttachList{Nodes: []string{owner}}
+	for _, i := range rand.Perm(len(v.Nodes)) {
+		if name := v.Nodes[i].Name; len(l.Nodes) < n && name != owner {
+			l.Nodes = append(l.Nodes, name)
+		}
+	}
+	slices.Sort(l.Nodes)
+	return l
 }
 
 // newUUID is a random (version 4) UUID.

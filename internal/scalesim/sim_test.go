@@ -20,7 +20,7 @@ func TestScaleSmall(t *testing.T) {
 		t.Skip("starts three etcd members")
 	}
 	r := run(t, Config{Nodes: 12, DrivesPerNode: 2, Volumes: 4, K: 2, M: 1, Reconcile: 2 * time.Second, Steady: 3 * time.Second,
-		NodeLeaseTTL: 10, OwnerTTL: 6 * time.Second, Rack: 3})
+		NodeLeaseTTL: 10, OwnerTTL: 6 * time.Second, Rack: 3, Attach: 2})
 	if r.OneOwnerVolumes == 0 || r.RackVolumes == 0 && r.RackFailover != 0 {
 		t.Errorf("failovers moved nothing: %+v", r)
 	}
@@ -31,7 +31,9 @@ func TestScaleSmall(t *testing.T) {
 
 // TestScaleSim is the benchmark (make scale): FABRAID_SCALE_NODES nodes
 // with 10 drives each and FABRAID_SCALE_VOLUMES 4+2 volumes (default one
-// per node), a rack of 20; it prints one SCALE JSON line.
+// per node), a rack of 20, attach lists of FABRAID_SCALE_ATTACH nodes
+// (default none: every node consumes every volume); it prints one SCALE
+// JSON line.
 func TestScaleSim(t *testing.T) {
 	nodes, _ := strconv.Atoi(os.Getenv("FABRAID_SCALE_NODES"))
 	if nodes == 0 {
@@ -41,8 +43,9 @@ func TestScaleSim(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("FABRAID_SCALE_VOLUMES")); err == nil && v > 0 {
 		vols = v
 	}
+	attach, _ := strconv.Atoi(os.Getenv("FABRAID_SCALE_ATTACH"))
 	r := run(t, Config{Nodes: nodes, DrivesPerNode: 10, Volumes: vols, K: 4, M: 2, Reconcile: 10 * time.Second, Steady: 60 * time.Second,
-		NodeLeaseTTL: 10, OwnerTTL: 6 * time.Second, Rack: 20})
+		NodeLeaseTTL: 10, OwnerTTL: 6 * time.Second, Rack: 20, Attach: attach})
 	b, _ := json.Marshal(r)
 	t.Logf("SCALE %s", b)
 	if r.TwoOwners != 0 || r.UnownedAtEnd != 0 {
