@@ -154,11 +154,24 @@ func PairKey(hostSecret nvmf.SecretText, hostNQN, subNQN string) (nvmetls.Derive
 // Keys is where pair keys go before a port or connection uses them
 // (KernelKeys: the .nvme keyring). Insert is idempotent. Identities lists
 // the identities of the PSKs there (anyone's, not only fabraid's);
-// Remove takes the PSK with the identity out of use.
+// Remove takes the PSK with the identity there out of use, and no other.
 type Keys interface {
 	Insert(d nvmetls.Derived) error
 	Identities() ([]string, error)
 	Remove(identity string) error
+}
+
+// InKeyring returns the live psk keys of keys whose serial is in members
+// (a keyring's serials, nvmetls.Members), in the order of keys: the keys
+// of that keyring that KernelKeys lists and may revoke. Pure.
+func InKeyring(keys []nvmetls.ProcKey, members []int) []nvmetls.ProcKey {
+	var in []nvmetls.ProcKey
+	for _, k := range keys {
+		if k.Type == "psk" && k.Live() && slices.Contains(members, k.ID) {
+			in = append(in, k)
+		}
+	}
+	return in
 }
 
 // SplitIdentity returns the host and subsystem NQN of a version 0 PSK

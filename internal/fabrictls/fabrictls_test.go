@@ -176,3 +176,29 @@ func TestStaleKeys(t *testing.T) {
 		t.Errorf("SplitIdentity of nvmetls.Identity: %q %q %v", h, s, ok)
 	}
 }
+
+// TestInKeyring: of the psk keys with one identity, only the live one
+// linked into the keyring is listed; a key of another keyring, a revoked
+// member and a member of another type are not.
+func TestInKeyring(t *testing.T) {
+	id := "NVMe0R01 h1 s1"
+	keys := []nvmetls.ProcKey{
+		{ID: 1, Flags: "I--Q---", Type: "keyring", Description: nvmetls.KeyringName},
+		{ID: 2, Flags: "I--Q---", Type: "psk", Description: id},               // in .nvme
+		{ID: 3, Flags: "I--Q---", Type: "psk", Description: id},               // a test's keyring
+		{ID: 4, Flags: "IR-Q---", Type: "psk", Description: id},               // revoked member
+		{ID: 5, Flags: "I--Q---", Type: "user", Description: id},              // not a psk
+		{ID: 6, Flags: "I--Q---", Type: "psk", Description: "NVMe0R01 h2 s2"}, // another member
+	}
+	got := InKeyring(keys, []int{2, 4, 5, 6, 99})
+	var ids []int
+	for _, k := range got {
+		ids = append(ids, k.ID)
+	}
+	if want := []int{2, 6}; !slices.Equal(ids, want) {
+		t.Errorf("InKeyring = %v, want %v", ids, want)
+	}
+	if len(InKeyring(keys, nil)) != 0 {
+		t.Error("InKeyring of an empty keyring lists keys")
+	}
+}

@@ -2,6 +2,7 @@ package fabrictls
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -21,11 +22,43 @@ func (KernelKeys) Insert(d nvmetls.Derived) error {
 	return err
 }
 
-// Identities lists the descriptions of the live psk keys this process
-// can see (/proc/keys; revoked ones stay listed until collected): the
-// .nvme keyring's, since Insert puts them there. A kernel without
-// /proc/keys has none.
+// Identities lists the descriptions of the live psk keys linked into
+// the .nvme keyring (revoked ones stay listed in /proc/keys until
+// collected). A kernel without /proc/keys has none.
 func (KernelKeys) Identities() ([]string, error) {
+	keys, err := nvmeKeys()
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, k := range keys {
+		ids = append(ids, k.Description)
+	}
+	return ids, nil
+}
+
+// Remove revokes each live psk key with the identity that is linked into
+// the .nvme keyring: it stops matching the kernel's lookups at once
+// (nvmetls.RevokePossessed). A key with the identity in any other keyring
+// (a test's, an administrator's) is left alone.
+func (KernelKeys) Remove(identity string) error {
+	keys, err := nvmeKeys()
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if k.Description == identity {
+			if err := nvmetls.RevokePossessed(0, k.ID); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// nvmeKeys is the live psk keys of /proc/keys linked into the .nvme
+// keyring; none when the kernel has no /proc/keys or no .nvme keyring.
+func nvmeKeys() ([]nvmetls.ProcKey, error) {
 	keys, err := nvmetls.ProcKeys()
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -33,30 +66,15 @@ func (KernelKeys) Identities() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var ids []string
-	for _, k := range keys {
-		if k.Type == "psk" && k.Live() {
-			ids = append(ids, k.Description)
-		}
+	ring := nvmetls.FindKey(keys, "keyring", nvmetls.KeyringName)
+	if ring == 0 {
+		return nil, nil
 	}
-	return ids, nil
-}
-
-// Remove revokes each live psk key with the identity: it stops matching the
-// kernel's lookups at once (nvmetls.RevokePossessed).
-func (KernelKeys) Remove(identity string) error {
-	keys, err := nvmetls.ProcKeys()
+	members, err := nvmetls.Members(ring)
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("list the %s keyring: %w", nvmetls.KeyringName, err)
 	}
-	for _, k := range keys {
-		if k.Type == "psk" && k.Live() && k.Description == identity {
-			if err := nvmetls.RevokePossessed(0, k.ID); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return InKeyring(keys, members), nil
 }
 
 // TLSHDRunning says whether a process whose name is tlshd runs, from

@@ -175,16 +175,14 @@ func tlsImportSide(t *testing.T, g *vmtest.Env, ctx context.Context) {
 	dropTLSMember(t, ctx, ring, wrongID, exporter.NQN(drivesA[0]))
 }
 
-// dropTLSMember revokes the test's wrong key (it shares the pair's
-// identity), checks that the importer's pair key for the drive nqn is
+// dropTLSMember checks that the importer's pair key for the drive nqn is
 // live while its controller is, then has the importer drop the member (a
 // pass without it) and checks that neither a controller nor a live key
-// of the pair is left.
+// of the pair is left in .nvme, while the test's wrong key, which shares
+// the pair's identity in a keyring of its own, is still live (the
+// importer revokes only .nvme's keys); then revokes that one.
 func dropTLSMember(t *testing.T, ctx context.Context, ring, wrongID int, nqn string) {
 	t.Helper()
-	if err := nvmetls.RevokePossessed(ring, wrongID); err != nil {
-		t.Fatal(err)
-	}
 	pair := []exporter.Export{{NQN: nqn}}
 	pairKeysIn(t, pair, true)
 	importOK(t, ctx, importer.New(), importer.Input{Identity: hostC, Secret: nvmf.SecretText(keyC)})
@@ -194,6 +192,24 @@ func dropTLSMember(t *testing.T, ctx context.Context, ring, wrongID int, nqn str
 	if pairKeysIn(t, pair, false); !t.Failed() {
 		t.Logf("importer dropped %s: no controller, its pair key not live in .nvme", nqn)
 	}
+	if !keyLive(t, wrongID) {
+		t.Errorf("the psk %x in keyring %x (not .nvme) with the pair's identity was revoked with the pair key", wrongID, ring)
+	} else {
+		t.Logf("the psk %x with the pair's identity in keyring %x is still live", wrongID, ring)
+	}
+	if err := nvmetls.RevokePossessed(ring, wrongID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// keyLive says whether /proc/keys lists the key id as live.
+func keyLive(t *testing.T, id int) bool {
+	t.Helper()
+	keys, err := nvmetls.ProcKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.ContainsFunc(keys, func(k nvmetls.ProcKey) bool { return k.ID == id && k.Live() })
 }
 
 // keySerial is the serial of the one psk key with the identity that is

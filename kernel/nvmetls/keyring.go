@@ -2,6 +2,7 @@ package nvmetls
 
 import (
 	"bufio"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"strconv"
@@ -82,4 +83,14 @@ func afterFields(line string, n int) string {
 		line = line[i:]
 	}
 	return line
+}
+
+// Serials decodes what KEYCTL_READ returns for a keyring: the serials of
+// its keys, 32-bit in the host's byte order; a trailing partial serial is dropped.
+func Serials(b []byte) []int {
+	ids := make([]int, 0, len(b)/4)
+	for ; len(b) >= 4; b = b[4:] {
+		ids = append(ids, int(int32(binary.NativeEndian.Uint32(b))))
+	}
+	return ids
 }

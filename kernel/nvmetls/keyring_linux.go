@@ -40,6 +40,34 @@ func Keyring() (int, error) {
 	return 0, ErrNoKeyring
 }
 
+// Members lists the serials of the keys linked into keyring (0: the
+// .nvme keyring), read with KEYCTL_READ as its possessor (linked into the
+// session keyring first, on one OS thread, as Insert does).
+func Members(keyring int) ([]int, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if keyring == 0 {
+		var err error
+		if keyring, err = Keyring(); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := unix.KeyctlInt(unix.KEYCTL_LINK, keyring, unix.KEY_SPEC_SESSION_KEYRING, 0, 0); err != nil {
+		return nil, fmt.Errorf("link keyring %d into the session keyring: %w", keyring, err)
+	}
+	buf := make([]byte, 4*64)
+	for {
+		n, err := unix.KeyctlBuffer(unix.KEYCTL_READ, keyring, buf, 0)
+		if err != nil {
+			return nil, fmt.Errorf("read keyring %d: %w", keyring, err)
+		}
+		if n <= len(buf) {
+			return Serials(buf[:n]), nil
+		}
+		buf = make([]byte, n) // keys were linked since the size was asked
+	}
+}
+
 // Insert adds (or, for an existing identity, updates) the derived key as
 // a "psk" key in keyring and returns its serial. keyring 0 means the
 // .nvme keyring.

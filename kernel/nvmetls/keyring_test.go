@@ -1,6 +1,7 @@
 package nvmetls
 
 import (
+	"encoding/binary"
 	"strings"
 	"testing"
 )
@@ -62,5 +63,19 @@ func TestLive(t *testing.T) {
 	keys, err := ParseProcKeys(strings.NewReader("1d2e7a2f IR-Q---     2 perm 3f1b0000     0     0 psk       NVMe0R01 h s: 32\n"))
 	if err != nil || len(keys) != 1 || keys[0].Flags != "IR-Q---" || keys[0].Live() {
 		t.Errorf("a revoked psk parsed as %+v (%v)", keys, err)
+	}
+}
+
+// TestSerials: KEYCTL_READ's serials, in the host's byte order; a
+// trailing partial serial is dropped.
+func TestSerials(t *testing.T) {
+	b := binary.NativeEndian.AppendUint32(nil, 0x0b5cbe3c)
+	b = binary.NativeEndian.AppendUint32(b, 0x1d2e7a2f)
+	got := Serials(append(b, 0xff, 0xff))
+	if len(got) != 2 || got[0] != 0x0b5cbe3c || got[1] != 0x1d2e7a2f {
+		t.Errorf("Serials = %x", got)
+	}
+	if len(Serials(nil)) != 0 {
+		t.Error("Serials of nothing")
 	}
 }
