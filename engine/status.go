@@ -39,6 +39,9 @@ type Status struct {
 	// Journal reports whether the stripe journal protects degraded writes
 	// (format version 2 with a journal area).
 	Journal bool
+	// JournalBytes is the journal area on every member (header blocks
+	// included); 0 without a journal.
+	JournalBytes int64
 	// JournalRecords counts the records written since assembly (one per
 	// write to a stripe with a data chunk that is not durably readable);
 	// JournalReplayed the records replayed by assembly.
@@ -109,7 +112,7 @@ func (v *Volume) statusLocked() Status {
 		st.ResyncRegions = rs.remaining()
 	}
 	if v.jrn != nil {
-		st.Journal = true
+		st.Journal, st.JournalBytes = true, v.base.JournalBytes
 		st.JournalRecords, st.JournalReplayed = v.jrn.records.Load(), v.jrn.replayed.Load()
 		st.JournalForcedRetires = v.jrn.forced.Load()
 		st.OwnerJournal = v.ownerSlots

@@ -67,12 +67,12 @@ func parseRate(s string) (int64, error) {
 
 func newVolumeCreateCmd() *cobra.Command {
 	var k, m int
-	var chunk string
+	var chunk, journal string
 	var drives, nodes, attach []string
 	var groups int
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "create NAME --data K --parity M [--chunk SIZE] [--drives DEV,... | --nodes a,b,c] [--attach n1,n2]",
+		Use:   "create NAME --data K --parity M [--chunk SIZE] [--journal SIZE] [--drives DEV,... | --nodes a,b,c] [--attach n1,n2]",
 		Short: "Create a volume of K data + M parity chunks per stripe on claimed drives",
 		Long: `Create a volume on K+M claimed, unused drives (default: the first K+M in
 device order), start its engine, export it over NVMe/TCP and connect this node
@@ -85,7 +85,16 @@ formatted the members and reports the volume ready. --nodes limits the
 members and the owner to these nodes; --groups makes G groups of K+M.
 --attach names the nodes that consume the volume (connect to its NVMe head;
 its export admits their hosts only); default: every node. fabraid volume
-attach changes it later.` + volumeExitCodes,
+attach changes it later.
+
+--journal sets the stripe journal area on every member (rounded up so the
+data starts on a 1 MiB boundary). The default is 1/128 of the smallest member,
+at least 3 full-chunk records and at most 8 MiB (members below ~128 MiB get
+~1 MiB). A larger journal fills less often under heavy writes, and a full
+journal forces a retire: a flush and a header write on every member while the
+writers wait. It costs its size on every member. Accepted: one full-chunk
+record plus two 4 KiB header blocks up to 1 GiB, at most a quarter of a
+member.` + volumeExitCodes,
 		Example: `  fabraid volume create vol0 --data 4 --parity 2
   fabraid volume create scratch --data 2 --parity 1 --chunk 128K --drives /dev/nvme1n1,/dev/nvme2n1,/dev/nvme3n1`,
 		Args: cobra.ExactArgs(1),
@@ -100,6 +109,13 @@ attach changes it later.` + volumeExitCodes,
 					return &exitError{code: 2, err: fmt.Errorf("--chunk: %w", err)}
 				}
 				req.ChunkSize = int(n)
+			}
+			if journal != "" {
+				n, err := parseUblkSize(journal)
+				if err != nil {
+					return &exitError{code: 2, err: fmt.Errorf("--journal: %w", err)}
+				}
+				req.JournalBytes = n
 			}
 			c, err := apiClient(cmd)
 			if err != nil {
@@ -123,6 +139,7 @@ attach changes it later.` + volumeExitCodes,
 	f.IntVar(&k, "data", 0, "data chunks per stripe (K >= 2)")
 	f.IntVar(&m, "parity", 0, "parity chunks per stripe (M 1..4)")
 	f.StringVar(&chunk, "chunk", "", "chunk size (default 64K)")
+	f.StringVar(&journal, "journal", "", "stripe journal area per member, e.g. 8M (default: 1/128 of a member, at most 8M)")
 	f.StringSliceVar(&drives, "drives", nil, "claimed drives to use (paths, names or ids), exactly K+M (one node)")
 	f.StringSliceVar(&nodes, "nodes", nil, "cluster: place members and owner on these nodes only")
 	f.IntVar(&groups, "groups", 0, "cluster: groups of K+M members (default 1)")
@@ -228,7 +245,7 @@ func newVolumeShowCmd() *cobra.Command {
 				fmt.Fprintf(w, "reprotect: %s\n", v.Reprotect)
 			}
 			if v.State != "stopped" && v.State != "waiting" && v.State != "unknown" {
-				fmt.Fprintf(w, "journal:  %s\n", journalText(v.Journal))
+				fmt.Fprintf(w, "journal:  %s\n", journalText(v.Journal, v.JournalBytes))
 				if v.OwnerJournal > 0 {
 					fmt.Fprintf(w, "          owner-domain journaling on: writes to the owner's %d member(s) survive the owner's loss with them\n", v.OwnerJournal)
 				}
@@ -694,8 +711,11 @@ func epochText(e uint64) string {
 	return fmt.Sprintf(" (owner epoch %d)", e)
 }
 
-func journalText(on bool) string {
-	if on {
+func journalText(on bool, size int64) string {
+	switch {
+	case on && size > 0:
+		return fmt.Sprintf("on, %s per member (%d bytes; writes while degraded survive a crash)", humanSize(size), size)
+	case on:
 		return "on (writes while degraded survive a crash)"
 	}
 	return "off (format version 1: a crash while degraded can lose data; docs/engine.md)"

@@ -93,12 +93,12 @@ func TestVolumeShowUnreachableResync(t *testing.T) {
 // pid 0 or a chunk of 0 B; with the owner's status unknown it prints no
 // journal line.
 func TestVolumeShowNonOwner(t *testing.T) {
-	in := api.Volume{Name: "v1", State: "optimal", K: 4, M: 2, Groups: 1, ChunkSize: 64 << 10, Owner: "node2", Epoch: 41, Journal: true, OwnerJournal: 2}
+	in := api.Volume{Name: "v1", State: "optimal", K: 4, M: 2, Groups: 1, ChunkSize: 64 << 10, Owner: "node2", Epoch: 41, Journal: true, JournalBytes: 9<<20 - 48<<10, OwnerJournal: 2}
 	out, errOut, code := runCLI(t, "volume", "show", "v1", "--socket", fakeAPI(t, in, map[string]api.OpRequest{}))
 	if code != 0 {
 		t.Fatal(errOut)
 	}
-	for _, want := range []string{"chunk 64.0 KiB", "ublk:     none on this node (node2 runs the engine)", "owner:    node2 (owner epoch 41)", "journal:  on"} {
+	for _, want := range []string{"chunk 64.0 KiB", "ublk:     none on this node (node2 runs the engine)", "owner:    node2 (owner epoch 41)", "journal:  on, 9.0 MiB per member (9388032 bytes;"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("volume show lacks %q:\n%s", want, out)
 		}
@@ -215,5 +215,30 @@ func TestVolumeShowExportRefused(t *testing.T) {
 	js, _, _ := runCLI(t, "volume", "show", "v1", "--json", "--socket", sock)
 	if !strings.Contains(js, `"export_refused":["c: exports refused: no DH-HMAC-CHAP"]`) {
 		t.Errorf("volume show --json lacks export_refused:\n%s", js)
+	}
+}
+
+// volume create --journal posts the parsed size (the --chunk parser's
+// syntax) and refuses a size that does not parse with exit code 2.
+func TestVolumeCreateJournal(t *testing.T) {
+	var got api.CreateRequest
+	sock := serveMux(t, func(mux *http.ServeMux) {
+		mux.HandleFunc("POST /v1/volumes", func(w http.ResponseWriter, r *http.Request) {
+			json.NewDecoder(r.Body).Decode(&got)
+			json.NewEncoder(w).Encode(api.Volume{Name: got.Name})
+		})
+	})
+	if _, errOut, code := runCLI(t, "volume", "create", "v1", "--data", "4", "--parity", "2", "--journal", "8M", "--socket", sock); code != 0 {
+		t.Fatal(errOut)
+	}
+	if got.JournalBytes != 8<<20 || got.K != 4 || got.M != 2 {
+		t.Errorf("posted %+v, want journal 8 MiB", got)
+	}
+	got = api.CreateRequest{}
+	if _, errOut, code := runCLI(t, "volume", "create", "v1", "--data", "4", "--parity", "2", "--journal", "lots", "--socket", sock); code != 2 || !strings.Contains(errOut, "--journal") {
+		t.Errorf("--journal lots: exit %d, %q; want 2 naming --journal", code, errOut)
+	}
+	if got.Name != "" {
+		t.Errorf("--journal lots posted %+v", got)
 	}
 }

@@ -14,6 +14,9 @@ type CreateRequest struct {
 	M         int      `json:"m"`
 	ChunkSize int      `json:"chunk_size,omitempty"` // default engine.DefaultChunkSize
 	Drives    []string `json:"drives,omitempty"`     // claimed, unused drives; default: the first K+M such
+	// JournalBytes is the stripe journal area on every member
+	// (engine.Config.JournalBytes); 0: the default share of a member.
+	JournalBytes int64 `json:"journal_bytes,omitempty"`
 	// In a cluster: Groups of K+M members (default 1) placed on Nodes
 	// (default: any alive node); Drives is not used there.
 	Groups int      `json:"groups,omitempty"`
@@ -88,6 +91,9 @@ type Volume struct {
 	// Journal says whether the stripe journal protects writes while the
 	// volume is degraded (on-disk format version 2).
 	Journal bool `json:"journal"`
+	// JournalBytes is the journal area on every member (engine
+	// Status.JournalBytes); 0: no journal or not known here.
+	JournalBytes int64 `json:"journal_bytes,omitempty"`
 	// WriteHoleStripes counts stripes whose lost chunks may read back
 	// wrong after the last unclean stop (a member lost at the crash
 	// itself; docs/engine.md, "write hole"). 0 is the normal case.

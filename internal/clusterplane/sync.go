@@ -260,7 +260,7 @@ func (pl *Plane) volumeStatus(vol model.Volume) model.VolumeStatus {
 		return s
 	}
 	s.State, s.Error, s.Task = in.State, in.Error, in.Task
-	s.ChunkSize, s.Journal, s.OwnerJournal = in.ChunkSize, in.Journal, in.OwnerJournal
+	s.ChunkSize, s.Journal, s.JournalBytes, s.OwnerJournal = in.ChunkSize, in.Journal, in.JournalBytes, in.OwnerJournal
 	if in.Progress != nil {
 		s.Progress = in.Progress.Percent
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fabraid/fabraid/engine"
 	"github.com/fabraid/fabraid/internal/api"
 	"github.com/fabraid/fabraid/internal/cluster/model"
 	"github.com/fabraid/fabraid/internal/cluster/plan"
@@ -72,6 +73,9 @@ func (pl *Plane) Create(ctx context.Context, q api.CreateRequest) (api.Volume, e
 		return api.Volume{}, fmt.Errorf("%w: %w", volmgr.ErrInvalid, err)
 	}
 	rec.ChunkSize = q.ChunkSize
+	if err := setJournal(&rec, q.JournalBytes); err != nil {
+		return api.Volume{}, err
+	}
 	if q.Attach != nil {
 		if rec.Attach, err = checkAttachNodes(v, q.Attach.Nodes); err != nil {
 			return api.Volume{}, err
@@ -168,7 +172,7 @@ func remoteInfo(vol model.Volume, st model.VolumeStatus, has bool, head string, 
 		in.Error = fmt.Sprintf("owner %s publishes no status (down?)", vol.Owner)
 	}
 	if has {
-		in.Epoch, in.Journal, in.OwnerJournal = st.Epoch, st.Journal, st.OwnerJournal
+		in.Epoch, in.Journal, in.JournalBytes, in.OwnerJournal = st.Epoch, st.Journal, st.JournalBytes, st.OwnerJournal
 		if in.ChunkSize == 0 {
 			in.ChunkSize = st.ChunkSize // a record made with the engine's default
 		}
@@ -290,4 +294,19 @@ func (pl *Plane) Delete(ctx context.Context, ref string) error {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// setJournal records a journal of n bytes in rec after the engine's check
+// on rec's member size (ErrInvalid when refused): the owner creates the
+// engine from the record, so a size it would refuse never reaches etcd.
+func setJournal(rec *model.Volume, n int64) error {
+	if n == 0 {
+		return nil
+	}
+	cfg := engine.Config{K: rec.K, M: rec.M, Groups: rec.Groups, ChunkSize: rec.ChunkSize, JournalBytes: n}
+	if err := engine.CheckJournalBytes(cfg, rec.MemberSize); err != nil {
+		return fmt.Errorf("%w: volume %s: %w", volmgr.ErrInvalid, rec.Name, err)
+	}
+	rec.JournalBytes = n
+	return nil
 }

@@ -99,7 +99,7 @@ type PlannedVolume struct {
 	// member not found now.
 	Members []string
 	// Config is the geometry to create (state creating): K, M, Groups,
-	// ChunkSize, Domains (placement's), MemberSize. Name and UUID are
+	// ChunkSize, JournalBytes, Domains (placement's), MemberSize. Name and UUID are
 	// taken from the fields above.
 	Config engine.Config
 	// Force creates over members that carry a filesystem or another

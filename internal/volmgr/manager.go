@@ -549,7 +549,10 @@ func (m *Manager) Create(ctx context.Context, r api.CreateRequest) (api.Volume, 
 		devs = append(devs, fm)
 		domains[i] = m.opts.Config.NodeName
 	}
-	cfg := engine.Config{Name: r.Name, K: r.K, M: r.M, ChunkSize: r.ChunkSize, Domains: domains,
+	if err := checkJournal(r, devs); err != nil {
+		return api.Volume{}, err
+	}
+	cfg := engine.Config{Name: r.Name, K: r.K, M: r.M, ChunkSize: r.ChunkSize, JournalBytes: r.JournalBytes, Domains: domains,
 		// One node: every member is in this node's domain. The cluster
 		// layer spreads members over nodes.
 		AllowDomainViolation: true, CTime: time.Now().Unix()}
@@ -799,4 +802,26 @@ func (m *Manager) Forget(u [16]byte, e Engine) {
 	if m.engines[u] == e {
 		delete(m.engines, u)
 	}
+}
+
+// checkJournal refuses (ErrInvalid) a journal size r cannot have on devs:
+// the engine's bounds on the smallest of them.
+func checkJournal(r api.CreateRequest, devs []engine.Member) error {
+	if r.JournalBytes == 0 {
+		return nil
+	}
+	var size int64
+	for _, d := range devs {
+		s, err := d.Size()
+		if err != nil {
+			return fmt.Errorf("volume %s: %w", r.Name, err)
+		}
+		if size == 0 || s < size {
+			size = s
+		}
+	}
+	if err := engine.CheckJournalBytes(engine.Config{K: r.K, M: r.M, ChunkSize: r.ChunkSize, JournalBytes: r.JournalBytes}, size); err != nil {
+		return fmt.Errorf("%w: volume %s: %w", ErrInvalid, r.Name, err)
+	}
+	return nil
 }

@@ -38,6 +38,9 @@ type Volume struct {
 	M         int    `json:"m"`
 	Groups    int    `json:"groups"`
 	ChunkSize int    `json:"chunk_size,omitempty"` // bytes; 0: the engine's default
+	// JournalBytes is the stripe journal area the owner creates on every
+	// member (engine.Config.JournalBytes); 0: the engine's default.
+	JournalBytes int64 `json:"journal_bytes,omitempty"`
 	// Owner is the node that runs the volume's engine; "" means no owner
 	// (a failover in progress: the members are exported to nobody).
 	Owner string `json:"owner"`
@@ -114,11 +117,12 @@ type VolumeStatus struct {
 	// for (docs/cluster.md, "Planned move").
 	Epoch    uint64 `json:"epoch,omitempty"`
 	Exported bool   `json:"exported,omitempty"`
-	// ChunkSize, Journal and OwnerJournal are the engine's (api.Volume):
-	// what the other nodes show of the volume.
-	ChunkSize    int  `json:"chunk_size,omitempty"`
-	Journal      bool `json:"journal,omitempty"`
-	OwnerJournal int  `json:"owner_journal,omitempty"`
+	// ChunkSize, Journal, JournalBytes and OwnerJournal are the engine's
+	// (api.Volume): what the other nodes show of the volume.
+	ChunkSize    int   `json:"chunk_size,omitempty"`
+	Journal      bool  `json:"journal,omitempty"`
+	JournalBytes int64 `json:"journal_bytes,omitempty"`
+	OwnerJournal int   `json:"owner_journal,omitempty"`
 	// Reprotect says what re-protection of members on down nodes waits
 	// for, or why it cannot run (plan.Reprotect); "" when no member's
 	// node is down.
@@ -163,6 +167,12 @@ type HostKey struct {
 	// exports alike, and the hosts that connect to it check it
 	// (dhchap_ctrl_secret). Never log it either.
 	CtrlSecret string `json:"ctrl_secret,omitempty"`
+	// PendingSecret is the node's next host secret (DHHC-1 form), announced
+	// by a host key rotation (fabraid cluster rotate-keys --host) while
+	// Secret stays the one the node presents: every target puts it on the
+	// node's host entry in place and acknowledges (keys.HostKeyAck), then
+	// the node switches to it and it becomes Secret. Never log it.
+	PendingSecret string `json:"pending_secret,omitempty"`
 }
 
 // VolumeInfo is one volume in "fabraid cluster status": the record and

@@ -402,6 +402,9 @@ func check(v model.Volume) error {
 	if v.K < 1 || v.M < 0 || v.Groups < 1 {
 		return fmt.Errorf("volume %q: %w: geometry %d+%d x %d groups", v.Name, ErrInvalid, v.K, v.M, v.Groups)
 	}
+	if v.ChunkSize < 0 || v.JournalBytes < 0 {
+		return fmt.Errorf("volume %q: %w: chunk size %d, journal %d bytes", v.Name, ErrInvalid, v.ChunkSize, v.JournalBytes)
+	}
 	if want := v.Groups * (v.K + v.M); len(v.Members) != want {
 		return fmt.Errorf("volume %q: %w: %d members, %d groups of %d+%d need %d", v.Name, ErrInvalid, len(v.Members), v.Groups, v.K, v.M, want)
 	}

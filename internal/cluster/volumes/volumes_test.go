@@ -303,6 +303,7 @@ func TestCheckRefuses(t *testing.T) {
 		func(v *model.Volume) { v.Members[0].UUID = "x" },
 		func(v *model.Volume) { v.State = "gone" },
 		func(v *model.Volume) { v.K = 0 },
+		func(v *model.Volume) { v.JournalBytes = -1 },
 		func(v *model.Volume) { v.Members[1].Node, v.Members[1].Drive = "a", "a-d1" },
 		func(v *model.Volume) { v.Attach = &model.AttachList{Nodes: []string{"a", "a"}} },
 		func(v *model.Volume) { v.Attach = &model.AttachList{Nodes: []string{"../x"}} },
