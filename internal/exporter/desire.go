@@ -124,6 +124,10 @@ type Input struct {
 	// export's pair key (fabrictls.PairKey, from its owner's secret) is
 	// in Desired.Keys, and an owner without a secret gets nothing.
 	TLS string
+	// Rekeys are the announced host key rotations (by host NQN): a volume
+	// owner whose Secret is a rotation's New while the target's host entry
+	// has its Old gets the new key in place, without a fence (Stale).
+	Rekeys Rekeys
 }
 
 // Export is one drive export of the desired state.
@@ -304,13 +308,14 @@ func Desire(in Input, f nvmet.Features) Desired {
 
 // Fence returns the spec to apply before desired so that no controller of
 // a host that loses access survives, and nothing new is reachable before
-// that: stale (see Stale) drive subsystems are unlinked from every port,
+// that: stale (see Stale; rekeys are the announced host key rotations)
+// drive subsystems are unlinked from every port,
 // and the step links no subsystem that actual does not link already on
 // that port (new exports wait for the second step). fenced lists the
 // stale drive ids; when it is empty, step is desired and there is nothing
 // to fence. Pure.
-func Fence(desired nvmet.Spec, actual nvmet.State) (step nvmet.Spec, fenced []string) {
-	cut := Stale(desired, actual)
+func Fence(desired nvmet.Spec, actual nvmet.State, rekeys Rekeys) (step nvmet.Spec, fenced []string) {
+	cut := Stale(desired, actual, rekeys)
 	if len(cut) == 0 {
 		return desired, nil
 	}
@@ -337,9 +342,10 @@ func Fence(desired nvmet.Spec, actual nvmet.State) (step nvmet.Spec, fenced []st
 // Stale returns the drive subsystems (NQNPrefix) that actual links on a
 // port although desired does not export them, or that allow a host
 // desired does not allow for them, or a host whose DH-HMAC-CHAP key
-// changes: the exports whose hosts may hold controllers they must not
-// keep. Empty when actual serves only what desired allows. Pure.
-func Stale(desired nvmet.Spec, actual nvmet.State) map[string]bool {
+// changes other than by an announced rotation in rekeys (KeyChangeFences):
+// the exports whose hosts may hold controllers they must not keep. Empty
+// when actual serves only what desired allows. Pure.
+func Stale(desired nvmet.Spec, actual nvmet.State, rekeys Rekeys) map[string]bool {
 	want := map[string]map[string]bool{}
 	for _, s := range desired.Subsystems {
 		want[s.NQN] = map[string]bool{}
@@ -372,7 +378,8 @@ func Stale(desired nvmet.Spec, actual nvmet.State) map[string]bool {
 			continue
 		}
 		for _, h := range s.AllowedHosts {
-			if !w[h] || wantKey[h] != haveKey[h] {
+			r, ok := rekeys[h]
+			if !w[h] || KeyChangeFences(haveKey[h], wantKey[h], r, ok) {
 				cut[s.NQN] = true
 			}
 		}

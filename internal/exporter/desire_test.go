@@ -203,7 +203,7 @@ func TestFence(t *testing.T) {
 		t.Fatalf("nvmet.Diff alone unlinks from the port; the fence step would be redundant:\n%s", direct)
 	}
 
-	step, fenced := Fence(want, actual)
+	step, fenced := Fence(want, actual, nil)
 	if !reflect.DeepEqual(fenced, []string{"d1", "d2"}) {
 		t.Fatalf("fenced %v, want [d1 d2]", fenced)
 	}
@@ -228,7 +228,7 @@ func TestFence(t *testing.T) {
 	// After the fence step (or a crash right after it) nothing is left to
 	// fence and the desired state links the drives again.
 	mid := asState(step)
-	if s, f := Fence(want, mid); len(f) != 0 || !reflect.DeepEqual(s, want) {
+	if s, f := Fence(want, mid, nil); len(f) != 0 || !reflect.DeepEqual(s, want) {
 		t.Fatalf("fence after the fence step: %v", f)
 	}
 	p2, err := nvmet.Diff(want, mid, nvmet.DriveOwnership())
@@ -239,7 +239,7 @@ func TestFence(t *testing.T) {
 		t.Errorf("second step\n got %s\nwant %s", got, wantP)
 	}
 	// Converged: nothing to fence, nothing to do.
-	if _, f := Fence(want, asState(want)); len(f) != 0 {
+	if _, f := Fence(want, asState(want), nil); len(f) != 0 {
 		t.Errorf("converged state fenced %v", f)
 	}
 }
@@ -248,7 +248,7 @@ func TestFenceKeyChange(t *testing.T) {
 	in := base()
 	old := Desire(in, auth).Spec
 	in.Volumes[0].Owner.Secret = nvmf.SecretText(keyC) // rotated
-	_, fenced := Fence(Desire(in, auth).Spec, asState(old))
+	_, fenced := Fence(Desire(in, auth).Spec, asState(old), nil)
 	if !reflect.DeepEqual(fenced, []string{"d1", "d2"}) {
 		t.Fatalf("a rotated secret fenced %v, want [d1 d2]", fenced)
 	}
@@ -260,7 +260,7 @@ func TestFenceKeyChange(t *testing.T) {
 	old = Desire(in, auth).Spec
 	in.CtrlSecret = nvmf.SecretText(keyC)
 	d := Desire(in, auth).Spec
-	if _, fenced := Fence(d, asState(old)); len(fenced) != 0 || d.Hosts[0].DHCHAPCtrlKey != keyC {
+	if _, fenced := Fence(d, asState(old), nil); len(fenced) != 0 || d.Hosts[0].DHCHAPCtrlKey != keyC {
 		t.Fatalf("a new controller key fenced %v (controller key set: %v)", fenced, d.Hosts[0].DHCHAPCtrlKey == keyC)
 	}
 }

@@ -90,7 +90,7 @@ func (x *Exporter) Reconcile(ctx context.Context, in Input) (Result, error) {
 	if err != nil {
 		return res, fmt.Errorf("drive exporter: %w", err)
 	}
-	step, fenced := Fence(d.Spec, withoutReleased(pnvmet.StateOf(actual), in))
+	step, fenced := Fence(d.Spec, withoutReleased(pnvmet.StateOf(actual), in), in.Rekeys)
 	if len(fenced) > 0 {
 		done, err := x.apply(ctx, step)
 		res.Done = append(res.Done, done...)
@@ -108,7 +108,7 @@ func (x *Exporter) Reconcile(ctx context.Context, in Input) (Result, error) {
 	if err != nil {
 		return res, fmt.Errorf("drive exporter: read back: %w", err)
 	}
-	if stale := Stale(d.Spec, pnvmet.StateOf(back)); len(stale) > 0 {
+	if stale := Stale(d.Spec, pnvmet.StateOf(back), in.Rekeys); len(stale) > 0 {
 		return res, fmt.Errorf("drive exporter: read back after apply: %s still allow hosts other than their owners", strings.Join(slices.Sorted(maps.Keys(stale)), ", "))
 	}
 	if err := checkTLS(d.Spec, pnvmet.StateOf(back)); err != nil {

@@ -134,7 +134,7 @@ func TestDesireProperties(t *testing.T) {
 		in, f := randomInput(r)
 		d := Desire(in, f)
 		checkDesired(t, in, f, d)
-		if _, fenced := Fence(d.Spec, asState(d.Spec)); len(fenced) != 0 {
+		if _, fenced := Fence(d.Spec, asState(d.Spec), nil); len(fenced) != 0 {
 			t.Fatalf("converged state fences %v", fenced)
 		}
 		// From another node state: the fence step unlinks every drive whose
@@ -142,7 +142,7 @@ func TestDesireProperties(t *testing.T) {
 		oin, _ := randomInput(r)
 		oin.Drives = in.Drives
 		old := Desire(oin, f).Spec
-		step, fenced := Fence(d.Spec, asState(old))
+		step, fenced := Fence(d.Spec, asState(old), nil)
 		fencedAny += len(fenced)
 		p, err := nvmet.Diff(step, asState(old), nvmet.DriveOwnership())
 		if err != nil {
@@ -153,7 +153,7 @@ func TestDesireProperties(t *testing.T) {
 				t.Fatalf("fenced %s but the step keeps it linked:\n%s", id, p)
 			}
 		}
-		if _, again := Fence(d.Spec, asState(step)); len(again) != 0 {
+		if _, again := Fence(d.Spec, asState(step), nil); len(again) != 0 {
 			t.Fatalf("after the fence step still fencing %v", again)
 		}
 		oldHost := map[string]string{}
