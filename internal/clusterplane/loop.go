@@ -5,8 +5,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	"github.com/fabraid/fabraid/internal/cluster/model"
 	"github.com/fabraid/fabraid/internal/cluster/plan"
 	"github.com/fabraid/fabraid/internal/cluster/registry"
+	"github.com/fabraid/fabraid/internal/cluster/scope"
 	"github.com/fabraid/fabraid/internal/cluster/volumes"
 	"github.com/fabraid/fabraid/internal/drive"
 	"github.com/fabraid/fabraid/internal/exporter"
@@ -56,6 +55,7 @@ type clusterLoop struct {
 	leaseLost chan struct{}
 	published map[string]model.VolumeStatus
 	watched   *clientv3.Client         // the client the watch runs on
+	interest  *scope.Interest          // what the last view made this node's business; nil before it
 	acks      map[string]fenceAck      // fence acknowledgements written, by volume (fence.go)
 	holders   map[string]plan.OwnerKey // last owner key seen per volume (fence.go)
 	paths     *model.NodePaths         // consumer paths last published, on pathsOn
@@ -182,9 +182,9 @@ func (pl *Plane) InCluster() bool {
 // ErrNoEtcd: the node is in a cluster but its etcd client is not up.
 var ErrNoEtcd = errors.New("cluster: etcd is not reachable yet (membership starting); volumes are left as they are meanwhile")
 
-// watch kicks a reconcile on every change of a key the loop reads (not the
-// statuses it writes itself); one watch per client.
-func (c *clusterLoop) watch(cli *clientv3.Client, kick func()) {
+// watch kicks a reconcile on every change that concerns this node
+// (kicks); one watch per client.
+func (c *clusterLoop) watch(cli *clientv3.Client, self string, kick func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.watched == cli {
@@ -194,8 +194,7 @@ func (c *clusterLoop) watch(cli *clientv3.Client, kick func()) {
 	go func() {
 		for resp := range cli.Watch(clientv3.WithRequireLeader(context.Background()), keys.Prefix, clientv3.WithPrefix()) {
 			for _, ev := range resp.Events {
-				k := string(ev.Kv.Key)
-				if kicks(k) {
+				if c.kicks(self, ev) {
 					kick()
 				}
 			}
@@ -208,18 +207,33 @@ func (c *clusterLoop) watch(cli *clientv3.Client, kick func()) {
 	}()
 }
 
-// kickPrefixes are the keys whose change asks for a reconcile: what the
-// view and the ownership decisions read and other nodes write (a drain
-// is acted on by the drained node, a fence acknowledgement by the node
-// taking a volume over, a move record by the move's target and old owner).
-// Statuses and paths are left out: every node
-// rewrites its own as it reconciles.
-var kickPrefixes = []string{keys.VolumesPrefix, keys.NodesPrefix, keys.AlivePrefix, keys.HostKeysPrefix, keys.OwnersPrefix,
-	keys.DrainsPrefix, keys.FencePrefix, keys.MovesPrefix}
+// kicks says whether a watch event asks for a reconcile now: a change
+// that concerns this node by the last view (scope.Interest; before the
+// first view, every change of a key the loop reads). Statuses and paths
+// never kick: every node rewrites its own as it reconciles.
+func (c *clusterLoop) kicks(self string, ev *clientv3.Event) bool {
+	e := scope.Event{Key: string(ev.Kv.Key), Value: ev.Kv.Value, Delete: ev.Type == clientv3.EventTypeDelete}
+	c.mu.Lock()
+	in := c.interest
+	c.mu.Unlock()
+	if in == nil {
+		in = &scope.Interest{Self: self}
+	}
+	return in.Kicks(e)
+}
 
-// kicks says whether a change of key k asks for a reconcile.
-func kicks(k string) bool {
-	return slices.ContainsFunc(kickPrefixes, func(p string) bool { return strings.HasPrefix(k, p) })
+// interestOf is this node's interest in view v: scope.Of, and the
+// volumes it holds the owner key of whatever their records say.
+func interestOf(v *clusterView) *scope.Interest {
+	moves := make([]model.Move, 0, len(v.Moves))
+	for _, m := range v.Moves {
+		moves = append(moves, m.Move)
+	}
+	in := scope.Of(v.Self, v.Volumes, moves)
+	for u := range v.Held {
+		in.Volumes[u] = true
+	}
+	return &in
 }
 
 // localDrives are this node's claimed drives: by claim id for the

@@ -5,11 +5,23 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/fabraid/fabraid/internal/cluster/keys"
 	"github.com/fabraid/fabraid/internal/cluster/model"
+	"github.com/fabraid/fabraid/internal/cluster/plan"
 )
 
+// TestKicks: before its first view the loop is kicked by every key it
+// reads (never by statuses or tokens); from the view on, by the changes
+// of its interest (scope), which includes the volumes it holds the key of
+// even when their records name another owner.
 func TestKicks(t *testing.T) {
+	put := func(k string) *clientv3.Event {
+		return &clientv3.Event{Type: clientv3.EventTypePut, Kv: &mvccpb.KeyValue{Key: []byte(k), Value: []byte("{}")}}
+	}
+	c := &clusterLoop{}
 	for k, want := range map[string]bool{
 		keys.Drain("b"):             true,
 		keys.FenceVolume("u") + "c": true,
@@ -18,8 +30,22 @@ func TestKicks(t *testing.T) {
 		keys.VolumeStatus("u"):      false,
 		keys.TokensPrefix + "x":     false,
 	} {
-		if got := kicks(k); got != want {
-			t.Errorf("kicks(%q) = %v, want %v", k, got, want)
+		if got := c.kicks("c", put(k)); got != want {
+			t.Errorf("before a view: kicks(%q) = %v, want %v", k, got, want)
+		}
+	}
+	v := &clusterView{View: plan.View{Self: "c", Held: map[string]uint64{"held": 3},
+		Volumes: []model.Volume{{UUID: "held", Owner: "b", Attach: &model.AttachList{Nodes: []string{"b"}}}, {UUID: "other", Owner: "a", Attach: &model.AttachList{Nodes: []string{"a"}}}}}}
+	c.interest = interestOf(v)
+	for k, want := range map[string]bool{
+		keys.Owner("held"):              true,
+		keys.FenceVolume("held") + "a":  true,
+		keys.Owner("other"):             false,
+		keys.FenceVolume("other") + "a": false,
+		keys.Drain("b"):                 true,
+	} {
+		if got := c.kicks("c", put(k)); got != want {
+			t.Errorf("with a view: kicks(%q) = %v, want %v", k, got, want)
 		}
 	}
 }

@@ -27,7 +27,7 @@ func (pl *Plane) Reconcile(ctx context.Context) error {
 		return ErrNoEtcd
 	}
 	c := pl.loop
-	c.watch(cli, pl.kick)
+	c.watch(cli, pl.cfg.NodeName, pl.kick)
 	pl.requestHook(cli) // engine operation requests (req.go)
 	self := pl.cfg.NodeName
 	hs, ok := pl.cluster.HostSecret()
@@ -55,7 +55,7 @@ func (pl *Plane) Reconcile(ctx context.Context) error {
 	v.Held = own.Held // only these are imported and assembled here
 	v.Unfenced = pl.owners.unfenced(ctx, cli, v)
 	c.mu.Lock()
-	c.view = v
+	c.view, c.interest = v, interestOf(v)
 	c.mu.Unlock()
 
 	local, drives := localDrives(pl.cfg.StateDir)
