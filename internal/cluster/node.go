@@ -122,6 +122,11 @@ type Node struct {
 	// key before this node's target presents it).
 	ctrlPending   bool
 	ctrlPublished string
+	// hostPending is the next host secret a host key rotation announced
+	// (PendingHostKeyFile, published as model.HostKey.PendingSecret);
+	// zero when none. secret stays the one in force until
+	// PromoteHostSecret.
+	hostPending nvmf.Secret
 
 	loops sync.WaitGroup
 	// crash makes the heartbeat loop stop renewing without revoking
@@ -481,7 +486,7 @@ const CtrlKeyFile = "dhchap_ctrl.key"
 // key, and the node presents its host key when it connects and its
 // controller key when it is connected to. The secrets are never logged.
 func (n *Node) publishHostKey(ctx context.Context, cli *clientv3.Client) error {
-	var sec, ctrl nvmf.Secret
+	var sec, ctrl, pending nvmf.Secret
 	local := func() (volumes.NodeKeys, error) {
 		var err error
 		if sec, err = loadOrMakeSecret(filepath.Join(n.o.Dir, HostKeyFile)); err != nil {
@@ -491,6 +496,12 @@ func (n *Node) publishHostKey(ctx context.Context, cli *clientv3.Client) error {
 			return volumes.NodeKeys{}, fmt.Errorf("controller secret: %w", err)
 		}
 		k := volumes.NodeKeys{Host: sec.Reveal(), Ctrl: ctrl.Reveal()}
+		if pending, err = loadPending(n.o.Dir); err != nil {
+			return volumes.NodeKeys{}, err
+		}
+		if len(pending.Key) > 0 {
+			k.Pending = pending.Reveal()
+		}
 		n.mu.Lock()
 		if n.ctrlPending && n.ctrlPublished != "" {
 			k.Ctrl = n.ctrlPublished // rotated, not presented yet
@@ -503,7 +514,7 @@ func (n *Node) publishHostKey(ctx context.Context, cli *clientv3.Client) error {
 		return err
 	}
 	n.mu.Lock()
-	n.secret, n.ctrlSecret, n.ctrlPublished = sec, ctrl, k.Ctrl
+	n.secret, n.ctrlSecret, n.ctrlPublished, n.hostPending = sec, ctrl, k.Ctrl, pending
 	if k.Ctrl == ctrl.Reveal() {
 		n.ctrlPending = false
 	}

@@ -18,10 +18,7 @@ import (
 // restart keeps the new key; nothing is logged.
 func TestRotateCtrlSecret(t *testing.T) {
 	ctx := ctxT(t)
-	var c clock
-	n1 := newNode(t, "n1", &c)
-	var logs bytes.Buffer
-	n1.o.Log = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	n1, logs := loggedNode(t, "n1")
 	if err := n1.RotateCtrlSecret(); err == nil {
 		t.Error("rotated before registration")
 	}
@@ -75,4 +72,14 @@ func TestRotateCtrlSecret(t *testing.T) {
 			t.Error("the log contains a controller secret")
 		}
 	}
+}
+
+// loggedNode is a new node whose log, at debug level, goes to the
+// returned buffer (the tests check that no secret is in it).
+func loggedNode(t *testing.T, name string) (*Node, *bytes.Buffer) {
+	var c clock
+	n := newNode(t, name, &c)
+	var logs bytes.Buffer
+	n.o.Log = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	return n, &logs
 }

@@ -13,6 +13,7 @@
 //	/fabraid/v1/volume-names/<name>  model.VolumeName: the name's claim, written with the volume
 //	/fabraid/v1/volume-status/<uuid> model.VolumeStatus: the owner's report, on the owner's lease
 //	/fabraid/v1/hostkeys/<node>      model.HostKey: the node's DH-HMAC-CHAP secret (durable)
+//	/fabraid/v1/hostkey-acks/<node>/<by>  model.HostKeyAck: node by's target has node's pending host key (durable, deleted with the rotation)
 //	/fabraid/v1/drive-claims/<node>/<drive>  model.VolumeName: the volume a drive is a member of
 //	/fabraid/v1/owners/<uuid>        owner.Record: the volume's owner, on its owner lease; create revision = epoch
 //	/fabraid/v1/requests/<uuid>/<id> model.Request: an engine operation for the owner to carry out, and its result
@@ -58,6 +59,7 @@ const (
 	VolumeNamesPrefix  = Prefix + "volume-names/"
 	VolumeStatusPrefix = Prefix + "volume-status/"
 	HostKeysPrefix     = Prefix + "hostkeys/"
+	HostKeyAcksPrefix  = Prefix + "hostkey-acks/"
 	OwnersPrefix       = Prefix + "owners/"
 	DriveClaimsPrefix  = Prefix + "drive-claims/"
 	RequestsPrefix     = Prefix + "requests/"
@@ -95,6 +97,13 @@ func VolumeStatus(uuid string) string { return VolumeStatusPrefix + uuid }
 
 // HostKey is a node's DH-HMAC-CHAP secret.
 func HostKey(node string) string { return HostKeysPrefix + node }
+
+// HostKeyAcks is the prefix of the acknowledgements of node's pending
+// host key.
+func HostKeyAcks(node string) string { return HostKeyAcksPrefix + node + "/" }
+
+// HostKeyAck is node by's acknowledgement of node's pending host key.
+func HostKeyAck(node, by string) string { return HostKeyAcks(node) + by }
 
 // Owner is the ownership key of a volume, by volume UUID (package
 // cluster/owner): its create revision is the volume's owner epoch.

@@ -82,6 +82,10 @@ func (in Interest) Kicks(ev Event) bool {
 		}
 		var v model.Volume
 		return !ev.Delete && (json.Unmarshal(ev.Value, &v) != nil || names(v, in.Self))
+	case strings.HasPrefix(k, keys.HostKeyAcksPrefix):
+		// An acknowledgement of this node's pending host key may end its
+		// rotation (docs/cluster.md, "Key rotation").
+		return strings.HasPrefix(k, keys.HostKeyAcks(in.Self))
 	case strings.HasPrefix(k, keys.FencePrefix):
 		u, _, _ := strings.Cut(strings.TrimPrefix(k, keys.FencePrefix), "/")
 		return in.knows(u)

@@ -14,9 +14,11 @@ import (
 
 // NodeKeys are one node's DH-HMAC-CHAP secrets in DHHC-1 form: Host is
 // what it presents when it connects, Ctrl what its nvmet presents to the
-// hosts (bidirectional authentication; empty: none). Never log them.
+// hosts (bidirectional authentication; empty: none), Pending the host
+// secret a rotation announced (model.HostKey.PendingSecret; empty: none).
+// Never log them.
 type NodeKeys struct {
-	Host, Ctrl string
+	Host, Ctrl, Pending string
 }
 
 // EnsureHostKey publishes node's DH-HMAC-CHAP host secret and returns it
@@ -43,7 +45,7 @@ func EnsureNodeKeys(ctx context.Context, kv clientv3.KV, node string, local func
 	if err != nil {
 		return NodeKeys{}, fmt.Errorf("volumes: host key of %s: %w", node, err)
 	}
-	want := model.HostKey{Version: model.HostKeyVersion, Secret: nk.Host, CtrlSecret: nk.Ctrl}
+	want := model.HostKey{Version: model.HostKeyVersion, Secret: nk.Host, CtrlSecret: nk.Ctrl, PendingSecret: nk.Pending}
 	if err := checkKeys(want); err != nil {
 		return NodeKeys{}, fmt.Errorf("volumes: host key of %s: %w", node, err)
 	}
@@ -53,7 +55,7 @@ func EnsureNodeKeys(ctx context.Context, kv clientv3.KV, node string, local func
 		return NodeKeys{}, fmt.Errorf("volumes: host key of %s: %w", node, err)
 	}
 	if len(resp.Kvs) > 0 {
-		if h, err := DecodeHostKey(resp.Kvs[0].Value); err == nil && h.Secret == nk.Host && h.CtrlSecret == nk.Ctrl {
+		if h, err := DecodeHostKey(resp.Kvs[0].Value); err == nil && h == want {
 			return nk, nil
 		}
 	}
@@ -74,24 +76,36 @@ func HostKeys(ctx context.Context, kv clientv3.KV) (map[string]nvmf.SecretText, 
 // AllNodeKeys returns every node's DH-HMAC-CHAP host secret and, for the
 // nodes that have one, its controller secret, by node name.
 func AllNodeKeys(ctx context.Context, kv clientv3.KV) (host, ctrl map[string]nvmf.SecretText, err error) {
-	resp, err := kv.Get(ctx, keys.HostKeysPrefix, clientv3.WithPrefix())
+	recs, err := HostKeyRecords(ctx, kv)
 	if err != nil {
-		return nil, nil, fmt.Errorf("volumes: host keys: %w", err)
+		return nil, nil, err
 	}
-	host = make(map[string]nvmf.SecretText, len(resp.Kvs))
-	ctrl = make(map[string]nvmf.SecretText, len(resp.Kvs))
-	for _, e := range resp.Kvs {
-		h, err := DecodeHostKey(e.Value)
-		if err != nil {
-			return nil, nil, fmt.Errorf("volumes: %s: %w", e.Key, err)
-		}
-		name := string(e.Key[len(keys.HostKeysPrefix):])
+	host = make(map[string]nvmf.SecretText, len(recs))
+	ctrl = make(map[string]nvmf.SecretText, len(recs))
+	for name, h := range recs {
 		host[name] = nvmf.SecretText(h.Secret)
 		if h.CtrlSecret != "" {
 			ctrl[name] = nvmf.SecretText(h.CtrlSecret)
 		}
 	}
 	return host, ctrl, nil
+}
+
+// HostKeyRecords returns every node's host key record by node name.
+func HostKeyRecords(ctx context.Context, kv clientv3.KV) (map[string]model.HostKey, error) {
+	resp, err := kv.Get(ctx, keys.HostKeysPrefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("volumes: host keys: %w", err)
+	}
+	recs := make(map[string]model.HostKey, len(resp.Kvs))
+	for _, e := range resp.Kvs {
+		h, err := DecodeHostKey(e.Value)
+		if err != nil {
+			return nil, fmt.Errorf("volumes: %s: %w", e.Key, err)
+		}
+		recs[string(e.Key[len(keys.HostKeysPrefix):])] = h
+	}
+	return recs, nil
 }
 
 // DeleteHostKey removes node's host key (leave and remove of a node).
@@ -115,12 +129,21 @@ func DecodeHostKey(b []byte) (model.HostKey, error) {
 	return h, nil
 }
 
-// checkKeys: the host secret is well formed, the controller secret too
-// when present, and the two differ (one key for both directions would let
+// checkKeys: the host secret is well formed, the controller secret and
+// the pending host secret too when present, and the controller secret
+// differs from both host secrets (one key for both directions would let
 // whoever answers a challenge with it pass for the other side).
 func checkKeys(h model.HostKey) error {
 	if _, err := nvmf.ParseSecret(h.Secret); err != nil {
 		return err
+	}
+	if h.PendingSecret != "" {
+		if _, err := nvmf.ParseSecret(h.PendingSecret); err != nil {
+			return fmt.Errorf("pending host secret: %w", err)
+		}
+		if h.PendingSecret == h.CtrlSecret {
+			return fmt.Errorf("controller secret equals the pending host secret")
+		}
 	}
 	if h.CtrlSecret == "" {
 		return nil
