@@ -48,10 +48,12 @@ vmbench: setup
 	if [ $$rc -ne 0 ]; then printf '%s\n' "$$out" | tail -50; fi; exit $$rc
 
 # The cluster benchmark (internal/clusterbench, ~30 min for 3 rounds): three
-# guests, a 4+2 volume over them read and written from a non-owner through
-# its NVMe head, against md RAID-6 over nvme-tcp-imported drives exported
-# the same way; healthy, then with a member node powered off, its resync
-# when it returns, a rebuild onto a spare, and the consumer's queue_size. Prints a
+# guests, a 4+2 volume over them (--journal 8M, the journal a member of
+# 1 GiB or more gets by default) read and written from a non-owner through
+# its NVMe head, against md RAID-6 (no journal, no PPL) over
+# nvme-tcp-imported drives exported the same way; healthy, then with a
+# member node powered off, its resync when it returns, a rebuild onto a
+# spare, and the consumer's queue_size. Prints a
 # VMBENCH JSON line per row and a table; rounds from
 # FABRAID_CLUSTERBENCH_ROUNDS (default 3); the whole log (with the top of the
 # owner engine's CPU profiles, kept in FABRAID_CLUSTERBENCH_PROFILES) stays in

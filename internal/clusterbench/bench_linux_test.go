@@ -219,8 +219,9 @@ func benchGuest(t *testing.T, g *vmtest.Env) {
 		if err := json.Unmarshal([]byte(createVolume(t)), &in); err != nil {
 			t.Fatal(err)
 		}
-		logf(t, start, "volume v %s: owner %s, state %s, %d bytes, chunk %d, journal %v, owner journal %d, ublk %s",
-			in.UUID, in.Owner, in.State, in.Size, in.ChunkSize, in.Journal, in.OwnerJournal, in.Ublk)
+		logf(t, start, "volume v %s: owner %s, state %s, %d bytes, chunk %d, journal %v (%d bytes), owner journal %d, ublk %s",
+			in.UUID, in.Owner, in.State, in.Size, in.ChunkSize, in.Journal, in.JournalBytes, in.OwnerJournal, in.Ublk)
+		checkJournal(t, start, in)
 		domains := map[string]int{}
 		for _, m := range in.Members {
 			domains[m.Domain]++

@@ -1,11 +1,15 @@
 // Package clusterbench is the cluster benchmark of `make clusterbench`:
 // three 6.12 guests (a, b, c) form a cluster, a makes a fabraid 4+2
-// volume over it (two members per node, a the owner), and c, a non-owner,
+// volume over it (two members per node, a the owner, --journal 8M: the
+// stripe journal a member of 1 GiB or more gets by default, where these
+// 64 MiB members would get ~1 MiB; the owner logs volume show's journal
+// line and fails below 8 MiB), and c, a non-owner,
 // runs fio through the volume's NVMe multipath head. The reference, in the
 // same run on the same guests: on a, md RAID-6 over the same kind of
 // drives (a second, identical pair of virtio disks per node; the four on
 // b and c imported over nvme-tcp), exported by nvmet to c only and read
-// and written by c over nvme-tcp. The four healthy rows (1 MiB sequential
+// and written by c over nvme-tcp; md has no journal and no PPL, so it
+// writes no log before data and parity. The four healthy rows (1 MiB sequential
 // write and read at depth 8, 4 KiB random read and write at depth 32) run
 // first, then the same four with b powered off (two members of each array
 // lost). Rounds alternate fabraid and md; every row is the median of the

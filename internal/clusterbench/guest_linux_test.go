@@ -691,13 +691,19 @@ func formCluster(t *testing.T, g *vmtest.Env, start time.Time) {
 	logf(t, start, "%s in the cluster", g.Name)
 }
 
-// createVolume creates v (4+2) and returns its JSON. A create that failed
-// on an etcd deadline is repeated; if the first one had committed, the
-// volume is awaited optimal instead.
+// benchJournal is the stripe journal the benchmark's volume gets: what
+// a member of 1 GiB or more gets by default (its 64 MiB members would
+// get ~1 MiB).
+const benchJournal = 8 << 20
+
+// createVolume creates v (4+2, a journal of benchJournal) and returns its
+// JSON. A create that failed on an etcd deadline is repeated; if the
+// first one had committed, the volume is awaited optimal instead.
 func createVolume(t *testing.T) string {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		out, err := exec.Command("/usr/bin/fabraid", "volume", "create", "v", "--data", "4", "--parity", "2", "--json").CombinedOutput()
+		out, err := exec.Command("/usr/bin/fabraid", "volume", "create", "v", "--data", "4", "--parity", "2",
+			"--journal", fmt.Sprintf("%dM", benchJournal>>20), "--json").CombinedOutput()
 		switch {
 		case err == nil:
 			return strings.TrimSpace(string(out))
@@ -802,4 +808,21 @@ func logKernelReports(t *testing.T, start time.Time) {
 		}
 	}
 	logf(t, start, "kernel reports (UBSAN, BUG, WARNING) this boot: %d", n)
+}
+
+// checkJournal logs the journal line of "volume show v" and fails unless
+// the volume got at least benchJournal.
+func checkJournal(t *testing.T, start time.Time, in api.Volume) {
+	out, err := exec.Command("/usr/bin/fabraid", "volume", "show", "v").CombinedOutput()
+	if err != nil {
+		t.Fatalf("volume show v: %v\n%s", err, out)
+	}
+	for l := range strings.Lines(string(out)) {
+		if strings.HasPrefix(l, "journal:") {
+			logf(t, start, "volume v %s", strings.TrimSpace(l))
+		}
+	}
+	if !in.Journal || in.JournalBytes < benchJournal {
+		t.Fatalf("volume v: journal %v of %d bytes, want at least %d", in.Journal, in.JournalBytes, benchJournal)
+	}
 }

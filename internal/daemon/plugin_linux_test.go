@@ -23,7 +23,8 @@ const nvmetPlugin = "/usr/libexec/fabraid/plugins/fabraid-plugin-nvmet"
 // TestIntegrationDaemonPlugin runs fabraidd with target_backend =
 // nvmet-plugin on a 6.12 guest: the volume export goes through
 // fabraid-plugin-nvmet (the plugin process is what the daemon started;
-// create, connect, I/O, delete). With a writer/reader on the volume's
+// create, connect, I/O, delete). The volume is created with --journal 4M
+// and volume show reports a journal of at least 4 MiB. With a writer/reader on the volume's
 // multipath head, the plugin is killed -9 twice, the second time right
 // after fabraidd restarted it (inside the reconcile that restarted it):
 // each time fabraidd starts a new plugin, no reconcile fails, the nvmet
@@ -56,12 +57,13 @@ func pluginDaemonGuest(t *testing.T, g *vmtest.Env) {
 	mustRun(t, append([]string{"drive", "claim"}, g.Disks...)...)
 	d := startDaemon(t)
 	var in api.Volume
-	if err := json.Unmarshal([]byte(mustRun(t, "volume", "create", "vol0", "--data", "2", "--parity", "1", "--json")), &in); err != nil {
+	if err := json.Unmarshal([]byte(mustRun(t, "volume", "create", "vol0", "--data", "2", "--parity", "1", "--journal", "4M", "--json")), &in); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.HasPrefix(in.Device, "/dev/nvme") || in.State != "optimal" {
 		t.Fatalf("created: %+v", in)
 	}
+	checkJournal(t, 4<<20)
 	pid := pluginPids(t)
 	if len(pid) != 1 {
 		t.Fatalf("plugin processes after create: %v, want the one fabraidd started", pid)
@@ -169,4 +171,22 @@ func configfs(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return b.String()
+}
+
+// checkJournal: volume show (JSON and text) reports vol0's stripe journal
+// as on with at least min bytes per member.
+func checkJournal(t *testing.T, min int64) {
+	t.Helper()
+	in := show(t)
+	text := mustRun(t, "volume", "show", "vol0")
+	line := ""
+	for l := range strings.Lines(text) {
+		if strings.HasPrefix(l, "journal:") {
+			line = strings.TrimSpace(l)
+		}
+	}
+	t.Logf("vol0 %s", line)
+	if !in.Journal || in.JournalBytes < min || !strings.Contains(line, fmt.Sprintf("(%d bytes;", in.JournalBytes)) {
+		t.Fatalf("vol0: journal %v of %d bytes, show says %q; want on, at least %d bytes", in.Journal, in.JournalBytes, line, min)
+	}
 }
