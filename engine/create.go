@@ -61,7 +61,7 @@ func create(cfg Config, devs []Member, names []string, opts Options, h testHooks
 	if cfg.RegionSize == 0 {
 		cfg.RegionSize = DefaultRegionSize
 	}
-	g := layout.Geometry{K: cfg.K, M: cfg.M, Groups: cfg.Groups, ChunkSize: cfg.ChunkSize, Rows: 1}
+	g := layout.Geometry{K: cfg.K, M: cfg.M, Groups: cfg.Groups, ChunkSize: cfg.ChunkSize, Rows: 1, FixedParity: cfg.FixedParity}
 	if err := g.Validate(); err != nil {
 		return nil, fmt.Errorf("create volume %q: %w", cfg.Name, err)
 	}
@@ -153,8 +153,9 @@ func create(cfg Config, devs []Member, names []string, opts Options, h testHooks
 		Flags: flags, VolumeUUID: volUUID, Name: cfg.Name, Geometry: g, Codec: codec,
 		DataOffset: cfg.DataOffset, BitmapOffset: defaultBitmapOffset, BitmapBytes: uint32(bitmapBytes()),
 		RegionRows: regionRows, Events: 1, Epoch: 0, Clean: true, CTime: cfg.CTime,
-		Version: superblock.Version, JournalOffset: journalOff, JournalBytes: journalBytes,
+		JournalOffset: journalOff, JournalBytes: journalBytes,
 	}
+	sb.Version = sb.FormatVersion()
 	for i := range devs {
 		sb.Members = append(sb.Members, superblock.Member{UUID: newUUID(), Domain: cfg.Domains[i], Role: superblock.RoleActive})
 	}

@@ -148,6 +148,9 @@ type crashCase struct {
 	// counts the planned ones.
 	direct  bool
 	planned *atomic.Int64
+	// fixedParity: the owner-parity layout, the owner's members among
+	// each group's last m (its parity members).
+	fixedParity bool
 }
 
 // ownerDomain is the failure domain of the owner in crashRun.
@@ -167,8 +170,8 @@ func crashRun(t *testing.T, rng *rand.Rand, c crashCase) (int, string) {
 	journalOff := c.journalOff
 	k, m := 2+rng.IntN(4), 1+rng.IntN(3)
 	cfg := Config{Name: "cut", K: k, M: m, Groups: 1 + rng.IntN(2), ChunkSize: 4096 << rng.IntN(2),
-		RegionSize: 32 << 10, DataOffset: 256 << 10, AssumeZeroed: true}
-	g := layout.Geometry{K: k, M: m, Groups: cfg.Groups}
+		RegionSize: 32 << 10, DataOffset: 256 << 10, AssumeZeroed: true, FixedParity: c.fixedParity}
+	g := layout.Geometry{K: k, M: m, Groups: cfg.Groups, FixedParity: c.fixedParity}
 	size := int64(256<<10) + int64(cfg.ChunkSize)*int64(8+rng.IntN(16))
 	// In the owner case, inOwner[slot]: the member is in the owner's
 	// domain; every other member has a domain of its own.
@@ -181,7 +184,14 @@ func crashRun(t *testing.T, rng *rand.Rand, c crashCase) (int, string) {
 		}
 		for grp := 0; grp < g.Groups; grp++ {
 			ownerCount[grp] = 1 + rng.IntN(m)
-			for _, mem := range rng.Perm(g.Width())[:ownerCount[grp]] {
+			pick := rng.Perm(g.Width())
+			if c.fixedParity {
+				pick = rng.Perm(m)
+				for i := range pick {
+					pick[i] += k
+				}
+			}
+			for _, mem := range pick[:ownerCount[grp]] {
 				inOwner[g.Slot(grp, mem)] = true
 				cfg.Domains[g.Slot(grp, mem)] = ownerDomain
 			}

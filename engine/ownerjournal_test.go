@@ -57,6 +57,63 @@ func TestJournalCrashOwnerDomain(t *testing.T) {
 	}
 }
 
+// TestJournalCrashOwnerParity is TestJournalCrashOwnerDomain on the
+// owner-parity layout (Config.FixedParity) with the owner's members among
+// each group's parity members and owner-domain journaling OFF: losing
+// them at the cut loses parity only, so no run reads back a wrong block
+// although nothing logs the owner's chunks. With the rotating layout the
+// same runs do (TestJournalCrashOwnerDomain's first half).
+func TestJournalCrashOwnerParity(t *testing.T) {
+	seed := testSeed(t)
+	iters := 40
+	if testing.Short() {
+		iters = 10
+	}
+	rng := rand.New(rand.NewPCG(seed, 12))
+	cuts := 0
+	for i := 0; i < iters; i++ {
+		bad, desc := crashRun(t, rng, crashCase{owner: true, fixedParity: true})
+		if bad > 0 {
+			t.Fatalf("owner-parity layout, no owner journal: iteration %d: %s: %d blocks read back neither their flushed value nor a value written since",
+				i, desc, bad)
+		}
+		if bytes.Contains([]byte(desc), []byte("power cut")) {
+			cuts++
+		}
+	}
+	t.Logf("owner-parity layout: %d runs, none read back wrong data; %d had the power cut in the middle of the writes", iters, cuts)
+}
+
+// On the owner-parity layout with the owner's members on the parity
+// positions, a healthy volume with owner-domain journaling on writes no
+// journal record: the owner's members hold no data chunk to log. On the
+// rotating layout the same writes log records.
+func TestOwnerParityNoRecords(t *testing.T) {
+	for _, fixed := range []bool{false, true} {
+		cfg := Config{Name: "op", K: 4, M: 2, ChunkSize: 4096, RegionSize: 32 << 10, DataOffset: 256 << 10, AssumeZeroed: true,
+			Domains: []string{"n1", "n1", "n2", "n2", ownerDomain, ownerDomain}, AllowDomainViolation: true, FixedParity: fixed}
+		_, devs := memMembers(6, 1<<20)
+		v, err := Create(cfg, devs, nil, Options{Logger: quietLogger(), OwnerDomain: ownerDomain})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := bytes.Repeat([]byte{0x5a}, int(3*v.Geometry().StripeBytes()))
+		for _, off := range []int64{0, 4096, 3 * 4096 * 4} { // full stripes, a partial write, a write over two stripes
+			if _, err := v.WriteAt(p[:len(p)-int(off%16384)], off); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st := v.Status()
+		if fixed && st.JournalRecords != 0 || !fixed && st.JournalRecords == 0 {
+			t.Errorf("fixed parity %v: %d journal records (owner-journal members %d)", fixed, st.JournalRecords, st.OwnerJournal)
+		}
+		if st.OwnerJournal != 2 {
+			t.Errorf("fixed parity %v: %d owner-journal members, want 2", fixed, st.OwnerJournal)
+		}
+		v.Close()
+	}
+}
+
 // ownerVolume creates a 3+2 volume (4 KiB chunks) whose members holding
 // data positions 0 and 1 of stripe 0 are in the owner's domain. With on, it
 // runs with owner-domain journaling. It returns the volume, its members and

@@ -77,6 +77,11 @@ type Config struct {
 	// that leaves at least this much; from journalMinBytes(g) to
 	// min(MaxJournalBytes, a quarter of the member).
 	JournalBytes int64
+	// FixedParity selects the owner-parity layout (layout.Geometry's):
+	// every group's last M members hold its parity in every row. With the
+	// owner's members there (Domains), owner-domain journaling has nothing
+	// to log while the owner runs the volume.
+	FixedParity bool
 	// MemberSize limits the space used on each member (default: the
 	// smallest member).
 	MemberSize int64

@@ -29,6 +29,11 @@ type Geometry struct {
 	Groups    int   // groups of K+M members, >= 1
 	ChunkSize int   // bytes per chunk, power of two, 4 KiB..1 MiB
 	Rows      int64 // rows (chunks) per member, >= 1
+	// FixedParity keeps the parity positions on the group's last M
+	// members in every row (data on the first K) instead of rotating
+	// them: the owner-parity layout, where the owner's own members hold
+	// only parity, so that losing them with the owner loses no data chunk.
+	FixedParity bool
 }
 
 // Validate reports whether g is a usable geometry.
@@ -83,6 +88,9 @@ func (g Geometry) StripeOf(group int, row int64) int64 {
 // MemberOf returns the member index within the group that holds stripe
 // position pos (0..K-1 data, K..K+M-1 parity) in row.
 func (g Geometry) MemberOf(row int64, pos int) int {
+	if g.FixedParity {
+		return pos
+	}
 	w := int64(g.Width())
 	return int((int64(pos) + row%w) % w)
 }
@@ -90,6 +98,9 @@ func (g Geometry) MemberOf(row int64, pos int) int {
 // PosOf is the inverse of MemberOf: the stripe position held by group
 // member mem in row.
 func (g Geometry) PosOf(row int64, mem int) int {
+	if g.FixedParity {
+		return mem
+	}
 	w := int64(g.Width())
 	return int(((int64(mem)-row%w)%w + w) % w)
 }

@@ -12,7 +12,9 @@ func smallGeometries() []Geometry {
 	for k := 2; k <= 6; k++ {
 		for m := 1; m <= 4; m++ {
 			for groups := 1; groups <= 3; groups++ {
-				out = append(out, Geometry{K: k, M: m, Groups: groups, ChunkSize: 4096, Rows: int64(2*(k+m) + 1)})
+				for _, fixed := range []bool{false, true} {
+					out = append(out, Geometry{K: k, M: m, Groups: groups, ChunkSize: 4096, Rows: int64(2*(k+m) + 1), FixedParity: fixed})
+				}
 			}
 		}
 	}
@@ -60,7 +62,8 @@ func TestMappingBijective(t *testing.T) {
 }
 
 // Each row puts exactly one position on each member; parity rotates so each
-// member holds parity in M of every K+M consecutive rows.
+// member holds parity in M of every K+M consecutive rows, or, with
+// FixedParity, the last M members hold parity in every row.
 func TestParityPlacement(t *testing.T) {
 	for _, g := range smallGeometries() {
 		w := g.Width()
@@ -79,8 +82,15 @@ func TestParityPlacement(t *testing.T) {
 			}
 		}
 		for mem, c := range parityCount {
-			if c != g.M {
-				t.Fatalf("%+v: member %d holds parity in %d of %d rows, want %d", g, mem, c, w, g.M)
+			want := g.M
+			if g.FixedParity {
+				want = 0
+				if mem >= g.K {
+					want = w
+				}
+			}
+			if c != want {
+				t.Fatalf("%+v: member %d holds parity in %d of %d rows, want %d", g, mem, c, w, want)
 			}
 		}
 	}

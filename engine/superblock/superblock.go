@@ -22,6 +22,11 @@ const (
 	// version 2 without owner-domain journaling, version 1 without a
 	// journal.
 	Version = 3
+	// VersionFixedParity is version 3 with the owner-parity layout
+	// (Geometry.FixedParity, flag FlagFixedParity): written only for
+	// volumes that use it, so that builds that do not know the layout
+	// refuse them rather than read data from parity positions.
+	VersionFixedParity = 4
 	// VersionJournal is the format with the stripe journal but without
 	// owner-domain journaling.
 	VersionJournal = 2
@@ -138,6 +143,10 @@ const (
 	// FlagDomainOverride records that the volume was created although its
 	// layout violates the failure-domain rule.
 	FlagDomainOverride uint32 = 1 << 0
+	// FlagFixedParity (version 4) records Geometry.FixedParity: parity on
+	// every group's last M members in every row. Marshal sets it from the
+	// geometry, Unmarshal sets the geometry from it.
+	FlagFixedParity uint32 = 1 << 1
 )
 
 // Member is one entry of the member table.
@@ -162,7 +171,8 @@ type Member struct {
 
 // Superblock is the decoded metadata of one member.
 type Superblock struct {
-	// Version is the format version (1 or 2); zero means Version.
+	// Version is the format version (1 to 4); zero means Version, or
+	// VersionFixedParity for a Geometry.FixedParity volume.
 	Version    uint32
 	Flags      uint32
 	VolumeUUID [16]byte
@@ -279,12 +289,16 @@ func (sb *Superblock) Validate() error {
 	if sb.DataOffset > (1<<62)-g.MemberDataBytes() {
 		return invalid("data area overflows")
 	}
+	if sb.Geometry.FixedParity != (sb.version() == VersionFixedParity) {
+		return invalid("fixed-parity layout %v in a version %d superblock: the layout is version %d's",
+			sb.Geometry.FixedParity, sb.version(), VersionFixedParity)
+	}
 	switch sb.version() {
 	case VersionNoJournal:
 		if sb.JournalOffset != 0 || sb.JournalBytes != 0 {
 			return invalid("journal area in a version 1 superblock")
 		}
-	case VersionJournal, Version:
+	case VersionJournal, Version, VersionFixedParity:
 		if sb.JournalBytes == 0 && sb.JournalOffset == 0 {
 			break
 		}
@@ -319,11 +333,18 @@ const (
 	MaxJournalBytes = 64 << 20
 )
 
+// FormatVersion is the version sb is written in: its own, or for a new
+// volume (Version zero) the newest format its layout needs.
+func (sb *Superblock) FormatVersion() uint32 { return sb.version() }
+
 func (sb *Superblock) version() uint32 {
-	if sb.Version == 0 {
-		return Version
+	switch {
+	case sb.Version != 0:
+		return sb.Version
+	case sb.Geometry.FixedParity:
+		return VersionFixedParity
 	}
-	return sb.Version
+	return Version
 }
 
 // Marshal encodes one superblock copy (CopySize bytes).
@@ -335,7 +356,11 @@ func (sb *Superblock) Marshal() ([]byte, error) {
 	le := binary.LittleEndian
 	copy(b[0:8], Magic)
 	le.PutUint32(b[8:], sb.version())
-	le.PutUint32(b[12:], sb.Flags)
+	flags := sb.Flags &^ FlagFixedParity
+	if sb.Geometry.FixedParity {
+		flags |= FlagFixedParity
+	}
+	le.PutUint32(b[12:], flags)
 	copy(b[16:32], sb.VolumeUUID[:])
 	copy(b[32:96], sb.Name)
 	g := sb.Geometry
@@ -404,8 +429,8 @@ func Unmarshal(b []byte) (*Superblock, error) {
 		return nil, invalid("crc32c %08x, computed %08x", got, want)
 	}
 	version := le.Uint32(b[8:])
-	if version < VersionNoJournal || version > Version {
-		return nil, invalid("format version %d, this build reads %d to %d", version, VersionNoJournal, Version)
+	if version < VersionNoJournal || version > VersionFixedParity {
+		return nil, invalid("format version %d, this build reads %d to %d", version, VersionNoJournal, VersionFixedParity)
 	}
 	if bs := le.Uint32(b[120:]); bs != layout.BlockSize {
 		return nil, invalid("block size %d", bs)
@@ -420,6 +445,8 @@ func Unmarshal(b []byte) (*Superblock, error) {
 			Groups:    int(le.Uint32(b[104:]) & 0xffff),
 			ChunkSize: int(le.Uint32(b[108:]) & 0x7fffffff),
 			Rows:      int64(le.Uint64(b[112:]) & (1<<62 - 1)),
+			// Validate checks the flag against the version.
+			FixedParity: le.Uint32(b[12:])&FlagFixedParity != 0,
 		},
 		Codec:         Codec(le.Uint32(b[124:])),
 		DataOffset:    int64(le.Uint64(b[128:]) & (1<<62 - 1)),

@@ -52,7 +52,10 @@ func TestRoundTrip(t *testing.T) {
 	v2.Version = VersionJournal
 	v1 := sample()
 	v1.Version, v1.JournalOffset, v1.JournalBytes = VersionNoJournal, 0, 0
-	for _, sb := range []*Superblock{sample(), v3, v2, v1} {
+	v4 := sample()
+	v4.Version, v4.Geometry.FixedParity, v4.Flags = VersionFixedParity, true, FlagFixedParity
+	v4.Members[4].OwnerJournal = true
+	for _, sb := range []*Superblock{sample(), v3, v2, v1, v4} {
 		b, err := sb.Marshal()
 		if err != nil {
 			t.Fatal(err)
@@ -86,6 +89,21 @@ func TestRoundTrip(t *testing.T) {
 	v1.Version = Version
 	if _, err := v1.Marshal(); err != nil {
 		t.Fatalf("version 3 without journal: %v", err)
+	}
+	// The layout flag comes from the geometry on the way out and sets it
+	// on the way in; a version 3 copy with the flag is refused (a build
+	// that reads version 3 only would read data from parity positions).
+	b4, err := v4.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := b4[12]; uint32(f)&FlagFixedParity == 0 {
+		t.Fatalf("version 4 flags %#x without the fixed-parity flag", f)
+	}
+	b4[8] = Version
+	sealCRC(b4)
+	if _, err := Unmarshal(b4); err == nil || !strings.Contains(err.Error(), "fixed-parity") {
+		t.Fatalf("version 3 copy with the fixed-parity flag: %v", err)
 	}
 }
 
@@ -124,7 +142,9 @@ func TestValidateRefuses(t *testing.T) {
 		"journal unaligned":       func(sb *Superblock) { sb.JournalBytes = 512<<10 + 1 },
 		"journal too small":       func(sb *Superblock) { sb.JournalBytes = 4096 },
 		"journal in version 1":    func(sb *Superblock) { sb.Version = VersionNoJournal },
-		"version 4":               func(sb *Superblock) { sb.Version = Version + 1 },
+		"version 5":               func(sb *Superblock) { sb.Version = VersionFixedParity + 1 },
+		"version 4, rotating":     func(sb *Superblock) { sb.Version = VersionFixedParity },
+		"fixed parity in v3":      func(sb *Superblock) { sb.Geometry.FixedParity = true },
 		"owner journal in v2":     func(sb *Superblock) { sb.Version = VersionJournal; sb.Members[0].OwnerJournal = true },
 		"owner journal, no area":  func(sb *Superblock) { sb.JournalOffset, sb.JournalBytes = 0, 0; sb.Members[0].OwnerJournal = true },
 		// Areas that fit the offsets but would make assembly allocate
@@ -202,6 +222,10 @@ func FuzzUnmarshal(f *testing.F) {
 	v1.Members[4].Failure = FailUnrecorded
 	b1, _ := v1.Marshal()
 	f.Add(b1)
+	v4 := sample()
+	v4.Version, v4.Geometry.FixedParity = VersionFixedParity, true
+	b4, _ := v4.Marshal()
+	f.Add(b4)
 	// Owner-journal flags (version 3) on an active, a rebuilding (with
 	// resync) and a failed member, and a version 2 copy.
 	v3 := sample()
