@@ -69,3 +69,13 @@ func TestClusterRotateKeys(t *testing.T) {
 		t.Fatalf("refused: exit %d, stderr %q", code, stderr)
 	}
 }
+
+// TestClusterRotateHostKey: --host reports the host secret's rotation and
+// names the nodes that had not acknowledged it.
+func TestClusterRotateHostKey(t *testing.T) {
+	sock, n := fakeAuthAPI(t, "/v1/cluster/rotate-keys", 200, api.RotateKeysReply{Rotated: []string{"host"}, Seconds: 2.5, NotAcknowledged: []string{"n3"}})
+	out, stderr, code := runCLIIn(t, strings.NewReader(""), "cluster", "rotate-keys", "--host", "--socket", sock)
+	if code != 0 || *n != 1 || !strings.Contains(out, "rotated the host secret") || !strings.Contains(out, "after 2.5 s") || !strings.Contains(out, "not acknowledged by [n3]") {
+		t.Fatalf("exit %d, %d requests, out %q, stderr %q", code, *n, out, stderr)
+	}
+}

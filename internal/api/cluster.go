@@ -69,8 +69,19 @@ type RotateKeysReply struct {
 	// Rotated names the secrets rotated ("controller").
 	Rotated []string `json:"rotated"`
 	// Seconds from the rotation until this node's target presented the
-	// new key and it was published.
+	// new key and it was published (controller), or until this node's
+	// controllers presented the new key (host).
 	Seconds float64 `json:"seconds"`
+	// NotAcknowledged are the nodes that had not acknowledged a new host
+	// key when the wait ended and the node switched to it regardless:
+	// their exports to this node fence when they apply it.
+	NotAcknowledged []string `json:"not_acknowledged,omitempty"`
+}
+
+// RotateKeysRequest is the body of POST /v1/cluster/rotate-keys: Host
+// rotates the host secret instead of the controller secret.
+type RotateKeysRequest struct {
+	Host bool `json:"host,omitempty"`
 }
 
 // ClusterEnableRBAC turns on etcd RBAC in a cluster made before it
@@ -79,10 +90,11 @@ func (c *Client) ClusterEnableRBAC() error {
 	return c.do("POST", "/v1/cluster/rbac", nil, nil)
 }
 
-// ClusterRotateKeys rotates this node's DH-HMAC-CHAP controller secret.
-func (c *Client) ClusterRotateKeys() (RotateKeysReply, error) {
+// ClusterRotateKeys rotates this node's DH-HMAC-CHAP controller secret,
+// or with host its host secret.
+func (c *Client) ClusterRotateKeys(host bool) (RotateKeysReply, error) {
 	var out RotateKeysReply
-	err := c.do("POST", "/v1/cluster/rotate-keys", nil, &out)
+	err := c.do("POST", "/v1/cluster/rotate-keys", RotateKeysRequest{Host: host}, &out)
 	return out, err
 }
 

@@ -55,20 +55,18 @@ const rotateWait = 60 * time.Second
 // reconcile) it goes to etcd; every host then re-keys its live
 // controllers to this node at its next reconcile (nvmf.ConnectionPlan.Rekey:
 // the kernel re-authenticates them, I/O flows on).
-func (pl *Plane) RotateKeys(ctx context.Context) (api.RotateKeysReply, error) {
+// With host it rotates the host secret instead (rotateHostKey).
+func (pl *Plane) RotateKeys(ctx context.Context, host bool) (api.RotateKeysReply, error) {
+	if host {
+		return pl.rotateHostKey(ctx)
+	}
 	if err := pl.cluster.RotateCtrlSecret(); err != nil {
 		return api.RotateKeysReply{}, err
 	}
 	start := time.Now()
 	pl.kick()
-	ctx, cancel := context.WithTimeout(ctx, rotateWait)
-	defer cancel()
-	for pl.cluster.CtrlPending() {
-		select {
-		case <-ctx.Done():
-			return api.RotateKeysReply{}, fmt.Errorf("the new controller key is kept but not presented by this node's target after %s (it is published by the first reconcile that applies it; see the log)", rotateWait)
-		case <-time.After(200 * time.Millisecond):
-		}
+	if !waitFor(ctx, rotateWait, func() bool { return !pl.cluster.CtrlPending() }) {
+		return api.RotateKeysReply{}, fmt.Errorf("the new controller key is kept but not presented by this node's target after %s (it is published by the first reconcile that applies it; see the log)", rotateWait)
 	}
 	return api.RotateKeysReply{Rotated: []string{"controller"}, Seconds: time.Since(start).Seconds()}, nil
 }
@@ -77,8 +75,12 @@ func (pl *Plane) RotateKeys(ctx context.Context) (api.RotateKeysReply, error) {
 // (cluster.Node.CtrlPending) once every host entry with a host key on
 // this node's target, drive and volume exports alike, has it as its
 // controller key: only then may the hosts ask for it. Called at the end
-// of each reconcile.
+// of each reconcile; it first does the host key rotations' steps
+// (hostRotations).
 func (pl *Plane) publishRotatedKey(ctx context.Context) error {
+	if err := pl.hostRotations(ctx); err != nil { // hostrotate.go
+		return err
+	}
 	if !pl.cluster.CtrlPending() {
 		return nil
 	}
@@ -108,16 +110,19 @@ func (pl *Plane) publishRotatedKey(ctx context.Context) error {
 
 // readCtrlKeys sets v.CtrlKeys: every node's controller secret from etcd,
 // this node's own from its file (what its nvmet presents, even before
-// etcd has it).
+// etcd has it); and, from the same read, v.HostKeys and v.Rekeys with the
+// other nodes' announced host key rotations (withHostRotations).
 func (pl *Plane) readCtrlKeys(ctx context.Context, kv clientv3.KV, v *clusterView) error {
-	_, ctrl, err := volumes.AllNodeKeys(ctx, kv)
+	recs, err := volumes.HostKeyRecords(ctx, kv)
 	if err != nil {
 		return fmt.Errorf("controller keys: %w", err)
 	}
+	host, ctrl := volumes.SplitNodeKeys(recs)
 	if own, ok := pl.cluster.CtrlSecret(); ok {
 		ctrl[v.Self] = nvmf.SecretText(own.Reveal())
 	}
-	v.CtrlKeys = ctrl
+	v.CtrlKeys, v.HostKeys = ctrl, host
+	withHostRotations(v, recs)
 	return nil
 }
 

@@ -38,10 +38,7 @@ func (pl *Plane) reconcileExports(ctx context.Context, cli *clientv3.Client, v *
 		return exporter.Result{}, fmt.Errorf("drive exporter: %w", err)
 	}
 	ks := exportHolders(c, v, hs)
-	in := handoverExports(plan.FencedExporterInput(v.View, drives, ks), v, ks) // planned moves (handover.go)
-	in.HostNQN = pl.mgr.HostNQN()
-	in.AllowUnauthenticated = !pl.cfg.Cluster.RequireAuth
-	in.TLS = pl.TLSPorts() // decided this pass (exportRefusal)
+	in := pl.exporterInput(v, drives, ks)
 	res, err := c.x.Reconcile(ctx, in)
 	if err != nil {
 		return res, fmt.Errorf("%w (no fence acknowledged)", err)
@@ -71,6 +68,18 @@ func (pl *Plane) reconcileExports(ctx context.Context, cli *clientv3.Client, v *
 		pl.log.Info("drive exporter: fence acknowledged", "volume", vol.UUID, "epoch", a.epoch, "owner", a.owner)
 	}
 	return res, nil
+}
+
+// exporterInput is the drive exporter's input for this pass: the drives
+// of the volumes of v exported to their holders ks, with this node's
+// settings and the announced host key rotations (no fence for those).
+func (pl *Plane) exporterInput(v *clusterView, drives []exporter.Drive, ks map[string]plan.OwnerKey) exporter.Input {
+	in := handoverExports(plan.FencedExporterInput(v.View, drives, ks), v, ks) // planned moves (handover.go)
+	in.HostNQN = pl.mgr.HostNQN()
+	in.AllowUnauthenticated = !pl.cfg.Cluster.RequireAuth
+	in.TLS = pl.TLSPorts() // decided this pass (exportRefusal)
+	in.Rekeys = v.Rekeys   // hostrotate.go
+	return in
 }
 
 // exportHolders is whom each volume's drives here are exported to: its

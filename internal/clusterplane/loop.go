@@ -93,6 +93,9 @@ type clusterView struct {
 	Status map[string]model.VolumeStatus
 	Moves  map[string]volumes.StoredMove // by volume UUID (move.go)
 	Paths  map[string]model.NodePaths    // consumer paths by node
+	// Rekeys are the other nodes' announced host key rotations, by host
+	// NQN: HostKeys has their pending keys (withHostRotations).
+	Rekeys exporter.Rekeys
 }
 
 // readView reads the view; a node without storage addresses serves

@@ -186,13 +186,18 @@ func (d *Daemon) clusterRoutes(mux *http.ServeMux, reply func(http.ResponseWrite
 	mux.HandleFunc("DELETE /v1/cluster/nodes/{name}", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, nil, d.cluster.Remove(r.Context(), r.PathValue("name")))
 	})
-	// etcd RBAC on a cluster made before it, and a new controller secret
-	// for this node (package clusterplane, auth.go).
+	// etcd RBAC on a cluster made before it, and a new controller or host
+	// secret for this node (package clusterplane, auth.go, hostrotate.go).
 	mux.HandleFunc("POST /v1/cluster/rbac", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, nil, d.plane.EnableRBAC(r.Context()))
 	})
 	mux.HandleFunc("POST /v1/cluster/rotate-keys", func(w http.ResponseWriter, r *http.Request) {
-		out, err := d.plane.RotateKeys(r.Context())
+		var q api.RotateKeysRequest
+		if err := decode(r, &q); err != nil {
+			reply(w, nil, err)
+			return
+		}
+		out, err := d.plane.RotateKeys(r.Context(), q.Host)
 		reply(w, out, err)
 	})
 }

@@ -80,6 +80,14 @@ func AllNodeKeys(ctx context.Context, kv clientv3.KV) (host, ctrl map[string]nvm
 	if err != nil {
 		return nil, nil, err
 	}
+	host, ctrl = SplitNodeKeys(recs)
+	return host, ctrl, nil
+}
+
+// SplitNodeKeys returns the host secrets in force and the controller
+// secrets (of the nodes that have one) of host key records, by node name.
+// Pure.
+func SplitNodeKeys(recs map[string]model.HostKey) (host, ctrl map[string]nvmf.SecretText) {
 	host = make(map[string]nvmf.SecretText, len(recs))
 	ctrl = make(map[string]nvmf.SecretText, len(recs))
 	for name, h := range recs {
@@ -88,7 +96,7 @@ func AllNodeKeys(ctx context.Context, kv clientv3.KV) (host, ctrl map[string]nvm
 			ctrl[name] = nvmf.SecretText(h.CtrlSecret)
 		}
 	}
-	return host, ctrl, nil
+	return host, ctrl
 }
 
 // HostKeyRecords returns every node's host key record by node name.
