@@ -246,6 +246,9 @@ func newVolumeShowCmd() *cobra.Command {
 			}
 			if v.State != "stopped" && v.State != "waiting" && v.State != "unknown" {
 				fmt.Fprintf(w, "journal:  %s\n", journalText(v.Journal, v.JournalBytes))
+				if v.FixedParity {
+					fmt.Fprintf(w, "layout:   owner-parity: parity on the last %d member(s) of each group, where the owner's are placed\n", v.M)
+				}
 				if v.OwnerJournal > 0 {
 					fmt.Fprintf(w, "          owner-domain journaling on: writes to the owner's %d member(s) survive the owner's loss with them\n", v.OwnerJournal)
 				}

@@ -94,6 +94,9 @@ type Volume struct {
 	// JournalBytes is the journal area on every member (engine
 	// Status.JournalBytes); 0: no journal or not known here.
 	JournalBytes int64 `json:"journal_bytes,omitempty"`
+	// FixedParity: the owner-parity layout (parity on every group's last
+	// M members; engine Geometry.FixedParity); false: parity rotates.
+	FixedParity bool `json:"fixed_parity,omitempty"`
 	// WriteHoleStripes counts stripes whose lost chunks may read back
 	// wrong after the last unclean stop (a member lost at the crash
 	// itself; docs/engine.md, "write hole"). 0 is the normal case.

@@ -810,15 +810,15 @@ func logKernelReports(t *testing.T, start time.Time) {
 	logf(t, start, "kernel reports (UBSAN, BUG, WARNING) this boot: %d", n)
 }
 
-// checkJournal logs the journal line of "volume show v" and fails unless
-// the volume got at least benchJournal.
+// checkJournal logs the journal and layout lines of "volume show v" and
+// fails unless the volume got at least benchJournal.
 func checkJournal(t *testing.T, start time.Time, in api.Volume) {
 	out, err := exec.Command("/usr/bin/fabraid", "volume", "show", "v").CombinedOutput()
 	if err != nil {
 		t.Fatalf("volume show v: %v\n%s", err, out)
 	}
 	for l := range strings.Lines(string(out)) {
-		if strings.HasPrefix(l, "journal:") {
+		if strings.HasPrefix(l, "journal:") || strings.HasPrefix(l, "layout:") || strings.Contains(l, "owner-domain journaling") {
 			logf(t, start, "volume v %s", strings.TrimSpace(l))
 		}
 	}

@@ -283,7 +283,7 @@ func managerPlan(v *clusterView, imp plan.Import, paths map[[16]byte][]string) v
 		pv := volmgr.PlannedVolume{UUID: o.UUID, Name: vol.Name, State: vol.State, Members: paths[o.UUID], OwnerDomain: v.selfDomain(),
 			Epoch: v.Held[vol.UUID]}
 		pv.Config.K, pv.Config.M, pv.Config.Groups, pv.Config.ChunkSize = vol.K, vol.M, vol.Groups, vol.ChunkSize
-		pv.Config.MemberSize, pv.Config.JournalBytes = vol.MemberSize, vol.JournalBytes
+		pv.Config.MemberSize, pv.Config.JournalBytes, pv.Config.FixedParity = vol.MemberSize, vol.JournalBytes, vol.FixedParity
 		for _, m := range vol.Members {
 			pv.Config.Domains = append(pv.Config.Domains, m.Domain)
 			if v.MemberGone(vol, m.Node) {

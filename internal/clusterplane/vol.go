@@ -161,7 +161,7 @@ func (pl *Plane) clusterInfo(v *clusterView, vol model.Volume) api.Volume {
 func remoteInfo(vol model.Volume, st model.VolumeStatus, has bool, head string, size int64) api.Volume {
 	u, _ := volid.ParseUUID(vol.UUID)
 	in := api.Volume{Name: vol.Name, UUID: vol.UUID, K: vol.K, M: vol.M, Groups: vol.Groups, ChunkSize: vol.ChunkSize,
-		NQN: volid.NQN(u), Device: head, Owner: vol.Owner, Size: size, Attached: apiAttach(vol.Attach)}
+		NQN: volid.NQN(u), Device: head, Owner: vol.Owner, Size: size, Attached: apiAttach(vol.Attach), FixedParity: vol.FixedParity}
 	switch {
 	case vol.State != model.VolumeReady:
 		in.State = vol.State

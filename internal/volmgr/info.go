@@ -51,7 +51,7 @@ func (m *Manager) Info(ref string) (api.Volume, error) {
 	in := api.Volume{Name: s.Name, UUID: volid.Format(u), State: State(s), Size: s.Size, K: s.Geometry.K, M: s.Geometry.M,
 		Groups: s.Geometry.Groups, ChunkSize: s.Geometry.ChunkSize, Device: head, NQN: volid.NQN(u), Ublk: st.UblkPath, UblkZeroCopy: st.ZeroCopy,
 		EnginePID: st.PID, Task: st.Task, LastTask: st.LastTask, IO: &st.IO,
-		Journal: s.Journal, JournalBytes: s.JournalBytes, WriteHoleStripes: s.WriteHoleStripes, OwnerJournal: s.OwnerJournal, Rebuild: rebuildBytes(s),
+		Journal: s.Journal, JournalBytes: s.JournalBytes, FixedParity: s.Geometry.FixedParity, WriteHoleStripes: s.WriteHoleStripes, OwnerJournal: s.OwnerJournal, Rebuild: rebuildBytes(s),
 		ExportAuth: exportAuth(m.currentPlan())}
 	for _, ms := range s.Members {
 		role := strings.ToLower(ms.Role.String())

@@ -41,6 +41,11 @@ type Volume struct {
 	// JournalBytes is the stripe journal area the owner creates on every
 	// member (engine.Config.JournalBytes); 0: the engine's default.
 	JournalBytes int64 `json:"journal_bytes,omitempty"`
+	// FixedParity is the owner-parity layout (engine.Config.FixedParity):
+	// parity on every group's last M slots, where placement puts the
+	// members on the owner's node, so that the owner journals nothing
+	// while it runs the volume. false: parity rotates (records before it).
+	FixedParity bool `json:"fixed_parity,omitempty"`
 	// Owner is the node that runs the volume's engine; "" means no owner
 	// (a failover in progress: the members are exported to nobody).
 	Owner string `json:"owner"`

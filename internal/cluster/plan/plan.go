@@ -24,6 +24,7 @@
 package plan
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -159,10 +160,38 @@ func NewVolume(v View, req placement.Request, uuid [16]byte, now time.Time) (mod
 		Version: model.VolumeVersion, UUID: volid.Format(uuid), Name: p.Name, K: p.K, M: p.M, Groups: p.Groups,
 		Owner: p.Owner, State: model.VolumeCreating, MemberSize: p.MemberSize, Created: now.UTC(),
 	}
-	for i, m := range p.Members {
-		rec.Members = append(rec.Members, model.VolumeMember{Slot: i, Node: m.Node, Domain: m.Domain, Drive: m.DriveID})
+	for _, m := range p.Members {
+		rec.Members = append(rec.Members, model.VolumeMember{Node: m.Node, Domain: m.Domain, Drive: m.DriveID})
+	}
+	rec.FixedParity = ownerParityOrder(rec.Members, rec.K+rec.M, rec.Owner)
+	for i := range rec.Members {
+		rec.Members[i].Slot = i
 	}
 	return rec, nil
+}
+
+// ownerParityOrder moves the members on owner to the end of their group
+// (width members each, order otherwise kept), onto the parity slots of
+// the owner-parity layout, and reports whether the owner holds any: then
+// the volume uses that layout. Placement puts at most M of a group on
+// one node, so they all land on parity slots.
+func ownerParityOrder(ms []model.VolumeMember, width int, owner string) bool {
+	any := false
+	for g := 0; g+width <= len(ms); g += width {
+		grp := ms[g : g+width]
+		slices.SortStableFunc(grp, func(a, b model.VolumeMember) int {
+			return cmp.Compare(b2i(a.Node == owner), b2i(b.Node == owner))
+		})
+		any = any || grp[width-1].Node == owner
+	}
+	return any
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // host is node name's host NQN and secret; zero when the node is not in

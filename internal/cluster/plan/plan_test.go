@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -92,7 +93,7 @@ func TestNewVolume(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := model.Volume{Version: model.VolumeVersion, UUID: us(3), Name: "v3", K: 2, M: 1, Groups: 1, Owner: "c",
-				State: model.VolumeCreating, MemberSize: 1 << 30, Created: now.UTC(), Members: members("a-d3", "b-d3", "c-d3")}
+				State: model.VolumeCreating, MemberSize: 1 << 30, Created: now.UTC(), Members: members("a-d3", "b-d3", "c-d3"), FixedParity: true}
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("NewVolume:\n got %+v\nwant %+v", got, want)
 			}
@@ -100,6 +101,46 @@ func TestNewVolume(t *testing.T) {
 	}
 	if _, err := NewVolume(view("a"), placement.Request{Name: "x", K: 4, M: 2}, u(3), now); !errors.Is(err, placement.ErrNoPlacement) {
 		t.Errorf("refusal %v does not wrap ErrNoPlacement", err)
+	}
+}
+
+// The owner's members go to the end of each group (the parity slots of
+// the owner-parity layout), the others keep their order; a volume whose
+// owner holds no member keeps the rotating layout.
+func TestOwnerParityOrder(t *testing.T) {
+	nodes := func(ms []model.VolumeMember) string {
+		var out []string
+		for _, m := range ms {
+			out = append(out, m.Node+"/"+m.Drive)
+		}
+		return strings.Join(out, " ")
+	}
+	mk := func(spec ...string) []model.VolumeMember {
+		var ms []model.VolumeMember
+		for _, x := range spec {
+			n, d, _ := strings.Cut(x, "/")
+			ms = append(ms, model.VolumeMember{Node: n, Drive: d})
+		}
+		return ms
+	}
+	for _, tc := range []struct {
+		name  string
+		in    []model.VolumeMember
+		width int
+		owner string
+		want  string
+		fixed bool
+	}{
+		{"4+2, owner first", mk("a/1", "a/2", "b/1", "b/2", "c/1", "c/2"), 6, "a", "b/1 b/2 c/1 c/2 a/1 a/2", true},
+		{"4+2, owner spread", mk("b/1", "a/1", "c/1", "a/2", "b/2", "c/2"), 6, "a", "b/1 c/1 b/2 c/2 a/1 a/2", true},
+		{"two groups", mk("a/1", "b/1", "c/1", "c/2", "a/2", "b/2"), 3, "c", "a/1 b/1 c/1 a/2 b/2 c/2", true},
+		{"owner holds nothing", mk("a/1", "b/1", "c/1"), 3, "d", "a/1 b/1 c/1", false},
+	} {
+		ms := slices.Clone(tc.in)
+		fixed := ownerParityOrder(ms, tc.width, tc.owner)
+		if got := nodes(ms); got != tc.want || fixed != tc.fixed {
+			t.Errorf("%s: %s, fixed parity %v; want %s, %v", tc.name, got, fixed, tc.want, tc.fixed)
+		}
 	}
 }
 
