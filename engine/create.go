@@ -320,8 +320,8 @@ func chooseDataOffset(cfg Config, g layout.Geometry, memberSize int64) (int64, e
 			cfg.JournalBytes, lo, g.K, g.M, g.ChunkSize>>10)
 	}
 	if hi := min(MaxJournalBytes, memberSize/4); cfg.JournalBytes > hi {
-		return 0, fmt.Errorf("journal of %d bytes above the maximum of %d (1 GiB, at most a quarter of a %d-byte member)",
-			cfg.JournalBytes, hi, memberSize)
+		return 0, fmt.Errorf("journal of %d bytes above the maximum of %d (%d MiB, at most a quarter of a %d-byte member)",
+			cfg.JournalBytes, hi, MaxJournalBytes>>20, memberSize)
 	}
 	off := journalDataOffset(cfg.JournalBytes)
 	if cfg.DataOffset != 0 && cfg.DataOffset != off {

@@ -93,7 +93,10 @@ func TestConfigJournalBytes(t *testing.T) {
 		{name: "matching data offset", member: 64 << 20, journal: 8 << 20, dataOffset: 9 << 20, wantOffset: 9 << 20},
 		{name: "below minimum", member: 64 << 20, journal: minimum - 1, wantErr: fmt.Sprintf("below the minimum of %d", minimum)},
 		{name: "above a quarter", member: 64 << 20, journal: 16<<20 + 4096, wantErr: fmt.Sprintf("above the maximum of %d", 16<<20)},
-		{name: "above 1 GiB", member: 8 << 30, journal: 1<<30 + 4096, wantErr: fmt.Sprintf("above the maximum of %d", 1<<30)},
+		// The largest journal still makes a superblock the engine
+		// accepts (the area it derives is within superblock.MaxJournalBytes).
+		{name: "the maximum", member: 8 << 30, journal: MaxJournalBytes, wantOffset: journalDataOffset(MaxJournalBytes)},
+		{name: "above the maximum", member: 8 << 30, journal: MaxJournalBytes + 4096, wantErr: fmt.Sprintf("above the maximum of %d", MaxJournalBytes)},
 		{name: "disagreeing data offset", member: 64 << 20, journal: 8 << 20, dataOffset: 2 << 20, wantErr: "needs data offset 9437184"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -37,8 +37,10 @@ const (
 	defaultJournalMax = 8 << 20
 	lockShards        = 4096
 	// MaxJournalBytes bounds Config.JournalBytes: assembly reads the
-	// whole area of every member.
-	MaxJournalBytes = 1 << 30
+	// whole area of every member, and the area a request derives (the
+	// data offset rounded up to DefaultDataOffset) must stay within what
+	// a superblock accepts (superblock.MaxJournalBytes).
+	MaxJournalBytes = superblock.MaxJournalBytes - 2*DefaultDataOffset
 )
 
 // Errors.

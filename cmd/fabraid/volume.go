@@ -93,7 +93,7 @@ at least 3 full-chunk records and at most 8 MiB (members below ~128 MiB get
 ~1 MiB). A larger journal fills less often under heavy writes, and a full
 journal forces a retire: a flush and a header write on every member while the
 writers wait. It costs its size on every member. Accepted: one full-chunk
-record plus two 4 KiB header blocks up to 1 GiB, at most a quarter of a
+record plus two 4 KiB header blocks up to 62 MiB, at most a quarter of a
 member.` + volumeExitCodes,
 		Example: `  fabraid volume create vol0 --data 4 --parity 2
   fabraid volume create scratch --data 2 --parity 1 --chunk 128K --drives /dev/nvme1n1,/dev/nvme2n1,/dev/nvme3n1`,
