@@ -24,6 +24,10 @@ type journalVariant struct {
 	name       string
 	owner      string // engine.Options.OwnerDomain
 	dataOffset int64  // engine.Config.DataOffset (0: the default)
+	// ownerParity: the owner-parity layout (engine.Config.FixedParity)
+	// with the owner's two members on the parity slots, as cluster
+	// placement makes it.
+	ownerParity bool
 }
 
 // TestBenchOwnerJournalVM measures what owner-domain journaling costs on
@@ -35,7 +39,8 @@ type journalVariant struct {
 // owner journal with a 1 MiB data offset (a ~1 MiB journal: members
 // below ~128 MiB, volumes created before the journal grew) and with the
 // 9 MiB offset members of 1 GiB and more get by default (an ~8.9 MiB
-// journal). Three alternating rounds, medians; per variant MiB/s, the
+// journal), and the owner-parity layout with that journal (the owner's
+// members on the parity slots: nothing to log). Three alternating rounds, medians; per variant MiB/s, the
 // ratio to no journal, guest CPU-seconds per GiB, and write requests the
 // member disks completed per MiB (after every merge; flushes a retire
 // sends as empty writes count too). Run with `make vmbench`.
@@ -53,7 +58,8 @@ func TestBenchOwnerJournalVM(t *testing.T) {
 		Timeout: 15 * time.Minute,
 	}, func(t *testing.T, g *vmtest.Env) {
 		remote := importOverLoopback(t, g.Disks)
-		variants := []journalVariant{{"none", "", 0}, {"journal_1m", "own", engine.DefaultDataOffset}, {"journal_default_1g", "own", 9 << 20}}
+		variants := []journalVariant{{"none", "", 0, false}, {"journal_1m", "own", engine.DefaultDataOffset, false},
+			{"journal_default_1g", "own", 9 << 20, false}, {"owner_parity_1g", "own", 9 << 20, true}}
 		const rounds = 3
 		got := map[string][]readSample{}
 		writes := map[string]float64{}
@@ -136,8 +142,12 @@ func journalRun(t *testing.T, v journalVariant, devs, disks []string, writers in
 		t.Fatal(err)
 	}
 	defer exec.Close()
+	domains := []string{"own", "own", "n1", "n1", "n2", "n2"}
+	if v.ownerParity {
+		domains = []string{"n1", "n1", "n2", "n2", "own", "own"}
+	}
 	vol, err := engine.Create(engine.Config{Name: "ojb", K: 4, M: 2, ChunkSize: 64 << 10, RegionSize: 1 << 20, AssumeZeroed: true,
-		DataOffset: v.dataOffset, Domains: []string{"own", "own", "n1", "n1", "n2", "n2"}},
+		DataOffset: v.dataOffset, Domains: domains, FixedParity: v.ownerParity},
 		openMembers(t, devs, memberio.Options{Exclusive: true}), devs, engine.Options{Executor: exec, OwnerDomain: v.owner})
 	if err != nil {
 		t.Fatal(err)
