@@ -219,8 +219,8 @@ func newVolumeShowCmd() *cobra.Command {
 				return printJSON(cmd, v)
 			}
 			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "name:     %s\nuuid:     %s\nstate:    %s\nsize:     %s (%d bytes)\nlayout:   %d+%d x %d group(s), chunk %s\ndevice:   %s\nnqn:      %s\n",
-				v.Name, v.UUID, stateWithProgress(v), humanSize(v.Size), v.Size, v.K, v.M, v.Groups, chunkText(v.ChunkSize), v.Device, v.NQN)
+			fmt.Fprintf(w, "name:     %s\nuuid:     %s\nstate:    %s\nsize:     %s (%d bytes)\nlayout:   %s\ndevice:   %s\nnqn:      %s\n",
+				v.Name, v.UUID, stateWithProgress(v), humanSize(v.Size), v.Size, layoutText(v), v.Device, v.NQN)
 			fmt.Fprintf(w, "ublk:     %s\n", ublkText(v))
 			if v.Owner != "" {
 				fmt.Fprintf(w, "owner:    %s%s\n", v.Owner, epochText(v.Epoch))
@@ -246,9 +246,6 @@ func newVolumeShowCmd() *cobra.Command {
 			}
 			if v.State != "stopped" && v.State != "waiting" && v.State != "unknown" {
 				fmt.Fprintf(w, "journal:  %s\n", journalText(v.Journal, v.JournalBytes))
-				if v.FixedParity {
-					fmt.Fprintf(w, "layout:   owner-parity: parity on the last %d member(s) of each group, where the owner's are placed\n", v.M)
-				}
 				if v.OwnerJournal > 0 {
 					fmt.Fprintf(w, "          owner-domain journaling on: writes to the owner's %d member(s) survive the owner's loss with them\n", v.OwnerJournal)
 				}
@@ -722,4 +719,14 @@ func journalText(on bool, size int64) string {
 		return "on (writes while degraded survive a crash)"
 	}
 	return "off (format version 1: a crash while degraded can lose data; docs/engine.md)"
+}
+
+// layoutText is a volume's geometry, and its parity placement when that
+// is the owner-parity layout.
+func layoutText(v api.Volume) string {
+	s := fmt.Sprintf("%d+%d x %d group(s), chunk %s", v.K, v.M, v.Groups, chunkText(v.ChunkSize))
+	if v.FixedParity {
+		s += fmt.Sprintf(", owner-parity (parity on each group's last %d members, where the owner's are placed)", v.M)
+	}
+	return s
 }
