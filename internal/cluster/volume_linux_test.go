@@ -36,6 +36,10 @@ import (
 //     with DH-HMAC-CHAP) and reports it ready. b and c (non-owners) find
 //     the volume's multipath head, each writes its own region with O_DIRECT
 //     and a checksum, then reads and checks the other's region.
+//   - Host key rotation: a rotates its host secret (cluster rotate-keys
+//     --host) while it writes through its volume device; no write fails,
+//     b and c acknowledge, a's member controllers are re-keyed in place
+//     and the volume stays optimal (rotateHostKeyUnderIO).
 //   - Node loss: c keeps writing a small window while it powers b off (kills
 //     its qemu): no write fails, and the volume turns degraded with b's two
 //     members failed. c boots b again with the same disks: its fabraidd
@@ -134,7 +138,8 @@ func volumeGuest(t *testing.T, g *vmtest.Env) {
 		// A member path that missed its 2 s keep-alive while the guests
 		// were starved of CPU fails as unreachable and is re-added by the
 		// owner (bitmap resync): the volume is optimal again by itself.
-		waitState(t, start, "optimal", 3*time.Minute)
+		in = waitState(t, start, "optimal", 3*time.Minute)
+		rotateHostKeyUnderIO(t, start, in.Device) // hostrotate_linux_test.go
 		mustFabraid(t, "volume", "list")
 		g.Signal(t, "optimal")
 
