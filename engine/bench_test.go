@@ -230,25 +230,34 @@ func benchWritePair(b *testing.B, with, without *Volume, stripe bool, withName, 
 // healthy writes: two healthy 4+2 volumes (64 KiB chunks, default layout,
 // files in /dev/shm) whose members are spread over failure domains with
 // the owner holding "owner" of the 6 (1: six nodes; 2: three nodes of two
-// drives), one with Options.OwnerDomain set and one without, written as
+// drives; "owner-parity,": two, on the parity slots of the owner-parity
+// layout, which only the volume with Options.OwnerDomain set uses), one
+// with Options.OwnerDomain set and one without (rotating), written as
 // BenchmarkDegradedWriteJournal does. Run with -benchtime=1x:
 //
 //	go test ./engine -run XXX -bench OwnerJournal -benchtime=1x
 func BenchmarkOwnerJournal(b *testing.B) {
-	for _, owned := range []int{1, 2} {
+	for _, owned := range []int{1, 2, -2} { // -2: two members on the parity slots of the owner-parity layout
 		for _, stripe := range []bool{false, true} {
-			name := fmt.Sprintf("owner=%dof6/random4K", owned)
+			layout := ""
+			if owned < 0 {
+				layout = "owner-parity,"
+			}
+			name := fmt.Sprintf("%sowner=%dof6/random4K", layout, max(owned, -owned))
 			if stripe {
-				name = fmt.Sprintf("owner=%dof6/stripe", owned)
+				name = fmt.Sprintf("%sowner=%dof6/stripe", layout, max(owned, -owned))
 			}
 			b.Run(name, func(b *testing.B) {
 				domains := []string{"n0", "n1", "n2", "n3", "n4", "n5"}
-				if owned == 2 {
+				switch owned {
+				case 2:
 					domains = []string{"n0", "n0", "n1", "n1", "n2", "n2"}
+				case -2:
+					domains = []string{"n1", "n1", "n2", "n2", "n0", "n0"}
 				}
 				mk := func(owner string) *Volume {
 					devs := benchMembers(b, 6, 64<<20)
-					v, err := Create(Config{Name: "bench", K: 4, M: 2, Domains: domains, AssumeZeroed: true}, devs, nil,
+					v, err := Create(Config{Name: "bench", K: 4, M: 2, Domains: domains, AssumeZeroed: true, FixedParity: owner != "" && owned < 0}, devs, nil,
 						Options{Logger: quietLogger(), OwnerDomain: owner})
 					if err != nil {
 						b.Fatal(err)
@@ -257,7 +266,7 @@ func BenchmarkOwnerJournal(b *testing.B) {
 					return v
 				}
 				vo, vn := mk("n0"), mk("")
-				if vo.Status().OwnerJournal != owned || vn.Status().OwnerJournal != 0 {
+				if vo.Status().OwnerJournal != max(owned, -owned) || vn.Status().OwnerJournal != 0 {
 					b.Fatal("owner-domain journaling switch not effective")
 				}
 				benchWritePair(b, vo, vn, stripe, "owner-", "plain-")
