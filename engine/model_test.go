@@ -582,6 +582,7 @@ func TestModel(t *testing.T) {
 		cfg := Config{
 			Name: fmt.Sprintf("model%d", run), K: k, M: m, Groups: 1 + rng.IntN(2),
 			ChunkSize: 4096 << rng.IntN(2), RegionSize: 32 << 10, DataOffset: 256 << 10,
+			FixedParity: rng.IntN(2) == 0, // the owner-parity layout half of the time
 		}
 		nodes := (k + m + m - 1) / m
 		for grp := 0; grp < cfg.Groups; grp++ {
@@ -590,8 +591,8 @@ func TestModel(t *testing.T) {
 			}
 		}
 		size := int64(256<<10) + int64(cfg.ChunkSize)*int64(8+rng.IntN(24))
-		t.Run(fmt.Sprintf("%d+%dx%d/chunk%d", k, m, cfg.Groups, cfg.ChunkSize), func(t *testing.T) {
-			g := layout.Geometry{K: k, M: m, Groups: cfg.Groups}
+		t.Run(fmt.Sprintf("%d+%dx%d/chunk%d/fixed%v", k, m, cfg.Groups, cfg.ChunkSize, cfg.FixedParity), func(t *testing.T) {
+			g := layout.Geometry{K: k, M: m, Groups: cfg.Groups, FixedParity: cfg.FixedParity}
 			mm, devs := memMembers(g.Members(), size)
 			opts := Options{Logger: quietLogger()}
 			hooks := testHooks{journalOff: os.Getenv("FABRAID_TEST_NO_JOURNAL") != "",

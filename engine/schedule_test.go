@@ -512,10 +512,10 @@ func (c *schedCase) ownerErr(owner int, what string, err error) {
 // bits are clean) and maybe fails one member first.
 func (c *schedCase) setup() (prefailed int) {
 	rng := c.rng
-	c.g = layout.Geometry{K: 2 + rng.IntN(2), M: 1 + rng.IntN(2), Groups: 1, ChunkSize: layout.BlockSize}
+	c.g = layout.Geometry{K: 2 + rng.IntN(2), M: 1 + rng.IntN(2), Groups: 1, ChunkSize: layout.BlockSize, FixedParity: rng.IntN(2) == 0}
 	rows := int64(4 + rng.IntN(3))
 	c.cfg = Config{Name: "sched", K: c.g.K, M: c.g.M, ChunkSize: layout.BlockSize,
-		RegionSize: int64(layout.BlockSize) << rng.IntN(2), DataOffset: 256 << 10, AssumeZeroed: true}
+		RegionSize: int64(layout.BlockSize) << rng.IntN(2), DataOffset: 256 << 10, AssumeZeroed: true, FixedParity: c.g.FixedParity}
 	c.size = c.cfg.DataOffset + rows*layout.BlockSize
 	c.s = newScheduler()
 	if os.Getenv("FABRAID_SCHED_TRACE") != "" {

@@ -314,7 +314,7 @@ func (v *Volume) readable(slot int, row int64) bool {
 // be read (the read fast path needs nothing else).
 func (v *Volume) unreadableMask(group int, row int64) (unreadable uint64) {
 	w := v.geo.Width()
-	first := int(row % int64(w))
+	first := v.geo.MemberOf(row, 0) // geo.MemberOf(row, pos), without a division per position
 	base := group * w
 	for pos := 0; pos < w; pos++ {
 		mem := first + pos
