@@ -15,6 +15,7 @@ import (
 	"github.com/fabraid/fabraid/internal/cluster/plan"
 	"github.com/fabraid/fabraid/internal/cluster/registry"
 	"github.com/fabraid/fabraid/internal/cluster/scope"
+	"github.com/fabraid/fabraid/internal/cluster/viewcache"
 	"github.com/fabraid/fabraid/internal/cluster/volumes"
 	"github.com/fabraid/fabraid/internal/drive"
 	"github.com/fabraid/fabraid/internal/exporter"
@@ -54,7 +55,8 @@ type clusterLoop struct {
 	leaseCli  *clientv3.Client
 	leaseLost chan struct{}
 	published map[string]model.VolumeStatus
-	watched   *clientv3.Client         // the client the watch runs on
+	watched   *clientv3.Client         // the client the watch and the view's copy run on
+	cache     *viewcache.Cache         // the view's copy (viewcache), fed by the watch
 	interest  *scope.Interest          // what the last view made this node's business; nil before it
 	acks      map[string]fenceAck      // fence acknowledgements written, by volume (fence.go)
 	holders   map[string]plan.OwnerKey // last owner key seen per volume (fence.go)
@@ -185,29 +187,41 @@ func (pl *Plane) InCluster() bool {
 // ErrNoEtcd: the node is in a cluster but its etcd client is not up.
 var ErrNoEtcd = errors.New("cluster: etcd is not reachable yet (membership starting); volumes are left as they are meanwhile")
 
-// watch kicks a reconcile on every change that concerns this node
-// (kicks); one watch per client.
-func (c *clusterLoop) watch(cli *clientv3.Client, self string, kick func()) {
+// watch keeps this node's copy of the cluster's keys (viewcache: the
+// passes read their view from it) and kicks a reconcile on every change
+// that concerns this node (kicks), after the copy has it; one per client.
+// It returns the view's reader for cli: the copy's, or cli itself while
+// another client's copy runs.
+func (c *clusterLoop) watch(cli *clientv3.Client, self string, kick func()) clientv3.KV {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.watched == cli {
-		return
+		return c.cache.KV(cli)
 	}
-	c.watched = cli
+	if c.watched != nil {
+		return cli
+	}
+	c.watched, c.cache = cli, viewcache.New(keys.Prefix)
+	cache := c.cache
 	go func() {
-		for resp := range cli.Watch(clientv3.WithRequireLeader(context.Background()), keys.Prefix, clientv3.WithPrefix()) {
-			for _, ev := range resp.Events {
+		cache.Run(cli.Ctx(), cli, func(evs []*clientv3.Event, resync bool) {
+			if resync {
+				kick()
+				return
+			}
+			for _, ev := range evs {
 				if c.kicks(self, ev) {
 					kick()
 				}
 			}
-		}
+		})
 		c.mu.Lock()
 		if c.watched == cli {
 			c.watched = nil // a later reconcile watches again
 		}
 		c.mu.Unlock()
 	}()
+	return cache.KV(cli)
 }
 
 // kicks says whether a watch event asks for a reconcile now: a change

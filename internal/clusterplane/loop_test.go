@@ -1,13 +1,16 @@
 package clusterplane
 
 import (
+	"context"
 	"maps"
+	"sync"
 	"testing"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/fabraid/fabraid/internal/cluster/etcdtest"
 	"github.com/fabraid/fabraid/internal/cluster/keys"
 	"github.com/fabraid/fabraid/internal/cluster/model"
 	"github.com/fabraid/fabraid/internal/cluster/plan"
@@ -82,5 +85,50 @@ func TestDownClock(t *testing.T) {
 	mark, clear := downRecords(nodes, func(n string) bool { return n != "d" })
 	if len(mark) != 1 || mark[0] != "c" || len(clear) != 1 || clear[0] != "a" {
 		t.Errorf("downRecords: mark %v clear %v, want [c] and [a]", mark, clear)
+	}
+}
+
+// TestWatchKicksAfterCopy: the loop's watch feeds the view's copy and
+// kicks a pass only once the copy holds the change, so the kicked pass
+// reads it: at every kick (read in the kick itself, before the watch goes
+// on), the registry read through the returned reader already lists the
+// node whose registration kicked it.
+func TestWatchKicksAfterCopy(t *testing.T) {
+	cli := etcdtest.Start(t)
+	ctx := context.Background()
+	c := &clusterLoop{}
+	var mu sync.Mutex
+	var kv clientv3.KV // nil until watch returned: the first list's kick reads nothing
+	seen := make(chan string, 16)
+	r := c.watch(cli, "c", func() {
+		mu.Lock()
+		r := kv
+		mu.Unlock()
+		if r == nil {
+			return
+		}
+		last := ""
+		if resp, err := r.Get(ctx, keys.NodesPrefix, clientv3.WithPrefix()); err == nil && len(resp.Kvs) > 0 {
+			last = string(resp.Kvs[len(resp.Kvs)-1].Key)
+		}
+		seen <- last
+	})
+	mu.Lock()
+	kv = r
+	mu.Unlock()
+	for c.cache.Revision() == 0 { // the first list, and its kick, done
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	for len(seen) > 0 {
+		<-seen
+	}
+	for _, name := range []string{"n1", "n2", "n3"} {
+		if _, err := cli.Put(ctx, keys.Node(name), `{"name":"`+name+`"}`); err != nil {
+			t.Fatal(err)
+		}
+		if got := <-seen; got != keys.Node(name) {
+			t.Fatalf("kicked by %s's registration, the view's reader lists %q last", name, got)
+		}
 	}
 }

@@ -27,7 +27,7 @@ func (pl *Plane) Reconcile(ctx context.Context) error {
 		return ErrNoEtcd
 	}
 	c := pl.loop
-	c.watch(cli, pl.cfg.NodeName, pl.kick)
+	viewKV := c.watch(cli, pl.cfg.NodeName, pl.kick)
 	pl.requestHook(cli) // engine operation requests (req.go)
 	self := pl.cfg.NodeName
 	hs, ok := pl.cluster.HostSecret()
@@ -36,7 +36,7 @@ func (pl *Plane) Reconcile(ctx context.Context) error {
 	}
 	secret := nvmf.SecretText(hs.Reveal())
 	rctx, cancel := context.WithTimeout(ctx, etcdTimeout)
-	v, err := readView(rctx, cli, self)
+	v, err := readView(rctx, viewKV, self)
 	if err == nil {
 		err = pl.readCtrlKeys(rctx, cli, v) // auth.go
 	}

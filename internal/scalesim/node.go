@@ -16,6 +16,7 @@ import (
 	"github.com/fabraid/fabraid/internal/cluster/plan"
 	"github.com/fabraid/fabraid/internal/cluster/registry"
 	"github.com/fabraid/fabraid/internal/cluster/scope"
+	"github.com/fabraid/fabraid/internal/cluster/viewcache"
 	"github.com/fabraid/fabraid/internal/cluster/volumes"
 )
 
@@ -43,6 +44,9 @@ type node struct {
 	// interest is what the last view made this node's business: the
 	// changes that kick a reconcile (fabraidd's, internal/cluster/scope).
 	interest atomic.Pointer[scope.Interest]
+	// cache is the node's copy of the cluster's keys, which its passes
+	// read their view from (fabraidd's, internal/cluster/viewcache).
+	cache *viewcache.Cache
 }
 
 func startNode(ctx context.Context, e *Etcd, name string, drives int, c Config, st *stats) (*node, error) {
@@ -50,7 +54,7 @@ func startNode(ctx context.Context, e *Etcd, name string, drives int, c Config, 
 	if err != nil {
 		return nil, err
 	}
-	n := &node{name: name, cli: cli, st: st, kick: make(chan struct{}, 1), held: map[string]owner.Epoch{},
+	n := &node{name: name, cli: cli, st: st, kick: make(chan struct{}, 1), held: map[string]owner.Epoch{}, cache: viewcache.New(keys.Prefix),
 		seen: map[string]owner.Key{}, lapsed: map[string]bool{}}
 	rec := registry.Node{Name: name, Domain: name, HostNQN: "nqn.2014-08.org.nvmexpress:uuid:" + name, ClusterAddress: "127.0.0.1",
 		StorageAddresses: []string{"10.0.0.1"}, Exports: model.ExportsDHCHAP}
@@ -76,21 +80,25 @@ func startNode(ctx context.Context, e *Etcd, name string, drives int, c Config, 
 // on every watch event that concerns the node (kicks), one at a time, until ctx ends or
 // the node is killed.
 func (n *node) run(ctx context.Context, interval, first time.Duration, events *eventCount) {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() {
-		for resp := range n.cli.Watch(wctx, keys.Prefix, clientv3.WithPrefix()) {
-			for _, ev := range resp.Events {
-				events.add(1)
-				if n.kicks(ev) {
-					select {
-					case n.kick <- struct{}{}:
-					default:
-					}
-				}
+	kick := func() {
+		select {
+		case n.kick <- struct{}{}:
+		default:
+		}
+	}
+	go n.cache.Run(wctx, n.cli, func(evs []*clientv3.Event, resync bool) {
+		if resync {
+			kick()
+		}
+		for _, ev := range evs {
+			events.add(1)
+			if n.kicks(ev) {
+				kick()
 			}
 		}
-	}()
+	})
 	t := time.NewTimer(first)
 	defer t.Stop()
 	for {
@@ -119,7 +127,7 @@ func (n *node) reconcile(ctx context.Context) {
 		return
 	}
 	t0 := time.Now()
-	v, err := readView(rctx, n.cli, n.name)
+	v, err := readView(rctx, n.cache.KV(n.cli), n.name)
 	n.st.read(time.Since(t0), err)
 	if err != nil {
 		return
