@@ -127,8 +127,12 @@ func (n *node) reconcile(ctx context.Context) {
 		return
 	}
 	t0 := time.Now()
+	h0 := n.cache.Hits()
 	v, err := readView(rctx, n.cache.KV(n.cli), n.name)
 	n.st.read(time.Since(t0), err)
+	if n.cache.Hits()-h0 == viewReads {
+		n.st.copyReads.Add(1)
+	}
 	if err != nil {
 		return
 	}
@@ -281,6 +285,10 @@ func alive(v plan.View, name string) bool {
 
 // readView is internal/clusterplane's readView: the registry with liveness,
 // every volume record, host keys, statuses, moves and consumer paths.
+// viewReads is how many reads readView makes (a registry transaction and
+// five prefix reads).
+const viewReads = 6
+
 func readView(ctx context.Context, kv clientv3.KV, self string) (plan.View, error) {
 	ns, err := registry.List(ctx, kv)
 	if err != nil {

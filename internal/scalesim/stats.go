@@ -21,6 +21,7 @@ func withPrefixCount() []clientv3.OpOption {
 type stats struct {
 	readErrs, writeErrs atomic.Int64
 	sessionsLost        atomic.Int64 // owner sessions fenced (lease not renewed in time)
+	copyReads           atomic.Int64 // views read wholly from the node's copy (viewcache)
 
 	mu      sync.Mutex
 	views   []time.Duration
@@ -72,6 +73,7 @@ func (s *stats) reset() {
 	s.mu.Lock()
 	s.views = nil
 	s.mu.Unlock()
+	s.copyReads.Store(0)
 }
 
 // viewQuantiles returns the count, p50 and p99 (seconds) of the window.

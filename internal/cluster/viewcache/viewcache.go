@@ -33,12 +33,20 @@ type Cache struct {
 	kvs    map[string]*mvccpb.KeyValue
 	rev    int64 // the revision the copy reflects
 	synced bool  // a list completed and the watch after it runs
-	hits   int64 // reads answered from the copy (tests)
+	hits   int64 // reads answered from the copy
 }
 
 // New returns an empty cache of the keys under prefix.
 func New(prefix string) *Cache {
 	return &Cache{prefix: prefix, kvs: map[string]*mvccpb.KeyValue{}}
+}
+
+// Hits counts the reads (a Get, or a read-only transaction) the copy
+// answered.
+func (c *Cache) Hits() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hits
 }
 
 // Revision is the etcd revision the copy reflects, 0 while it is not

@@ -15,12 +15,6 @@ import (
 
 const prefix = "/fabraid/v1/"
 
-func (c *Cache) hitCount() int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.hits
-}
-
 // waitRev waits until the copy reflects revision rev.
 func waitRev(t *testing.T, c *Cache, rev int64) {
 	t.Helper()
@@ -57,7 +51,7 @@ func TestCacheFollowsEtcd(t *testing.T) {
 	if _, err := kv.Get(ctx, prefix+"nodes/a"); err != nil { // before the copy: etcd answers
 		t.Fatal(err)
 	}
-	if c.hitCount() != 0 {
+	if c.Hits() != 0 {
 		t.Fatal("the copy answered before it was synced")
 	}
 	go c.Run(ctx, cli, nil)
@@ -108,7 +102,7 @@ func TestCacheFollowsEtcd(t *testing.T) {
 			last = r.Header.Revision
 		}
 		waitRev(t, c, last)
-		hits := c.hitCount()
+		hits := c.Hits()
 		for _, q := range []struct {
 			key  string
 			opts []clientv3.OpOption
@@ -134,7 +128,7 @@ func TestCacheFollowsEtcd(t *testing.T) {
 		if err != nil || len(tr.Responses) != 2 {
 			t.Fatalf("read-only transaction: %v, %+v", err, tr)
 		}
-		if got := c.hitCount() - hits; got != 5 {
+		if got := c.Hits() - hits; got != 5 {
 			t.Fatalf("round %d: %d of 5 reads answered from the copy", round, got)
 		}
 	}
@@ -155,7 +149,7 @@ func TestCachePassesThrough(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitRev(t, c, r.Header.Revision)
-	hits := c.hitCount()
+	hits := c.Hits()
 	// A compare-and-swap against the revision the copy showed succeeds
 	// once; the second, with the copy possibly behind, is refused by etcd.
 	for i, want := range []bool{true, false} {
@@ -174,7 +168,7 @@ func TestCachePassesThrough(t *testing.T) {
 	if _, err := kv.Get(ctx, "/other/", clientv3.WithPrefix()); err != nil {
 		t.Fatal(err)
 	}
-	if got := c.hitCount() - hits; got != 0 {
+	if got := c.Hits() - hits; got != 0 {
 		t.Fatalf("%d of these reads were answered from the copy", got)
 	}
 }
