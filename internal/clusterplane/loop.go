@@ -190,16 +190,14 @@ var ErrNoEtcd = errors.New("cluster: etcd is not reachable yet (membership start
 // watch keeps this node's copy of the cluster's keys (viewcache: the
 // passes read their view from it) and kicks a reconcile on every change
 // that concerns this node (kicks), after the copy has it; one per client.
-// It returns the view's reader for cli: the copy's, or cli itself while
-// another client's copy runs.
+// It returns the view's reader for cli, the copy's (which reads etcd until
+// its first list is done). A new client gets a new copy at once; the old
+// one's runs on until that client is closed.
 func (c *clusterLoop) watch(cli *clientv3.Client, self string, kick func()) clientv3.KV {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.watched == cli {
 		return c.cache.KV(cli)
-	}
-	if c.watched != nil {
-		return cli
 	}
 	c.watched, c.cache = cli, viewcache.New(keys.Prefix)
 	cache := c.cache
