@@ -73,6 +73,7 @@ func startNode(ctx context.Context, e *Etcd, name string, drives int, c Config, 
 		cli.Close()
 		return nil, err
 	}
+	n.watchFence(n.sess)
 	return n, nil
 }
 
@@ -186,7 +187,18 @@ func (n *node) renewSession(ctx context.Context) bool {
 	n.mu.Lock()
 	n.sess, n.held = s, map[string]owner.Epoch{}
 	n.mu.Unlock()
+	n.watchFence(s)
 	return true
+}
+
+// watchFence tells the stats when s fences (its self-fence deadline
+// passed: fabraidd's engines freeze then), which comes before its lease
+// can expire at the server and so before another node can take its keys.
+func (n *node) watchFence(s *owner.Session) {
+	go func() {
+		<-s.Fenced()
+		n.st.fenced(n.name)
+	}()
 }
 
 // noteLapses marks the holders of keys that vanished with their lease

@@ -27,11 +27,12 @@ type stats struct {
 	views   []time.Duration
 	holder  map[string]string // volume -> node that acquired its key last
 	killed  map[string]bool
-	doubled map[string]bool // volumes acquired while the previous holder lived
+	lapsed  map[string]bool // volumes whose holder's owner session fenced since it acquired them
+	doubled map[string]bool // volumes acquired while the previous holder ran them
 }
 
 func newStats() *stats {
-	return &stats{holder: map[string]string{}, killed: map[string]bool{}, doubled: map[string]bool{}}
+	return &stats{holder: map[string]string{}, killed: map[string]bool{}, lapsed: map[string]bool{}, doubled: map[string]bool{}}
 }
 
 func (s *stats) read(d time.Duration, err error) {
@@ -50,16 +51,31 @@ func (s *stats) write(err error) {
 	}
 }
 
-// acquired records that node holds volume's key now; a previous holder
-// that was not killed still held it (nobody resigns in the simulation):
-// two owners.
+// acquired records that node holds volume's key now. A previous holder
+// that was neither killed nor fenced (its owner session, on which the key
+// was, still live: nobody resigns in the simulation) still ran it: two
+// owners.
 func (s *stats) acquired(volume, node string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if prev, ok := s.holder[volume]; ok && prev != node && !s.killed[prev] {
+	if prev, ok := s.holder[volume]; ok && prev != node && !s.killed[prev] && !s.lapsed[volume] {
 		s.doubled[volume] = true
 	}
 	s.holder[volume] = node
+	delete(s.lapsed, volume)
+}
+
+// fenced records that node's owner session fenced: the keys it holds
+// now (on that session: a node holds keys on one session at a time)
+// lapse with it.
+func (s *stats) fenced(node string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for volume, holder := range s.holder {
+		if holder == node {
+			s.lapsed[volume] = true
+		}
+	}
 }
 
 func (s *stats) twoOwners() int {
