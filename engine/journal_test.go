@@ -151,6 +151,8 @@ type crashCase struct {
 	// fixedParity: the owner-parity layout, the owner's members among
 	// each group's last m (its parity members).
 	fixedParity bool
+	// noDegrade (owner case): no member but the owner's is lost.
+	noDegrade bool
 }
 
 // ownerDomain is the failure domain of the owner in crashRun.
@@ -248,6 +250,9 @@ func crashRun(t *testing.T, rng *rand.Rand, c crashCase) (int, string) {
 		if c.owner {
 			desc += fmt.Sprintf(" group %d: %d owner members", grp, ownerCount[grp])
 			n = rng.IntN(m - ownerCount[grp] + 1)
+			if c.noDegrade {
+				n = 0
+			}
 		}
 		for _, mem := range cands[:n] {
 			slot := g.Slot(grp, mem)

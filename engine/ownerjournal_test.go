@@ -59,29 +59,39 @@ func TestJournalCrashOwnerDomain(t *testing.T) {
 
 // TestJournalCrashOwnerParity is TestJournalCrashOwnerDomain on the
 // owner-parity layout (Config.FixedParity) with the owner's members among
-// each group's parity members and owner-domain journaling OFF: losing
-// them at the cut loses parity only, so no run reads back a wrong block
-// although nothing logs the owner's chunks. With the rotating layout the
-// same runs do (TestJournalCrashOwnerDomain's first half).
+// each group's parity members, in two cases. Healthy but for the owner,
+// with owner-domain journaling OFF: losing the owner's members at the
+// cut loses parity only, so no run reads back a wrong block although
+// nothing logs anything (with the layout made to rotate, runs do).
+// Degraded besides, with owner-domain journaling on, as every cluster
+// volume runs: no run reads back a wrong block either (journaling off
+// would let a degraded stripe's record land on the owner's members and
+// be lost with them).
 func TestJournalCrashOwnerParity(t *testing.T) {
 	seed := testSeed(t)
 	iters := 40
 	if testing.Short() {
 		iters = 10
 	}
-	rng := rand.New(rand.NewPCG(seed, 12))
-	cuts := 0
-	for i := 0; i < iters; i++ {
-		bad, desc := crashRun(t, rng, crashCase{owner: true, fixedParity: true})
-		if bad > 0 {
-			t.Fatalf("owner-parity layout, no owner journal: iteration %d: %s: %d blocks read back neither their flushed value nor a value written since",
-				i, desc, bad)
+	for _, c := range []crashCase{
+		{owner: true, fixedParity: true, noDegrade: true},
+		{owner: true, fixedParity: true, ownerJournal: true},
+	} {
+		rng := rand.New(rand.NewPCG(seed, 12))
+		cuts := 0
+		for i := 0; i < iters; i++ {
+			bad, desc := crashRun(t, rng, c)
+			if bad > 0 {
+				t.Fatalf("owner-parity layout, degraded %v, owner journal %v: iteration %d: %s: %d blocks read back neither their flushed value nor a value written since",
+					!c.noDegrade, c.ownerJournal, i, desc, bad)
+			}
+			if bytes.Contains([]byte(desc), []byte("power cut")) {
+				cuts++
+			}
 		}
-		if bytes.Contains([]byte(desc), []byte("power cut")) {
-			cuts++
-		}
+		t.Logf("owner-parity layout, degraded %v, owner journal %v: %d runs, none read back wrong data; %d had the power cut in the middle of the writes",
+			!c.noDegrade, c.ownerJournal, iters, cuts)
 	}
-	t.Logf("owner-parity layout: %d runs, none read back wrong data; %d had the power cut in the middle of the writes", iters, cuts)
 }
 
 // On the owner-parity layout with the owner's members on the parity
