@@ -32,7 +32,7 @@ type fenceAck struct {
 func (pl *Plane) reconcileExports(ctx context.Context, cli *clientv3.Client, v *clusterView, drives []exporter.Drive) (exporter.Result, error) {
 	c := pl.loop
 	rctx, cancel := context.WithTimeout(ctx, etcdTimeout)
-	hs, err := owner.List(rctx, cli)
+	hs, err := owner.List(rctx, v.keysKV(cli)) // an ack names the epoch it read: a stale one only delays the owner's fence
 	cancel()
 	if err != nil {
 		return exporter.Result{}, fmt.Errorf("drive exporter: %w", err)

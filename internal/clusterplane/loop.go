@@ -80,6 +80,9 @@ type clusterLoop struct {
 	downSince    map[string]time.Time
 	downWarned   map[string]bool
 	reprotectWhy map[string]string
+	// resigned is told of every owner key deletion the watch sees
+	// (acquire.go); nil: nobody.
+	resigned func(uuid string)
 }
 
 func newClusterLoop() *clusterLoop {
@@ -98,6 +101,19 @@ type clusterView struct {
 	// Rekeys are the other nodes' announced host key rotations, by host
 	// NQN: HostKeys has their pending keys (withHostRotations).
 	Rekeys exporter.Rekeys
+	// reader is what the view was read through (in a pass, the node's
+	// copy once it has this node's last owner-key write: sync.go); the
+	// pass reads the owner keys and fence acknowledgements through it
+	// as well. nil: etcd.
+	reader clientv3.KV
+}
+
+// keysKV is the reader of the pass's owner keys: v's reader, or cli.
+func (v *clusterView) keysKV(cli *clientv3.Client) clientv3.KV {
+	if v.reader == nil {
+		return cli
+	}
+	return v.reader
 }
 
 // readView reads the view; a node without storage addresses serves
@@ -107,7 +123,7 @@ func readView(ctx context.Context, kv clientv3.KV, self string) (*clusterView, e
 	if err != nil {
 		return nil, err
 	}
-	v := &clusterView{View: plan.View{Self: self, Nodes: ns}}
+	v := &clusterView{View: plan.View{Self: self, Nodes: ns}, reader: kv}
 	for i, n := range v.Nodes {
 		if len(n.StorageAddresses) == 0 && n.ClusterAddress != "" {
 			v.Nodes[i].StorageAddresses = []string{n.ClusterAddress}
@@ -208,6 +224,9 @@ func (c *clusterLoop) watch(cli *clientv3.Client, self string, kick func()) clie
 				return
 			}
 			for _, ev := range evs {
+				if u, ok := ownerDeleted(ev); ok && c.resigned != nil {
+					c.resigned(u)
+				}
 				if c.kicks(self, ev) {
 					kick()
 				}

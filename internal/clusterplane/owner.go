@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -61,6 +62,10 @@ type ownership struct {
 	kick   func()
 	wait   fenceWaitFunc
 
+	// wrote is the revision of this node's last acquisition: a pass
+	// reads its view from the copy only once the copy has it.
+	wrote atomic.Int64
+
 	mu     sync.Mutex
 	cli    *clientv3.Client
 	sess   *owner.Session
@@ -82,6 +87,7 @@ type ownership struct {
 	// resigns a planned move (Plane.releaseImports over this pass's
 	// import plan); nil: not released.
 	release func(context.Context, model.Volume) error
+	early   earlyAcquires // a planned move's acquire on the resign (acquire.go)
 }
 
 // moveSeen is when this node first saw the move record asked at asked.
@@ -178,8 +184,17 @@ func (o *ownership) reconcile(ctx context.Context, cli *clientv3.Client, v *clus
 	if err != nil {
 		return p, fmt.Errorf("owner session: %w", err)
 	}
+	o.adoptEarly()
+	// The owner keys come from v's reader, the node's copy when it is
+	// synced and has this node's last acquisition (o.wrote), so they may
+	// be behind etcd. That is safe: every acquisition is a
+	// compare-and-swap against etcd (owner.Acquire: only if no key
+	// exists; a takeover first CASes the record), so a decision made on
+	// a stale read can lose a race, never give a volume a second owner;
+	// a key this node holds is gone only by its own resign or its
+	// session's end, which froze its engines first.
 	gctx, cancel := context.WithTimeout(ctx, etcdTimeout)
-	ks, err := owner.List(gctx, cli)
+	ks, err := owner.List(gctx, v.keysKV(cli))
 	cancel()
 	if err != nil {
 		return p, err
@@ -345,9 +360,10 @@ func (o *ownership) execute(ctx context.Context, cli *clientv3.Client, s *owner.
 			return err
 		}
 		var err error
-		if e, err = owner.Acquire(ctx, s, vol.UUID, o.self); err != nil {
+		if e, a.Fence, err = o.acquire(ctx, cli, s, vol, a.Clean); err != nil {
 			return fmt.Errorf("volume %s: %w", vol.Name, err)
 		}
+		o.noteWrite(e)
 		o.log.Info("acquired volume", "volume", vol.Name, "epoch", e)
 	case decision.TakeOver:
 		if err := o.voidRelease(ctx, cli, v, vol); err != nil {
@@ -476,7 +492,7 @@ func (o *ownership) unfenced(ctx context.Context, cli *clientv3.Client, v *clust
 			continue
 		}
 		actx, cancel := context.WithTimeout(ctx, etcdTimeout)
-		acks, err := fence.Acks(actx, cli, vol.UUID)
+		acks, err := fence.Acks(actx, v.keysKV(cli), vol.UUID)
 		cancel()
 		if err != nil {
 			o.log.Warn("fence acknowledgements unreadable; waiting for every member", "volume", vol.Name, "err", err)
@@ -531,6 +547,7 @@ func (o *ownership) takeOver(ctx context.Context, cli *clientv3.Client, s *owner
 	if err != nil {
 		return 0, fmt.Errorf("volume %s: takeover: %w", vol.Name, err)
 	}
+	o.noteWrite(e)
 	o.log.Warn("took the volume over", "volume", vol.Name, "epoch", e, "previous_owner", vol.Owner, "seconds", time.Since(t0).Seconds())
 	return e, nil
 }
@@ -561,6 +578,18 @@ func (o *ownership) fence(ctx context.Context, cli *clientv3.Client, vol model.V
 }
 
 func (o *ownership) forget(uuid string) { delete(o.fenced, uuid) }
+
+// noteWrite records an acquisition at epoch e (its revision): the next
+// passes read the copy only once it has e, so a held key never looks
+// absent to its holder.
+func (o *ownership) noteWrite(e owner.Epoch) {
+	for {
+		w := o.wrote.Load()
+		if int64(e) <= w || o.wrote.CompareAndSwap(w, int64(e)) {
+			return
+		}
+	}
+}
 
 // unexportFacts decides for a frozen hand-over whether its export may go
 // now (mayUnexport), without side effects: servedNow says the new owner

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fabraid/fabraid/internal/cluster/model"
 	"github.com/fabraid/fabraid/internal/cluster/plan"
+	"github.com/fabraid/fabraid/internal/cluster/viewcache"
 	"github.com/fabraid/fabraid/internal/cluster/volumes"
 	"github.com/fabraid/fabraid/internal/volid"
 	"github.com/fabraid/fabraid/internal/volmgr"
@@ -27,7 +28,7 @@ func (pl *Plane) Reconcile(ctx context.Context) error {
 		return ErrNoEtcd
 	}
 	c := pl.loop
-	viewKV := c.watch(cli, pl.cfg.NodeName, pl.kick)
+	viewKV := viewcache.Since(c.watch(cli, pl.cfg.NodeName, pl.kick), pl.owners.wrote.Load())
 	pl.requestHook(cli) // engine operation requests (req.go)
 	self := pl.cfg.NodeName
 	hs, ok := pl.cluster.HostSecret()
@@ -53,6 +54,7 @@ func (pl *Plane) Reconcile(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	v.Held = own.Held // only these are imported and assembled here
+	pl.owners.noteTargets(v, own.Prepare)
 	v.Unfenced = pl.owners.unfenced(ctx, cli, v)
 	c.mu.Lock()
 	c.view, c.interest = v, interestOf(v)

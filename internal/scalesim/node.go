@@ -47,6 +47,9 @@ type node struct {
 	// cache is the node's copy of the cluster's keys, which its passes
 	// read their view from (fabraidd's, internal/cluster/viewcache).
 	cache *viewcache.Cache
+	// wrote is the revision of the node's last acquisition: it reads the
+	// copy only once the copy has it (viewcache.Since).
+	wrote atomic.Int64
 }
 
 func startNode(ctx context.Context, e *Etcd, name string, drives int, c Config, st *stats) (*node, error) {
@@ -129,7 +132,8 @@ func (n *node) reconcile(ctx context.Context) {
 	}
 	t0 := time.Now()
 	h0 := n.cache.Hits()
-	v, err := readView(rctx, n.cache.KV(n.cli), n.name)
+	kv := viewcache.Since(n.cache.KV(n.cli), n.wrote.Load())
+	v, err := readView(rctx, kv, n.name)
 	n.st.read(time.Since(t0), err)
 	if n.cache.Hits()-h0 == viewReads {
 		n.st.copyReads.Add(1)
@@ -139,7 +143,7 @@ func (n *node) reconcile(ctx context.Context) {
 	}
 	in := scope.Of(n.name, v.Volumes, nil)
 	n.interest.Store(&in)
-	ks, err := owner.List(rctx, n.cli)
+	ks, err := owner.List(rctx, kv) // acquisitions stay CASes against etcd (fabraidd's ownership)
 	if err != nil {
 		n.st.read(0, err)
 		return
@@ -233,6 +237,7 @@ func (n *node) acquire(ctx context.Context, uuid string) {
 	n.mu.Lock()
 	n.held[uuid] = e
 	n.mu.Unlock()
+	n.wrote.Store(max(n.wrote.Load(), int64(e)))
 	n.st.acquired(uuid, n.name)
 	s := model.VolumeStatus{Version: model.VolumeStatusVersion, UUID: uuid, Owner: n.name, State: "optimal", Epoch: uint64(e), Exported: true, Updated: time.Now().UTC()}
 	n.st.write(volumes.PutStatus(ctx, n.cli, n.sess.Lease(), s))

@@ -14,27 +14,39 @@ import (
 // goes to kv.
 func (c *Cache) KV(kv clientv3.KV) clientv3.KV { return &cachedKV{KV: kv, c: c} }
 
+// Since returns kv reading the copy only once the copy reflects revision
+// rev (and etcd before): a caller that wrote at rev reads its own write,
+// from the copy or from etcd. kv not made by Cache.KV is returned as it is.
+func Since(kv clientv3.KV, rev int64) clientv3.KV {
+	k, ok := kv.(*cachedKV)
+	if !ok {
+		return kv
+	}
+	return &cachedKV{KV: k.KV, c: k.c, min: max(k.min, rev)}
+}
+
 type cachedKV struct {
 	clientv3.KV
-	c *Cache
+	c   *Cache
+	min int64 // the copy answers only at this revision or later (Since)
 }
 
 func (k *cachedKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
-	if r, ok := k.c.get(clientv3.OpGet(key, opts...)); ok {
+	if r, ok := k.c.get(k.min, clientv3.OpGet(key, opts...)); ok {
 		return (*clientv3.GetResponse)(r[0]), nil
 	}
 	return k.KV.Get(ctx, key, opts...)
 }
 
 func (k *cachedKV) Do(ctx context.Context, op clientv3.Op) (clientv3.OpResponse, error) {
-	if r, ok := k.c.get(op); ok {
+	if r, ok := k.c.get(k.min, op); ok {
 		return (*clientv3.GetResponse)(r[0]).OpResponse(), nil
 	}
 	return k.KV.Do(ctx, op)
 }
 
 func (k *cachedKV) Txn(ctx context.Context) clientv3.Txn {
-	return &cachedTxn{c: k.c, ctx: ctx, kv: k.KV}
+	return &cachedTxn{c: k.c, min: k.min, ctx: ctx, kv: k.KV}
 }
 
 // cachedTxn collects a transaction; Commit answers it from the copy when
@@ -42,6 +54,7 @@ func (k *cachedKV) Txn(ctx context.Context) clientv3.Txn {
 // etcd otherwise.
 type cachedTxn struct {
 	c         *Cache
+	min       int64
 	ctx       context.Context
 	kv        clientv3.KV
 	cmps      []clientv3.Cmp
@@ -94,7 +107,7 @@ func (t *cachedTxn) fromCache() (*clientv3.TxnResponse, bool) {
 	if len(t.then) == 0 {
 		return nil, false
 	}
-	rs, ok := t.c.get(t.then...)
+	rs, ok := t.c.get(t.min, t.then...)
 	if !ok {
 		return nil, false
 	}

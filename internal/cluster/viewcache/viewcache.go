@@ -141,9 +141,10 @@ func (c *Cache) apply(wr clientv3.WatchResponse) {
 
 // get serves plain range reads (a key, or [key, end) for a prefix or
 // range) from the copy, all at one revision, each sorted by key as etcd
-// returns it; ok is false when the copy is not synced or a read asks for
-// more than a plain range under the prefix (plainRange).
-func (c *Cache) get(ops ...clientv3.Op) ([]*pb.RangeResponse, bool) {
+// returns it; ok is false when the copy is not synced or is behind
+// revision atLeast, or a read asks for more than a plain range under the
+// prefix (plainRange).
+func (c *Cache) get(atLeast int64, ops ...clientv3.Op) ([]*pb.RangeResponse, bool) {
 	for _, op := range ops {
 		if !plainRange(op) || !c.covers(op) {
 			return nil, false
@@ -151,7 +152,7 @@ func (c *Cache) get(ops ...clientv3.Op) ([]*pb.RangeResponse, bool) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.synced {
+	if !c.synced || c.rev < atLeast {
 		return nil, false
 	}
 	out := make([]*pb.RangeResponse, len(ops))

@@ -172,3 +172,39 @@ func TestCachePassesThrough(t *testing.T) {
 		t.Fatalf("%d of these reads were answered from the copy", got)
 	}
 }
+
+// A reader made by Since(kv, rev) reads the copy only once the copy
+// reflects rev (the reader's own write): before, etcd answers its gets
+// and read-only transactions.
+func TestSinceWaitsForTheRevision(t *testing.T) {
+	cli := etcdtest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := New(prefix)
+	go c.Run(ctx, cli, nil)
+	put, err := cli.Put(ctx, prefix+"owners/u1", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitRev(t, c, put.Header.Revision)
+	kv := c.KV(cli)
+	read := func(r clientv3.KV) int64 {
+		h := c.Hits()
+		if _, err := r.Get(ctx, prefix+"owners/", clientv3.WithPrefix()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Txn(ctx).Then(clientv3.OpGet(prefix+"owners/", clientv3.WithPrefix())).Commit(); err != nil {
+			t.Fatal(err)
+		}
+		return c.Hits() - h
+	}
+	if n := read(Since(kv, c.Revision()+1)); n != 0 {
+		t.Fatalf("the copy at %d answered %d reads asked at least %d", c.Revision(), n, c.Revision()+1)
+	}
+	if n := read(Since(Since(kv, c.Revision()), 1)); n != 2 {
+		t.Fatalf("the copy answered %d of 2 reads at its own revision", n)
+	}
+	if r := Since(cli, 1); r != clientv3.KV(cli) {
+		t.Fatal("Since of a plain client is not that client")
+	}
+}
