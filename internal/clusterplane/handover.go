@@ -48,7 +48,14 @@ func (o *ownership) moveFacts(v *clusterView, uuid string, now time.Time) decisi
 			time.AfterFunc(decision.PrepareWait, o.kick)
 		}
 	}
-	return decision.Move{From: sm.From, To: sm.To, Requested: sm.Phase == model.MoveRequested, Prepared: sm.Prepared, Seen: ms.seen}
+	return moveOf(sm.Move, ms.seen)
+}
+
+// moveOf is move record m (not over) as the ownership decision sees it,
+// first seen at seen.
+func moveOf(m model.Move, seen time.Time) decision.Move {
+	return decision.Move{From: m.From, To: m.To, Requested: m.Phase == model.MoveRequested, Prepared: m.Prepared,
+		Released: m.Released, Seen: seen}
 }
 
 // voidRelease clears this node's Released in vol's move record before it

@@ -13,7 +13,6 @@ import (
 	"github.com/fabraid/fabraid/internal/cluster/etcdtest"
 	"github.com/fabraid/fabraid/internal/cluster/model"
 	"github.com/fabraid/fabraid/internal/cluster/owner"
-	"github.com/fabraid/fabraid/internal/cluster/plan"
 	"github.com/fabraid/fabraid/internal/cluster/volumes"
 	"github.com/fabraid/fabraid/internal/volid"
 )
@@ -60,27 +59,21 @@ func TestOwnershipHandover(t *testing.T) {
 	if err := volumes.Create(ctx, cli, rec); err != nil {
 		t.Fatal(err)
 	}
+	fenceWaits := map[string]int{}
 	node := func(name string) *ownership {
 		o := newOwnership(name, owner.DefaultTTL, slog.New(slog.DiscardHandler), func() error { return nil }, func() {})
-		o.wait = func(context.Context, *clientv3.Client, string, uint64, []string) error { return nil }
+		o.wait = func(context.Context, *clientv3.Client, string, uint64, []string) error {
+			fenceWaits[name]++
+			return nil
+		}
 		t.Cleanup(func() { o.close(ctx) })
 		return o
 	}
 	status := map[string]model.VolumeStatus{}
 	paths := map[string]model.NodePaths{}
 	view := func(self string) *clusterView {
-		vs, err := volumes.List(ctx, cli)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ms, err := volumes.ListMoves(ctx, cli)
-		if err != nil {
-			t.Fatal(err)
-		}
-		v := &clusterView{View: plan.View{Self: self, Volumes: vs}, Status: status, Paths: paths, Moves: ms}
-		for _, n := range []string{"a", "b", "c"} {
-			v.Nodes = append(v.Nodes, model.NodeStatus{Node: model.Node{Name: n, StorageAddresses: []string{"10.0.0." + n}}, Alive: true})
-		}
+		v := moveView(t, cli, self)
+		v.Status, v.Paths = status, paths
 		return v
 	}
 	mgr := map[string]*handoverManager{}
@@ -172,10 +165,17 @@ func TestOwnershipHandover(t *testing.T) {
 	if p := run(a); !keeps(p) || len(p.Held) != 0 {
 		t.Fatalf("a before b acquired: %+v", p)
 	}
+	// b, prepared, acquires on the key's deletion (the watch), without
+	// the storage fence: a released its imports.
+	b.noteTargets(view("b"), []string{uuid})
+	b.acquireOnResign(cli, uuid)
+	if rec, _, ok, _ := owner.Current(ctx, cli, uuid); !ok || rec.Node != "b" {
+		t.Fatalf("b did not acquire on a's resign: owner %+v, %v", rec, ok)
+	}
 	pb := run(b)
 	e2 := pb.Held[uuid]
-	if e2 <= uint64(e1) {
-		t.Fatalf("b's acquire: %+v, want an epoch > %d", pb, e1)
+	if e2 <= uint64(e1) || fenceWaits["b"] != 0 {
+		t.Fatalf("b's acquire: %+v, want an epoch > %d without a fence wait (%d waits)", pb, e1, fenceWaits["b"])
 	}
 	if p := run(a); !keeps(p) {
 		t.Fatalf("a while b publishes no status: %+v", p)

@@ -60,6 +60,7 @@ func New(o Options) *Plane {
 	}
 	ttl := time.Duration(o.Config.Cluster.OwnerLeaseTTL) * time.Second
 	pl.owners = newOwnership(o.Config.NodeName, ttl, o.Log, o.Manager.FreezeAll, o.Kick)
+	pl.loop.resigned = func(uuid string) { go pl.owners.acquireOnResign(pl.cluster.Client(), uuid) }
 	return pl
 }
 

@@ -256,6 +256,17 @@ func (s *Session) Close(ctx context.Context) error {
 // passed while the transaction ran, returns ErrFenced: its epoch could not
 // be used safely (the key stays on the lease and goes with it).
 func Acquire(ctx context.Context, s *Session, volume, node string) (Epoch, error) {
+	return AcquireIf(ctx, s, volume, node)
+}
+
+// ErrConditions: AcquireIf found the volume without an owner but one of
+// its conditions false; nothing was written.
+var ErrConditions = errors.New("owner: acquire conditions no longer hold")
+
+// AcquireIf is Acquire in one transaction with the comparisons conds:
+// when the key is absent but one of them is false it writes nothing and
+// returns ErrConditions.
+func AcquireIf(ctx context.Context, s *Session, volume, node string, conds ...clientv3.Cmp) (Epoch, error) {
 	if s.isFenced() {
 		return 0, fmt.Errorf("owner: acquire %s: %w", volume, ErrFenced)
 	}
@@ -268,7 +279,7 @@ func Acquire(ctx context.Context, s *Session, volume, node string) (Epoch, error
 		return 0, fmt.Errorf("owner: %w", err)
 	}
 	key := keys.Owner(volume)
-	resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+	resp, err := s.cli.Txn(ctx).If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, conds...)...).
 		Then(clientv3.OpPut(key, string(b), clientv3.WithLease(s.id))).
 		Else(clientv3.OpGet(key)).Commit()
 	if err != nil {
@@ -279,6 +290,9 @@ func Acquire(ctx context.Context, s *Session, volume, node string) (Epoch, error
 	}
 	if !resp.Succeeded {
 		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 && len(conds) > 0 {
+			return 0, fmt.Errorf("owner: acquire %s: %w", volume, ErrConditions)
+		}
 		if len(kvs) == 0 {
 			return 0, fmt.Errorf("owner: acquire %s: owner key changed during the transaction, retry", volume)
 		}

@@ -107,6 +107,9 @@ type Move struct {
 	Requested bool
 	// Prepared: To has imported every member of a live node.
 	Prepared bool
+	// Released: From ended its own imports of the members (its engine
+	// frozen and flushed) and checked that no controller is left.
+	Released bool
 	// Seen is when this node first saw the move record.
 	Seen time.Time
 }
@@ -222,7 +225,12 @@ type Action struct {
 	// over: the frozen engine thaws at the new epoch, its export turns
 	// optimized.
 	Undrain bool
-	Why     Reason
+	// Clean: Acquire after a clean hand-over (CleanHandover): the
+	// executor acquires only while the move record and the volume
+	// record are still as read (one transaction) and then runs without
+	// the storage fence; when they changed it acquires with the fence.
+	Clean bool
+	Why   Reason
 }
 
 func (a Action) String() string {
@@ -234,7 +242,8 @@ func (a Action) String() string {
 		on   bool
 		text string
 	}{{a.Fence, "after the storage fence"}, {a.SkipAck != "", "not waiting for " + a.SkipAck + "'s acknowledgement"},
-		{a.BeginHandover, "hand-over begins"}, {a.DropHandover, "hand-over dropped"}, {a.Undrain, "hand-over ends: thaw"}} {
+		{a.BeginHandover, "hand-over begins"}, {a.DropHandover, "hand-over dropped"}, {a.Undrain, "hand-over ends: thaw"},
+		{a.Clean, "clean hand-over: no storage fence while the move record stands"}} {
 		if f.on {
 			s += ", " + f.text
 		}
@@ -276,6 +285,27 @@ func Preparing(f Facts) bool {
 // names.
 func PrepareHere(f Facts) bool {
 	return f.Move.To == f.Self && f.Move.From == f.KeyNode && f.Key == HeldElsewhere && f.RecordOwner == f.Self && f.Ready
+}
+
+// CleanHandover says whether this node, the record owner without a key,
+// takes the volume from a planned move whose old owner handed it over
+// cleanly: the move is to this node, this node imported every member
+// ahead (Prepared), and From ended its own member imports after its
+// engine froze and flushed (Released, written while From still held
+// the key). Then no writer but this node is left: From writes its own
+// drives only through its engine, frozen for good at its epoch (it
+// thaws only by acquiring again, which clears Released first), holds no
+// controller to the others' drives and makes none without the key. The
+// storage fence (exporters dropping From) adds nothing before this node
+// writes; the exporters still drop From when they see the new key. The
+// executor checks in the acquire's transaction that the move record and
+// the volume record are still as read, the volume record not written
+// after the move record (From cleared no release, nobody took the
+// volume over since).
+func CleanHandover(f Facts) bool {
+	m := f.Move
+	return m.To == f.Self && m.From != "" && m.From != f.Self && m.Prepared && m.Released &&
+		f.Key == NoKey && f.RecordOwner == f.Self && f.Handover == NoHandover
 }
 
 // Decide is the node's ownership decision for one volume in one reconcile.
@@ -353,6 +383,8 @@ func decide(f Facts, h Handover) Action {
 	switch {
 	case self && !f.CanExport:
 		return Action{Kind: Wait, Why: CannotExport}
+	case self && CleanHandover(f):
+		return Action{Kind: Acquire, Clean: true}
 	case self:
 		return Action{Kind: Acquire, Fence: true, Undrain: h == Frozen}
 	case !f.Ready:

@@ -23,6 +23,10 @@ func TestDecide(t *testing.T) {
 	dead := func(f *Facts) { f.OwnerAlive = false }
 	moveAway := func(f *Facts) { f.Move = Move{From: "b", To: "a", Requested: true, Seen: t0.Add(-time.Second)} }
 	moveHere := func(f *Facts) { mine(f); elsewhere(f); f.Move = Move{From: "a", To: "b", Requested: true, Seen: t0} }
+	handedHere := func(f *Facts) {
+		mine(f)
+		f.Move = Move{From: "a", To: "b", Prepared: true, Released: true, Seen: t0}
+	}
 	for _, c := range []struct {
 		name string
 		f    Facts
@@ -89,6 +93,23 @@ func TestDecide(t *testing.T) {
 		{"moving here, volume not ready: stop", mod(func(f *Facts) { moveHere(f); f.Ready = false }), Action{Kind: Stop}},
 		{"moving here, a drain of this node not frozen: prepare, drop the drain", mod(func(f *Facts) { moveHere(f); f.Handover = Draining }),
 			Action{Kind: Prepare, DropHandover: true}},
+		// a's key gone (a to b): b acquires; the storage fence only when
+		// a's hand-over was not clean (b prepared, a released).
+		{"moving here, a released and resigned, b prepared: acquire, no fence", mod(handedHere), Action{Kind: Acquire, Clean: true}},
+		{"moving here, a released, its key gone before the phase says resigned: acquire, no fence",
+			mod(func(f *Facts) { handedHere(f); f.Move.Requested = true }), Action{Kind: Acquire, Clean: true}},
+		{"moving here, a resigned without releasing its imports: acquire, fence", mod(func(f *Facts) { handedHere(f); f.Move.Released = false }),
+			Action{Kind: Acquire, Fence: true}},
+		{"moving here, b not prepared: acquire, fence", mod(func(f *Facts) { handedHere(f); f.Move.Prepared = false }),
+			Action{Kind: Acquire, Fence: true}},
+		{"a move record to another node, the record names b: acquire, fence", mod(func(f *Facts) { handedHere(f); f.Move.To = "c" }),
+			Action{Kind: Acquire, Fence: true}},
+		{"a move record from b itself: acquire, fence", mod(func(f *Facts) { handedHere(f); f.Move.From = "b" }),
+			Action{Kind: Acquire, Fence: true}},
+		{"moving here while a hand-over of b is frozen: acquire, fence, thaw", mod(func(f *Facts) { handedHere(f); f.Handover = Frozen }),
+			Action{Kind: Acquire, Fence: true, Undrain: true}},
+		{"moving here, a drain of b not frozen: acquire, fence, drop the drain", mod(func(f *Facts) { handedHere(f); f.Handover = Draining }),
+			Action{Kind: Acquire, Fence: true, DropHandover: true}},
 		// Another lease's key.
 		{"key of this node's previous, fenced lease: wait", mod(func(f *Facts) { mine(f); f.Key, f.KeyNode = HeldPrevious, "b" }),
 			Action{Kind: Wait, Why: PreviousLease}},

@@ -1,0 +1,174 @@
+package clusterplane
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fabraid/fabraid/internal/cluster/keys"
+	"github.com/fabraid/fabraid/internal/cluster/model"
+	"github.com/fabraid/fabraid/internal/cluster/owner"
+	"github.com/fabraid/fabraid/internal/cluster/volumes"
+	decision "github.com/fabraid/fabraid/internal/clusterplane/ownership"
+)
+
+// A planned move's target takes the owner key as soon as the old owner
+// resigns it, and without the storage fence when the hand-over was clean
+// (decision.CleanHandover: the target prepared, the old owner released
+// its imports and resigned; docs/cluster.md, "Planned move"):
+//
+//   - the watch's deletion of the owner key of a volume this node
+//     prepared in its last pass (targets) acquires it at once
+//     (acquireOnResign), outside the pass, and kicks one; the pass
+//     adopts the epoch as fenced (adoptEarly);
+//   - a pass that decides Acquire with Clean acquires the same way
+//     (acquire), or, when the records changed, as any acquire, fenced.
+//
+// Both read the volume record and the move record, decide on them and
+// acquire in one transaction with both records' mod revisions as read,
+// the volume record's not newer than the move record's: the old owner
+// cleared no release and nobody took the volume over since it resigned.
+
+// earlyAcquires is the state the watch's acquire shares with the pass,
+// under ownership.mu.
+type earlyAcquires struct {
+	targets map[string]bool        // prepared here in the last pass, this node exporting
+	early   map[string]owner.Epoch // acquired by the watch, not adopted by a pass yet
+}
+
+// noteTargets records the volumes this node prepares as a planned move's
+// target in this pass (the decision Prepare), when it may export.
+func (o *ownership) noteTargets(v *clusterView, prepare []string) {
+	t := map[string]bool{}
+	if o.canExport(v) {
+		for _, u := range prepare {
+			t[u] = true
+		}
+	}
+	o.mu.Lock()
+	o.early.targets = t
+	o.mu.Unlock()
+}
+
+// ownerDeleted is the volume whose owner key ev deletes.
+func ownerDeleted(ev *clientv3.Event) (string, bool) {
+	k := string(ev.Kv.Key)
+	if ev.Type != clientv3.EventTypeDelete || !strings.HasPrefix(k, keys.OwnersPrefix) {
+		return "", false
+	}
+	return strings.TrimPrefix(k, keys.OwnersPrefix), true
+}
+
+// adoptEarly counts the epochs the watch acquired cleanly as fenced (the
+// pass's storage fence state); called by the pass before it decides.
+func (o *ownership) adoptEarly() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for u, e := range o.early.early {
+		o.fenced[u] = e
+	}
+	clear(o.early.early)
+}
+
+// takeEarly returns the epoch the watch acquired uuid at, and forgets it.
+func (o *ownership) takeEarly(uuid string) (owner.Epoch, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	e, ok := o.early.early[uuid]
+	delete(o.early.early, uuid)
+	return e, ok
+}
+
+// acquireOnResign is the watch's reaction to the deletion of uuid's owner
+// key: a volume this node prepared is acquired now when the hand-over
+// was clean, and a pass is kicked to run it. Anything else is the pass's.
+func (o *ownership) acquireOnResign(cli *clientv3.Client, uuid string) {
+	o.mu.Lock()
+	s, target := o.sess, o.early.targets[uuid]
+	o.mu.Unlock()
+	if !target || s == nil || cli == nil {
+		return
+	}
+	select {
+	case <-s.Fenced():
+		return
+	default:
+	}
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(s.Ctx(), etcdTimeout)
+	defer cancel()
+	e, ok, err := o.cleanAcquire(ctx, cli, s, uuid)
+	if err != nil || !ok {
+		o.log.Debug("planned move: not acquired on the resign; the next pass decides", "uuid", uuid, "err", err)
+		return
+	}
+	o.mu.Lock()
+	if o.early.early == nil {
+		o.early.early = map[string]owner.Epoch{}
+	}
+	o.early.early[uuid] = e
+	o.mu.Unlock()
+	o.log.Info("planned move: acquired on the old owner's resign, clean hand-over (no storage fence)",
+		"uuid", uuid, "epoch", e, "seconds", time.Since(t0).Seconds())
+	o.kick()
+}
+
+// acquire takes vol's free owner key for the pass's decision Acquire:
+// cleanly when clean and the records still say so (then no fence is
+// needed: the epoch is recorded as fenced), else as any acquire (fence
+// true).
+func (o *ownership) acquire(ctx context.Context, cli *clientv3.Client, s *owner.Session, vol model.Volume, clean bool) (e owner.Epoch, fence bool, err error) {
+	if clean {
+		e, ok, err := o.cleanAcquire(ctx, cli, s, vol.UUID)
+		if held := (*owner.HeldError)(nil); errors.As(err, &held) && held.Node == o.self {
+			// The watch acquired it cleanly during this pass (or before
+			// it, and this pass's keys are behind).
+			if ee, early := o.takeEarly(vol.UUID); (early && ee == held.Epoch) || o.fenced[vol.UUID] == held.Epoch {
+				e, ok, err = held.Epoch, true, nil
+			}
+		}
+		if err != nil {
+			return 0, true, err
+		}
+		if ok {
+			o.fenced[vol.UUID] = e
+			o.log.Info("planned move: acquired after a clean hand-over (no storage fence)", "volume", vol.Name, "epoch", e)
+			return e, false, nil
+		}
+	}
+	e, err = owner.Acquire(ctx, s, vol.UUID, o.self)
+	return e, true, err
+}
+
+// cleanAcquire reads uuid's volume record and move record, and acquires
+// the key when decision.Decide says Acquire with Clean on them, in one
+// transaction with both records unchanged. ok is false when it did not
+// (no clean hand-over, or the records changed: owner.ErrConditions).
+func (o *ownership) cleanAcquire(ctx context.Context, cli *clientv3.Client, s *owner.Session, uuid string) (owner.Epoch, bool, error) {
+	vol, vrev, found, err := volumes.Get(ctx, cli, uuid)
+	if err != nil || !found {
+		return 0, false, err
+	}
+	sm, mrev, moving, err := volumes.GetMove(ctx, cli, uuid)
+	if err != nil || !moving || sm.Over() {
+		return 0, false, err
+	}
+	f := decision.Facts{Self: o.self, RecordOwner: vol.Owner, Ready: vol.State == model.VolumeReady, OwnerAlive: true,
+		Now: time.Now(), CanExport: true, Move: moveOf(sm.Move, time.Time{})}
+	if a := decision.Decide(f); a.Kind != decision.Acquire || !a.Clean || vrev > mrev {
+		return 0, false, nil
+	}
+	e, err := owner.AcquireIf(ctx, s, uuid, o.self,
+		clientv3.Compare(clientv3.ModRevision(keys.Move(uuid)), "=", mrev),
+		clientv3.Compare(clientv3.ModRevision(keys.Volume(uuid)), "=", vrev))
+	if errors.Is(err, owner.ErrConditions) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	return e, true, nil
+}
