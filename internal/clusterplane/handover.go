@@ -24,12 +24,16 @@ import (
 //	O (owner)   serves until Prepared (or PrepareWait), then drains; with
 //	            its engine frozen and flushed it ends its own member
 //	            imports and sets Released, then resigns
-//	exporters   N acquires at E' > E: each drops O from the allowed hosts;
-//	            a released O needs no fence of the drives, so N's
-//	            controllers stay and N assembles at once
+//	N           on the key's deletion: acquires at E' > E (acquire.go);
+//	            prepared, with O released: without waiting for the
+//	            storage fence (decision.CleanHandover), else after it
+//	exporters   each drops O from the allowed hosts when it sees E'; a
+//	            released O needs no fence of the drives, so N's
+//	            controllers stay
 //
-// N writes no member before it holds the key and the fence at its epoch
-// is acknowledged, so importing ahead changes nothing O relies on.
+// N writes no member before it holds the key and either the fence at its
+// epoch is acknowledged or O released (frozen for good at E, no
+// controller left), so importing ahead changes nothing O relies on.
 
 // moveFacts is the volume's move record (not over) as the ownership
 // decision sees it, with when this node first saw it: the start of its

@@ -14,11 +14,11 @@ import (
 // while the old owner O still holds the owner key, the target N imports
 // the volume's members (its drives exported to O and N) without running
 // anything; O drains only then. N writes nothing to the members before it
-// holds the key and every exporter has acknowledged the storage fence at
-// its epoch; its importer only reads their superblocks. O, frozen and
-// flushed, ends its own member imports before it resigns (the move
-// record's Released), so the exporters drop O from the allowed hosts
-// without ending N's controllers.
+// holds the key and either every exporter has acknowledged the storage
+// fence at its epoch or O released its imports (below); its importer
+// only reads their superblocks. O, frozen and flushed, ends its own
+// member imports before it resigns (the move record's Released), so the
+// exporters drop O from the allowed hosts without ending N's controllers.
 
 // WithHandovers is in (FencedExporterInput's result) with the hand-overs
 // of planned moves (moves, by volume UUID): each volume whose key holder

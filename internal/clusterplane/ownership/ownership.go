@@ -122,7 +122,8 @@ const (
 	// is (frozen, exported, requests queued). Why says for what.
 	Wait Kind = iota
 	// Acquire the free owner key (the record names this node), wait for
-	// the storage fence at its epoch, then run the volume.
+	// the storage fence at its epoch (Fence; not after a clean
+	// hand-over: Clean), then run the volume.
 	Acquire
 	// TakeOver: the owner is gone and failover chose this node: CAS the
 	// record's owner to this node, Acquire, fence (without SkipAck),
@@ -153,7 +154,8 @@ const (
 	// node (PrepareHere): import its members ahead, run no engine
 	// (an engine here stops, as for Stop). Importing writes nothing: this
 	// node writes the members only once it holds the key and the storage
-	// fence at that epoch is acknowledged.
+	// fence at that epoch is acknowledged or the hand-over was clean
+	// (CleanHandover).
 	Prepare
 )
 
