@@ -238,6 +238,9 @@ func newVolumeShowCmd() *cobra.Command {
 			for _, r := range v.ExportRefused {
 				fmt.Fprintf(w, "WARNING:  exports nothing: node %s (its members serve no other owner, it cannot own the volume)\n", r)
 			}
+			if v.PathRefused != "" {
+				fmt.Fprintf(w, "WARNING:  no new path from this node: %s\n", v.PathRefused)
+			}
 			if v.Error != "" {
 				fmt.Fprintf(w, "error:    %s\n", v.Error)
 			}

@@ -121,6 +121,10 @@ type Volume struct {
 	// each as "node: reason": their members are unreachable for any other
 	// owner and they cannot own the volume.
 	ExportRefused []string `json:"export_refused,omitempty"`
+	// PathRefused is why this node makes no new connection to the
+	// volume (an NVMe/TCP TLS refusal under nvme_tls, cluster mode); ""
+	// when it connects.
+	PathRefused string `json:"path_refused,omitempty"`
 }
 
 // Values of Volume.ExportAuth (cluster mode only).

@@ -131,13 +131,19 @@ func (pl *Plane) readCtrlKeys(ctx context.Context, kv clientv3.KV, v *clusterVie
 // each consumer volume's owner's controller secret on its connections.
 func withCtrlKeys(mp *volmgr.ClusterPlan, v *clusterView) {
 	mp.CtrlSecret = v.CtrlKeys[v.Self]
+	owner := consumerOwners(v)
+	for i := range mp.Consumers {
+		mp.Consumers[i].CtrlSecret = v.CtrlKeys[owner[mp.Consumers[i].UUID]]
+	}
+}
+
+// consumerOwners maps each consumable volume of v to its owner node.
+func consumerOwners(v *clusterView) map[[16]byte]string {
 	owner := map[[16]byte]string{}
 	for _, c := range plan.Consumers(v.View) {
 		owner[c.UUID] = c.Owner
 	}
-	for i := range mp.Consumers {
-		mp.Consumers[i].CtrlSecret = v.CtrlKeys[owner[mp.Consumers[i].UUID]]
-	}
+	return owner
 }
 
 // Exports without DH-HMAC-CHAP (require_auth, docs/cluster.md "Security")

@@ -68,6 +68,9 @@ type clusterLoop struct {
 	// tls, tlsWhy, tlsDecided: this node's drive ports' TLS (tls.go).
 	tls, tlsWhy string
 	tlsDecided  bool
+	// pathRefused: why this node makes no new connection to a consumed
+	// volume, by volume (tls.go).
+	pathRefused map[[16]byte]string
 	// targetTLS and hostTLS probe this node's TLS support as target
 	// (given nvmet's feature probe) and as host (tls.go).
 	targetTLS func(nvmetTLS bool) fabrictls.Support

@@ -85,6 +85,7 @@ func (pl *Plane) Reconcile(ctx context.Context) error {
 	mp := managerPlan(v, imp, paths)
 	mp.Secret, mp.Auth, mp.Stop, mp.Drain = secret, xres.Auth, own.Stop, own.Keep
 	withCtrlKeys(&mp, v) // auth.go
+	pl.volumeTLS(&mp, v) // tls.go
 	if refused != nil {
 		mp.Refused = refused.Error()
 	}

@@ -13,6 +13,8 @@ import (
 	"github.com/fabraid/fabraid/internal/exporter"
 	"github.com/fabraid/fabraid/internal/fabrictls"
 	"github.com/fabraid/fabraid/internal/importer"
+	"github.com/fabraid/fabraid/internal/volid"
+	"github.com/fabraid/fabraid/internal/volmgr"
 )
 
 // TestTLSDecisions: the plane's nvme_tls decisions per reconcile. Under
@@ -93,6 +95,77 @@ func TestTLSDecisions(t *testing.T) {
 				if b.TLS || b.Refused == "" || !strings.Contains(b.Refused+cr.Refused, "tlshd") {
 					t.Errorf("%s without support: %+v", tc.mode, in.Remotes)
 				}
+			}
+		})
+	}
+}
+
+// TestVolumeTLS: the volume paths follow the drive paths' decisions.
+// This node's volume ports offer what its record says its drive ports
+// offer; each consumer connection is decided from its owner's record as
+// a member connection is: TLS to an owner with TLS ports, plain to a
+// plain one under on, refused with the reason under required (logged
+// once over several passes, shown by volume show), and a refusal that
+// ends is logged once too.
+func TestVolumeTLS(t *testing.T) {
+	all := fabrictls.Support{Kernel: true, Keyring: true, TLSHD: true}
+	toB, toC := [16]byte{0xb}, [16]byte{0xc}
+	view := func(cPorts string) *clusterView {
+		node := func(name, ports string) model.NodeStatus {
+			return model.NodeStatus{Node: model.Node{Name: name, NVMeTLS: ports, StorageAddresses: []string{"10.0.0." + name}}}
+		}
+		return &clusterView{View: plan.View{Self: "a",
+			Nodes: []model.NodeStatus{node("a", fabrictls.PortsRequired), node("b", fabrictls.PortsRequired), node("c", cPorts)},
+			Volumes: []model.Volume{{Name: "vb", UUID: volid.Format(toB), Owner: "b", State: model.VolumeReady},
+				{Name: "vc", UUID: volid.Format(toC), Owner: "c", State: model.VolumeReady}}}}
+	}
+	for _, tc := range []struct {
+		mode          string
+		tlsB, tlsC    bool
+		refusedC      bool
+		selfPorts     string
+		refusalLogged bool
+	}{
+		{"off", false, false, false, fabrictls.PortsRequired, false}, // b requires TLS: refused under off
+		{"on", true, false, false, fabrictls.PortsRequired, false},
+		{"required", true, false, true, fabrictls.PortsRequired, true},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			var logged strings.Builder
+			c := config.Default()
+			c.Cluster.NVMeTLS = tc.mode
+			d := &Plane{cfg: c, log: slog.New(slog.NewTextHandler(&logged, nil)), loop: newClusterLoop()}
+			d.loop.hostTLS = func() fabrictls.Support { return all }
+			for range 3 {
+				mp := volmgr.ClusterPlan{Consumers: []volmgr.Consumer{{UUID: toB}, {UUID: toC}}}
+				d.volumeTLS(&mp, view(fabrictls.PortsPlain))
+				b, cc := mp.Consumers[0], mp.Consumers[1]
+				if mp.TLS != tc.selfPorts {
+					t.Fatalf("volume ports %q, want the drive ports' %q", mp.TLS, tc.selfPorts)
+				}
+				if tc.mode == "off" {
+					if b.TLS || !strings.Contains(b.Refused, "requires TLS") || cc.TLS || cc.Refused != "" {
+						t.Fatalf("off: %+v", mp.Consumers)
+					}
+					continue
+				}
+				if b.TLS != tc.tlsB || b.Refused != "" || cc.TLS != tc.tlsC || (cc.Refused != "") != tc.refusedC {
+					t.Fatalf("consumers %+v: want TLS to b %v, to c %v, c refused %v", mp.Consumers, tc.tlsB, tc.tlsC, tc.refusedC)
+				}
+				if got := d.loop.pathRefusedWhy(toC); got != cc.Refused {
+					t.Fatalf("volume show's reason %q, want %q", got, cc.Refused)
+				}
+			}
+			if n := strings.Count(logged.String(), "volume path refused"); n != map[bool]int{true: 1}[tc.refusalLogged] && tc.mode != "off" {
+				t.Errorf("%d refusal lines after 3 passes:\n%s", n, logged.String())
+			}
+			mp := volmgr.ClusterPlan{Consumers: []volmgr.Consumer{{UUID: toB}, {UUID: toC}}}
+			d.volumeTLS(&mp, view(fabrictls.PortsOptional)) // c's target can do TLS now
+			if tc.mode != "off" && (mp.Consumers[1].Refused != "" || !mp.Consumers[1].TLS || d.loop.pathRefusedWhy(toC) != "") {
+				t.Errorf("c with optional ports: %+v, reason %q", mp.Consumers[1], d.loop.pathRefusedWhy(toC))
+			}
+			if tc.refusalLogged && strings.Count(logged.String(), "no longer refused") != 1 {
+				t.Errorf("the end of the refusal not logged once:\n%s", logged.String())
 			}
 		})
 	}

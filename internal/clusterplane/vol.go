@@ -140,7 +140,7 @@ func (pl *Plane) clusterInfo(v *clusterView, vol model.Volume) api.Volume {
 		if in, err := pl.mgr.Info(vol.UUID); err == nil {
 			in.Owner, in.Device, in.Epoch = vol.Owner, head, v.Status[vol.UUID].Epoch
 			in.Attached = apiAttach(vol.Attach)
-			in.ExportRefused = refusedNodes(v, vol)
+			in.ExportRefused, in.PathRefused = refusedNodes(v, vol), pl.loop.pathRefusedWhy(u)
 			for i, m := range in.Members {
 				if m.Slot < len(vol.Members) {
 					in.Members[i].Domain = vol.Members[m.Slot].Domain
@@ -151,7 +151,7 @@ func (pl *Plane) clusterInfo(v *clusterView, vol model.Volume) api.Volume {
 	}
 	st, has := v.Status[vol.UUID]
 	in := remoteInfo(vol, st, has, head, headSize(head))
-	in.ExportRefused = refusedNodes(v, vol)
+	in.ExportRefused, in.PathRefused = refusedNodes(v, vol), pl.loop.pathRefusedWhy(u)
 	return in
 }
 

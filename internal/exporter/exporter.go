@@ -126,10 +126,8 @@ func (x *Exporter) insertKeys(keys []nvmetls.Derived) error {
 	if x.Keys != nil {
 		ks = x.Keys
 	}
-	for _, k := range keys {
-		if err := ks.Insert(k); err != nil {
-			return fmt.Errorf("drive exporter: TLS key %s: %w", k.Identity, err)
-		}
+	if err := fabrictls.InsertKeys(ks, keys); err != nil {
+		return fmt.Errorf("drive exporter: %w", err)
 	}
 	return nil
 }

@@ -161,6 +161,17 @@ type Keys interface {
 	Remove(identity string) error
 }
 
+// InsertKeys puts keys into ks, in order; the error names the key by
+// identity only.
+func InsertKeys(ks Keys, keys []nvmetls.Derived) error {
+	for _, k := range keys {
+		if err := ks.Insert(k); err != nil {
+			return fmt.Errorf("TLS key %s: %w", k.Identity, err)
+		}
+	}
+	return nil
+}
+
 // InKeyring returns the live psk keys of keys whose serial is in members
 // (a keyring's serials, nvmetls.Members), in the order of keys: the keys
 // of that keyring that KernelKeys lists and may revoke. Pure.

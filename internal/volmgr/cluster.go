@@ -80,6 +80,11 @@ type ClusterPlan struct {
 	// (WithCtrlKey), the same key the drive exporter puts on the same
 	// host entries. Empty: none.
 	CtrlSecret nvmf.SecretText
+	// TLS is what the volume ports offer: the drive ports' decision
+	// (fabrictls.Target; PortsOptional, PortsRequired, or PortsPlain "").
+	// With TLS the pair key of each export and admitted host with a
+	// secret goes into the .nvme keyring first (tls.go).
+	TLS string
 	// Stop are the volumes this node must not run (it does not hold
 	// their owner key): an engine of one is unexported and stopped.
 	Stop [][16]byte
@@ -138,6 +143,12 @@ type Consumer struct {
 	// this host has a secret), the connections authenticate the
 	// controller too (dhchap_ctrl_secret). Empty: the host alone.
 	CtrlSecret nvmf.SecretText
+	// TLS connects with TLS 1.3 and the pair's PSK (fabrictls.PairKey of
+	// ClusterPlan.Secret); the daemon decides it (fabrictls.Host).
+	TLS bool
+	// Refused, when set, says why no new connection to this volume may
+	// be made (a TLS decision): an existing controller is kept.
+	Refused string
 }
 
 // ClusterResult is what a cluster reconcile reports back for etcd.
@@ -478,7 +489,8 @@ func WithCtrlKey(exports []backend.Export, ctrl nvmf.SecretText) []backend.Expor
 
 // ConsumerConnections are the connections of this host to the consumer
 // volumes: one per owner address (paths of one multipath head),
-// volume-path timeout profile, with the host's secret. Pure.
+// volume-path timeout profile, with the host's secret and TLS as each
+// consumer says; none to a refused consumer. Pure.
 func ConsumerConnections(cs []Consumer, id nvmf.HostIdentity, secret nvmf.SecretText) ([]nvmf.Options, error) {
 	t, err := nvmf.Profile(nvmf.ProfileVolumePath)
 	if err != nil {
@@ -486,13 +498,16 @@ func ConsumerConnections(cs []Consumer, id nvmf.HostIdentity, secret nvmf.Secret
 	}
 	var out []nvmf.Options
 	for _, c := range cs {
+		if c.Refused != "" {
+			continue
+		}
 		port := c.Port
 		if port == 0 {
 			port = DefaultClusterExportPort
 		}
 		for _, a := range c.Addresses {
 			out = append(out, nvmf.Options{Transport: nvmf.TCP, Address: a, ServiceID: strconv.Itoa(port),
-				NQN: volid.NQN(c.UUID), HostNQN: id.NQN, HostID: id.ID, Timeouts: &t, DHCHAPSecret: secret.Reveal()})
+				NQN: volid.NQN(c.UUID), HostNQN: id.NQN, HostID: id.ID, Timeouts: &t, DHCHAPSecret: secret.Reveal(), TLS: c.TLS})
 			if secret != "" {
 				out[len(out)-1].DHCHAPCtrlSecret = c.CtrlSecret.Reveal()
 			}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fabraid/fabraid/internal/fabrictls"
 	"github.com/fabraid/fabraid/internal/volid"
 	"github.com/fabraid/fabraid/kernel/nvmf"
 	"github.com/fabraid/fabraid/plugins/backend"
@@ -86,6 +87,9 @@ type exporter struct {
 	id     nvmf.HostIdentity
 	addr   string
 	port   int
+	// keys receives the volume paths' TLS pair keys (tls.go); nil: the
+	// kernel's .nvme keyring.
+	keys fabrictls.Keys
 
 	// anaMu guards groups (the ANA group of every exported NQN, ana.go)
 	// and ana (SetANAState's state per volume; absent: optimized).
@@ -112,7 +116,7 @@ func (x *exporter) reconcile(ctx context.Context, exports []Export) (map[string]
 	if err != nil {
 		return nil, err
 	}
-	return x.converge(ctx, ExportSpec(exports, x.id.NQN, x.addr, x.port), desired, false)
+	return x.converge(ctx, ExportSpec(exports, x.id.NQN, x.addr, x.port), desired, nil, false)
 }
 
 // reconcileCluster is reconcile with the exports and connections of a
@@ -134,13 +138,20 @@ func (x *exporter) reconcileCluster(ctx context.Context, exports []Export, p *Cl
 			exports[i].Hosts = hosts
 		}
 	}
-	return x.converge(ctx, WithCtrlKey(ClusterExportSpec(exports, p.Hosts, p.Auth, p.Addresses, p.Port), p.CtrlSecret), desired, true)
+	spec := WithTLS(WithCtrlKey(ClusterExportSpec(exports, p.Hosts, p.Auth, p.Addresses, p.Port), p.CtrlSecret), p.TLS)
+	keys, kerr := x.insertTLSKeys(spec, desired, p) // tls.go: a pair without its key fails its handshake only
+	heads, err := x.converge(ctx, spec, desired, refusedNQNs(p.Consumers), true)
+	if err == nil {
+		err = x.pruneTLSKeys(keys)
+	}
+	return heads, errors.Join(kerr, err)
 }
 
 // converge applies the exports and the desired connections; with
 // keepGoing a failed connect is joined into the error after the others
-// were tried.
-func (x *exporter) converge(ctx context.Context, exports []backend.Export, desired []nvmf.Options, keepGoing bool) (map[string]string, error) {
+// were tried. Controllers of the subsystems in keep (refused consumers)
+// are never disconnected.
+func (x *exporter) converge(ctx context.Context, exports []backend.Export, desired []nvmf.Options, keep map[string]bool, keepGoing bool) (map[string]string, error) {
 	if _, err := x.target.Apply(ctx, backend.ApplyRequest{Scope: volid.NQNPrefix, Exports: exports}); err != nil {
 		return nil, fmt.Errorf("export: %w", err)
 	}
@@ -150,6 +161,7 @@ func (x *exporter) converge(ctx context.Context, exports []backend.Export, desir
 	}
 	x.noteExported(exports)
 	plan := nvmf.PlanConnections(desired, ctrls, volid.NQNPrefix)
+	plan.Disconnect = keepControllers(plan.Disconnect, ctrls, keep)
 	var later []string // old paths of desired subsystems (paths.go)
 	if keepGoing {
 		plan.Disconnect, later = splitOldPaths(plan.Disconnect, desired, ctrls)
