@@ -71,9 +71,11 @@ type ownership struct {
 	sess   *owner.Session
 	fenced map[string]owner.Epoch // held on sess and storage-fenced at that epoch
 	absent map[string]time.Time   // first seen without an owner key while its record owner was alive
-	seen   map[string]owner.Key   // other nodes' owner keys at the last list
+	lapses *owner.Lapses          // other nodes' owner keys and sessions at the last list
 	lapsed map[string]time.Time   // nodes whose owner session was seen to end, and when
 	lost   time.Time              // when the last session fenced (for the log)
+	// published is the session lease this node published (owner.Publish).
+	published clientv3.LeaseID
 	// handing are the volumes this node hands over (move.go).
 	handing map[string]*handover
 	// notAcquired: volumes whose record names this node as owner, not
@@ -96,7 +98,7 @@ type moveSeen struct{ asked, seen time.Time }
 func newOwnership(self string, ttl time.Duration, log *slog.Logger, freeze func() error, kick func()) *ownership {
 	return &ownership{self: self, ttl: ttl, log: log, freeze: freeze, kick: kick, wait: fence.Wait,
 		fenced: map[string]owner.Epoch{}, absent: map[string]time.Time{},
-		seen: map[string]owner.Key{}, lapsed: map[string]time.Time{}, handing: map[string]*handover{},
+		lapses: owner.NewLapses(self), lapsed: map[string]time.Time{}, handing: map[string]*handover{},
 		notAcquired: map[string]bool{}, decided: map[string]decision.Action{}, movesSeen: map[string]moveSeen{}}
 }
 
@@ -193,15 +195,19 @@ func (o *ownership) reconcile(ctx context.Context, cli *clientv3.Client, v *clus
 	// a stale read can lose a race, never give a volume a second owner;
 	// a key this node holds is gone only by its own resign or its
 	// session's end, which froze its engines first.
+	var errs []error
+	if err := o.publish(ctx, cli, s); err != nil {
+		errs = append(errs, err) // its keys' lapses are asked of etcd meanwhile (owner.Lapses)
+	}
 	gctx, cancel := context.WithTimeout(ctx, etcdTimeout)
-	ks, err := owner.List(gctx, v.keysKV(cli))
+	snap, err := owner.Read(gctx, v.keysKV(cli))
 	cancel()
 	if err != nil {
-		return p, err
+		return p, errors.Join(append(errs, err)...)
 	}
+	ks := snap.Keys
 	mine := owner.LeaseString(s.Lease())
-	var errs []error
-	if err := o.noteLapses(ctx, cli, v, ks); err != nil {
+	if err := o.noteLapses(ctx, cli, snap); err != nil {
 		errs = append(errs, err)
 	}
 	ov := o.ownershipView(v)
@@ -403,40 +409,44 @@ func (o *ownership) execute(ctx context.Context, cli *clientv3.Client, s *owner.
 // by then; a node that is alive again is treated as alive after it.
 const lapseWindow = 30 * time.Second
 
+// publish publishes s (owner.Publish) unless it is already.
+func (o *ownership) publish(ctx context.Context, cli *clientv3.Client, s *owner.Session) error {
+	if o.published == s.Lease() {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+	defer cancel()
+	if err := owner.Publish(pctx, cli, s, o.self); err != nil {
+		return err
+	}
+	o.published = s.Lease()
+	return nil
+}
+
 // noteLapses records the nodes whose owner session ended since the last
-// list (a key of theirs vanished and its lease is gone at the server, as
-// opposed to resigned under a live lease); ownershipView counts those in
-// lapseWindow as dead for the takeover decision. A lapsed owner froze its engines before its
-// key could expire (owner.Session's guard), so its volumes can be taken
-// over at its key's expiry (owner TTL) instead of its alive key's.
-func (o *ownership) noteLapses(ctx context.Context, cli *clientv3.Client, v *clusterView, ks map[string]owner.Key) error {
-	var errs []error
-	for uuid, prev := range o.seen {
-		if _, still := ks[uuid]; still {
-			continue
-		}
-		delete(o.seen, uuid)
-		lctx, cancel := context.WithTimeout(ctx, etcdTimeout)
-		ended, err := owner.LeaseEnded(lctx, cli, prev.LeaseID)
-		cancel()
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if ended {
-			if _, known := o.lapsed[prev.Node]; !known {
-				o.log.Warn("owner session of a node ended (its owner key lapsed)", "node", prev.Node, "volume", uuid, "epoch", prev.Epoch)
-				o.lapsed[prev.Node] = time.Now()
-				time.AfterFunc(lapseWindow, o.kick)
-			}
+// list (its published session key vanished with its lease, and its owner
+// keys with it, as opposed to a key resigned under a live session), as
+// the node's copy shows it: etcd is asked only of the keys of nodes that
+// published no session (owner.Lapses). ownershipView counts those in
+// lapseWindow as dead for the takeover decision. A lapsed owner froze
+// its engines before its key could expire (owner.Session's guard), so its
+// volumes can be taken over at its key's expiry (owner TTL) instead of
+// its alive key's, and a lapsed node holding no key is not chosen for a
+// takeover meanwhile.
+func (o *ownership) noteLapses(ctx context.Context, cli *clientv3.Client, snap owner.Snapshot) error {
+	ended, unknown := o.lapses.Note(snap)
+	lctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+	asked, err := owner.EndedHolders(lctx, cli, unknown)
+	cancel()
+	for _, node := range append(ended, asked...) {
+		if _, known := o.lapsed[node]; !known {
+			o.log.Warn("owner session of a node ended (its lease expired or was revoked)", "node", node)
+			o.lapsed[node] = time.Now()
+			time.AfterFunc(lapseWindow, o.kick)
 		}
 	}
-	for uuid, k := range ks {
-		if k.Node == o.self {
-			continue
-		}
-		o.seen[uuid] = k
-		delete(o.lapsed, k.Node) // it holds a key on a live session again
+	for _, node := range snap.Holders(o.self) {
+		delete(o.lapsed, node) // it holds a key on a live session again
 	}
 	for node, at := range o.lapsed {
 		if time.Since(at) >= lapseWindow {
@@ -444,7 +454,7 @@ func (o *ownership) noteLapses(ctx context.Context, cli *clientv3.Client, v *clu
 			continue
 		}
 	}
-	return errors.Join(errs...)
+	return err
 }
 
 // ownershipView is v with the nodes in lapseWindow dead, for the takeover

@@ -36,10 +36,11 @@ type node struct {
 	mu   sync.Mutex
 	held map[string]owner.Epoch // volumes whose owner key this node holds
 	dead bool
-	// seen and lapsed are the daemon's noteLapses: other nodes' keys at
-	// the last list, and the nodes whose owner session was seen to end
-	// (counted as dead for takeovers, before their alive key expires).
-	seen   map[string]owner.Key
+	// lapses and lapsed are the daemon's noteLapses: other nodes' keys
+	// and published sessions at the last list, and the nodes whose owner
+	// session was seen to end (counted as dead for takeovers, before
+	// their alive key expires).
+	lapses *owner.Lapses
 	lapsed map[string]bool
 	// interest is what the last view made this node's business: the
 	// changes that kick a reconcile (fabraidd's, internal/cluster/scope).
@@ -58,7 +59,7 @@ func startNode(ctx context.Context, e *Etcd, name string, drives int, c Config, 
 		return nil, err
 	}
 	n := &node{name: name, cli: cli, st: st, kick: make(chan struct{}, 1), held: map[string]owner.Epoch{}, cache: viewcache.New(keys.Prefix),
-		seen: map[string]owner.Key{}, lapsed: map[string]bool{}}
+		lapses: owner.NewLapses(name), lapsed: map[string]bool{}}
 	rec := registry.Node{Name: name, Domain: name, HostNQN: "nqn.2014-08.org.nvmexpress:uuid:" + name, ClusterAddress: "127.0.0.1",
 		StorageAddresses: []string{"10.0.0.1"}, Exports: model.ExportsDHCHAP}
 	for i := range drives {
@@ -73,6 +74,10 @@ func startNode(ctx context.Context, e *Etcd, name string, drives int, c Config, 
 		return nil, err
 	}
 	if n.sess, err = owner.NewSession(ctx, cli, owner.Options{TTL: c.OwnerTTL}); err != nil {
+		cli.Close()
+		return nil, err
+	}
+	if err := owner.Publish(ctx, cli, n.sess, name); err != nil {
 		cli.Close()
 		return nil, err
 	}
@@ -143,12 +148,13 @@ func (n *node) reconcile(ctx context.Context) {
 	}
 	in := scope.Of(n.name, v.Volumes, nil)
 	n.interest.Store(&in)
-	ks, err := owner.List(rctx, kv) // acquisitions stay CASes against etcd (fabraidd's ownership)
+	snap, err := owner.Read(rctx, kv) // acquisitions stay CASes against etcd (fabraidd's ownership)
 	if err != nil {
 		n.st.read(0, err)
 		return
 	}
-	n.noteLapses(rctx, ks)
+	ks := snap.Keys
+	n.noteLapses(rctx, snap)
 	for i := range v.Nodes {
 		if n.lapsed[v.Nodes[i].Name] {
 			v.Nodes[i].Alive = false
@@ -184,6 +190,9 @@ func (n *node) renewSession(ctx context.Context) bool {
 	}
 	n.st.sessionsLost.Add(1)
 	s, err := owner.NewSession(ctx, n.cli, owner.Options{TTL: n.sess.TTL()})
+	if err == nil {
+		err = owner.Publish(ctx, n.cli, s, n.name)
+	}
 	if err != nil {
 		n.st.write(err)
 		return false
@@ -205,24 +214,18 @@ func (n *node) watchFence(s *owner.Session) {
 	}()
 }
 
-// noteLapses marks the holders of keys that vanished with their lease
-// ended (their session lapsed, not resigned) as lapsed, until they hold
-// a key again.
-func (n *node) noteLapses(ctx context.Context, ks map[string]owner.Key) {
-	for uuid, prev := range n.seen {
-		if _, still := ks[uuid]; still {
-			continue
-		}
-		delete(n.seen, uuid)
-		if ended, err := owner.LeaseEnded(ctx, n.cli, prev.LeaseID); err == nil && ended {
-			n.lapsed[prev.Node] = true
-		}
+// noteLapses marks the nodes whose owner session ended (owner.Lapses:
+// from the keys read, etcd asked only of keys of unpublished sessions)
+// as lapsed, until they hold a key on a live session again.
+func (n *node) noteLapses(ctx context.Context, snap owner.Snapshot) {
+	ended, unknown := n.lapses.Note(snap)
+	n.st.leaseLookups.Add(int64(len(unknown)))
+	asked, _ := owner.EndedHolders(ctx, n.cli, unknown)
+	for _, node := range append(ended, asked...) {
+		n.lapsed[node] = true
 	}
-	for uuid, k := range ks {
-		if k.Node != n.name {
-			n.seen[uuid] = k
-			delete(n.lapsed, k.Node)
-		}
+	for _, node := range snap.Holders(n.name) {
+		delete(n.lapsed, node)
 	}
 }
 

@@ -72,6 +72,7 @@ type Result struct {
 	WatchEventsPerSec       float64 // events delivered to all nodes' watches, steady window
 	ReadErrors, WriteErrors int64
 	OwnerSessionsLost       int64   // owner sessions that fenced (lease not renewed in time) and were replaced
+	LeaseLookups            int64   // LeaseTimeToLive requests of all nodes, whole run (lapses the keys read did not tell)
 	CPUSecondsPerNodePerSec float64 // the whole process (etcd members included) / nodes
 	HeapBytesPerNode        int64   // the whole process's heap / nodes
 	ReadyAfter              float64 // seconds from the first create to every volume owned
@@ -186,6 +187,7 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		logf("rack of %d lost: %d volumes re-owned in %.1f s", len(rack), r.RackVolumes, r.RackFailover)
 	}
 	r.ReadErrors, r.WriteErrors, r.OwnerSessionsLost = st.readErrs.Load(), st.writeErrs.Load(), st.sessionsLost.Load()
+	r.LeaseLookups = st.leaseLookups.Load()
 	r.TwoOwners = st.twoOwners()
 	ks, err := owner.List(ctx, admin)
 	if err != nil {

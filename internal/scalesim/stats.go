@@ -22,6 +22,7 @@ type stats struct {
 	readErrs, writeErrs atomic.Int64
 	sessionsLost        atomic.Int64 // owner sessions fenced (lease not renewed in time)
 	copyReads           atomic.Int64 // views read wholly from the node's copy (viewcache)
+	leaseLookups        atomic.Int64 // LeaseTimeToLive requests (lapses of unpublished sessions)
 
 	mu      sync.Mutex
 	views   []time.Duration

@@ -109,6 +109,14 @@ func HostKeyAck(node, by string) string { return HostKeyAcks(node) + by }
 // cluster/owner): its create revision is the volume's owner epoch.
 func Owner(uuid string) string { return OwnersPrefix + uuid }
 
+// OwnerSessionsPrefix holds each node's current owner session (package
+// cluster/owner).
+const OwnerSessionsPrefix = Prefix + "owner-sessions/"
+
+// OwnerSession is node's owner session key: the session's lease id, on
+// that lease, so that it vanishes when the session's lease ends.
+func OwnerSession(node string) string { return OwnerSessionsPrefix + node }
+
 // DriveClaim is the claim of drive (a claim id, path-escaped because ids
 // come from drive serials) of node by a volume.
 func DriveClaim(node, drive string) string {

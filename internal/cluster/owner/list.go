@@ -3,7 +3,6 @@ package owner
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -23,15 +22,7 @@ func List(ctx context.Context, kv clientv3.KV) (map[string]Key, error) {
 	if err != nil {
 		return nil, fmt.Errorf("owner: list: %w", err)
 	}
-	out := map[string]Key{}
-	for _, kv := range resp.Kvs {
-		rec, err := decode(kv.Value)
-		if err != nil {
-			return nil, fmt.Errorf("owner: %s: %w", kv.Key, err)
-		}
-		out[strings.TrimPrefix(string(kv.Key), keys.OwnersPrefix)] = Key{Record: rec, Epoch: Epoch(kv.CreateRevision), LeaseID: clientv3.LeaseID(kv.Lease)}
-	}
-	return out, nil
+	return decodeKeys(resp.Kvs)
 }
 
 // LeaseString is how Record.Lease names lease id.

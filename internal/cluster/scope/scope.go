@@ -75,6 +75,11 @@ func (in Interest) Kicks(ev Event) bool {
 		// A vanished owner key may be taken over by any node that may
 		// own (plan.ChooseOwner); a new holder concerns the volume's nodes.
 		return ev.Delete || in.knows(strings.TrimPrefix(k, keys.OwnersPrefix))
+	case strings.HasPrefix(k, keys.OwnerSessionsPrefix):
+		// A node's owner session ended: it is no takeover choice now
+		// (plan.ChooseOwner over the lapsed nodes), whether it held a
+		// key or not.
+		return ev.Delete
 	case strings.HasPrefix(k, keys.VolumesPrefix):
 		u := strings.TrimPrefix(k, keys.VolumesPrefix)
 		if in.knows(u) {

@@ -52,6 +52,8 @@ func TestKicks(t *testing.T) {
 		{"owner key of a volume with a member here", Event{Key: keys.Owner(mine), Value: []byte("x")}, true},
 		{"owner key of a volume elsewhere", Event{Key: keys.Owner(other), Value: []byte("x")}, false},
 		{"owner key of a volume elsewhere vanishes (any node may take it over)", Event{Key: keys.Owner(other), Delete: true}, true},
+		{"a node's owner session ends", Event{Key: keys.OwnerSession("b"), Delete: true}, true},
+		{"a node publishes its owner session", Event{Key: keys.OwnerSession("b"), Value: []byte("1")}, false},
 		{"record of a volume with a member here", Event{Key: keys.Volume(mine), Value: record(t, vols[0])}, true},
 		{"record of a volume elsewhere", Event{Key: keys.Volume(other), Value: record(t, vols[1])}, false},
 		{"record of a volume elsewhere deleted", Event{Key: keys.Volume(other), Delete: true}, false},
