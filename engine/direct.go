@@ -11,12 +11,12 @@ import (
 // DirectRead is a read planned for a caller that submits the member reads
 // itself, such as a ublk queue thread on its own io_uring (no hand-off to
 // another goroutine per request). IOs are the member reads: straight into
-// the caller's buffer when every chunk read is readable; for a read inside
-// one stripe with unreadable chunks (degraded), the readable chunks it
-// needs, some into scratch buffers, from which Finish reconstructs the
-// rest, holding the stripe's lock shared from PlanRead to Finish as
-// readStripe does. The caller performs each one, sets its Err, and calls
-// Finish exactly once.
+// the caller's buffer when every chunk read is readable; for a read with
+// unreadable chunks (degraded) over at most maxDegradedStripes stripes,
+// the readable chunks each stripe needs, some into scratch buffers, from
+// which Finish reconstructs the rest, holding each stripe's lock shared
+// from PlanRead to Finish as readStripe does. The caller performs each
+// one, sets its Err, and calls Finish exactly once.
 type DirectRead struct {
 	IOs []IO
 
@@ -26,17 +26,31 @@ type DirectRead struct {
 	off     int64
 	t0      time.Time
 	counted bool
-	// degraded: r is reconstructed by plan under lk (held shared).
-	degraded bool
-	r        layout.StripeReq
-	plan     layout.ReadPlan
-	lk       *sync.RWMutex
+	// parts: a degraded read, one part per stripe, each reconstructed by
+	// its plan under its lock (held shared from PlanRead to Finish).
+	parts []degradedPart
 }
 
-// PlanRead plans a read of len(p) bytes at off whose every chunk is
-// readable (the fast path of ReadAt: no locks, no copies). It returns false
-// when the read needs ReadAt (a chunk unreadable, a bad range, the volume
-// closed or failed); nothing is then held.
+// degradedPart is one stripe of a planned degraded read. op holds the
+// stripe's shards and scratch buffers; its IOs are copied into the
+// DirectRead's batch.
+type degradedPart struct {
+	r    layout.StripeReq
+	plan layout.ReadPlan
+	lk   *sync.RWMutex
+	op   *stripeOp
+}
+
+// maxDegradedStripes bounds the stripes of one planned degraded read: as
+// many as ReadAt runs at once.
+const maxDegradedStripes = maxStripesInFlight
+
+// PlanRead plans a read of len(p) bytes at off: healthy as ReadAt's fast
+// path (no locks, no copies), or degraded (see DirectRead). It returns
+// false when the read needs ReadAt (a stripe held by a writer or with a
+// resync pending, more than maxDegradedStripes stripes with a chunk
+// unreadable, a bad range, the volume closed or failed); nothing is then
+// held.
 func (v *Volume) PlanRead(p []byte, off int64) (*DirectRead, bool) {
 	if v.check() != nil || v.geo.CheckRange(off, len(p)) != nil {
 		return nil, false
@@ -64,34 +78,63 @@ func (v *Volume) PlanRead(p []byte, off int64) (*DirectRead, bool) {
 	return d, true
 }
 
-// planDegraded plans a one-stripe read with unreadable chunks: the
-// stripe's lock taken shared without waiting, no resync pending on its
-// row, the readable chunks the reconstruction needs. op.ios is empty
-// before; on false nothing is held and op is released.
+// planDegraded plans a read with unreadable chunks as one batch: for
+// each stripe (ascending), its lock taken shared without waiting, no
+// resync pending on its row, the readable chunks its reconstruction needs;
+// the batch sorted by member and offset, so that a member's chunks of
+// consecutive rows go out one after another and merge in its queue.
+// op.ios is empty before; on false nothing is held and op is released.
 func (d *DirectRead) planDegraded(reqs []layout.StripeReq) bool {
-	v, op := d.v, d.op
+	op := d.op
 	op.release()
-	if len(reqs) != 1 {
+	if len(reqs) > maxDegradedStripes {
 		return false
 	}
-	r := reqs[0]
+	for _, r := range reqs {
+		part, ok := d.planStripe(r)
+		if !ok {
+			d.dropParts()
+			return false
+		}
+		d.parts = append(d.parts, part)
+		op.ios = append(op.ios, part.op.ios...)
+		op.slots = append(op.slots, part.op.slots...)
+	}
+	if len(reqs) > 1 {
+		op.sortBySlot()
+	}
+	return true
+}
+
+// planStripe plans stripe request r of a degraded read (see planDegraded).
+func (d *DirectRead) planStripe(r layout.StripeReq) (degradedPart, bool) {
+	v := d.v
 	lk := v.lockFor(r.Stripe)
 	if !lk.TryRLock() {
-		return false
+		return degradedPart{}, false
 	}
 	if rs := v.rs.Load(); rs != nil && rs.needs(r.Stripe, r.Group, r.Row) {
 		lk.RUnlock() // readStripe resyncs the row first
-		return false
+		return degradedPart{}, false
 	}
 	unreadable, _ := v.masks(r.Group, r.Row)
 	plan, err := layout.PlanRead(v.geo, r, unreadable)
 	if err != nil || v.stopErr() != nil {
 		lk.RUnlock()
-		return false
+		return degradedPart{}, false
 	}
-	v.addStripeReads(op, d.p, r, plan)
-	d.degraded, d.r, d.plan, d.lk = true, r, plan, lk
-	return true
+	sop := v.newOp()
+	v.addStripeReads(sop, d.p, r, plan)
+	return degradedPart{r: r, plan: plan, lk: lk, op: sop}, true
+}
+
+// dropParts releases the parts' buffers and locks.
+func (d *DirectRead) dropParts() {
+	for _, pt := range d.parts {
+		d.v.putOp(pt.op)
+		pt.lk.RUnlock()
+	}
+	d.parts = nil
 }
 
 // Finish completes the read once every IO's Err is set. Members whose read
@@ -110,13 +153,13 @@ func (d *DirectRead) Finish() (int, error) {
 		}
 	}
 	var rerr error
-	if ok && d.degraded {
-		rerr = v.reconstructRead(op, d.p, d.r, d.plan)
+	for _, pt := range d.parts {
+		if !ok || rerr != nil {
+			break
+		}
+		rerr = v.reconstructRead(pt.op, d.p, pt.r, pt.plan)
 	}
-	if d.degraded {
-		op.release()
-		d.lk.RUnlock()
-	}
+	d.dropParts()
 	v.putOp(op)
 	d.op, d.IOs = nil, nil
 	n, err := len(d.p), rerr
@@ -137,10 +180,7 @@ func (d *DirectRead) Finish() (int, error) {
 // was submitted); it is not counted.
 func (d *DirectRead) Cancel() {
 	d.v.gate.exit()
-	if d.degraded {
-		d.op.release()
-		d.lk.RUnlock()
-	}
+	d.dropParts()
 	d.v.putOp(d.op)
 	d.op, d.IOs = nil, nil
 	if d.counted {
