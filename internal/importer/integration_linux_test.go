@@ -61,7 +61,11 @@ var (
 //   - a unexports everything when the volume is gone;
 //   - then the member path with nvme_tls = required between a and c
 //     (tls_integration_linux_test.go): plain and wrong-PSK connects
-//     refused, the importer's TLS connect with the pair key, data through.
+//     refused, the importer's TLS connect with the pair key, data through;
+//   - last the volume path with TLS between a and c
+//     (tls_integration_linux_test.go): a volume export's port and a
+//     consumer's connect as volmgr makes them, plain and TLS through the
+//     head timed (VMBENCH), a plain connect to a required port refused.
 func TestIntegrationDriveExportImport(t *testing.T) {
 	mods := []string{"nvmet", "nvmet_tcp", "nvme_tcp"}
 	tlshd := vmtest.TLSHD(t)
@@ -72,7 +76,7 @@ func TestIntegrationDriveExportImport(t *testing.T) {
 			{Name: "b", Kernel: vmtest.Kernel612, Modules: mods[2:], MemoryMB: 512, Disks: []vmtest.Disk{{Size: 32 << 20}, {Size: 32 << 20}}},
 			{Name: "c", Kernel: vmtest.Kernel612, Modules: append(mods[2:], vmtest.TLSModules(vmtest.Kernel612)...), MemoryMB: 512, Files: tlshd},
 		},
-		Timeout: 300 * time.Second,
+		Timeout: 420 * time.Second,
 	}, func(t *testing.T, g *vmtest.Env) {
 		switch g.Name {
 		case "a":
@@ -145,6 +149,7 @@ func exportSide(t *testing.T, g *vmtest.Env) {
 		t.Fatalf("left after unexport: %+v", st.Spec)
 	}
 	tlsExportSide(t, g, reconcile)
+	volTLSExportSide(t, g)
 }
 
 // checkExports reads configfs itself: each drive subsystem allows exactly
@@ -375,6 +380,7 @@ func outsiderSide(t *testing.T, g *vmtest.Env) {
 	}
 	g.Signal(t, "imported")
 	tlsImportSide(t, g, ctx)
+	volTLSConsumerSide(t, g)
 }
 
 func importOK(t *testing.T, ctx context.Context, im *importer.Importer, in importer.Input) importer.Result {

@@ -18,9 +18,13 @@ import (
 	"github.com/fabraid/fabraid/internal/fabrictls"
 	"github.com/fabraid/fabraid/internal/importer"
 	"github.com/fabraid/fabraid/internal/vmtest"
+	"github.com/fabraid/fabraid/internal/volid"
+	"github.com/fabraid/fabraid/internal/volmgr"
 	"github.com/fabraid/fabraid/kernel/nvmet"
 	"github.com/fabraid/fabraid/kernel/nvmetls"
 	"github.com/fabraid/fabraid/kernel/nvmf"
+	"github.com/fabraid/fabraid/plugins/backend"
+	pnvmet "github.com/fabraid/fabraid/plugins/nvmet"
 )
 
 // The TLS phase of TestIntegrationDriveExportImport (nvme_tls =
@@ -270,4 +274,186 @@ func logKernel(t *testing.T, seen map[string]bool, when string) {
 			t.Logf("kernel (%s): %s", when, l)
 		}
 	}
+}
+
+// The volume-path phase of TestIntegrationDriveExportImport (nvme_tls on
+// the volume paths, between a and c, after the member-path TLS phase and
+// with its tlshd): a exports its second disk as a volume the way a
+// volume's owner does (volmgr.ClusterExportSpec, WithTLS, ExportKeys
+// into .nvme, applied by the kernel nvmet backend on the volume port),
+// and c consumes it as a consumer does (volmgr.ConsumerConnections with
+// Consumer.TLS, ConsumerKeys into .nvme):
+//   - ports "optional" (nvme_tls = on): c connects plain, then with TLS;
+//     the TLS controller uses the pair key (sysfs tls_key), 1 MiB written
+//     through the head is on a's disk, and a sequential 1 MiB-block
+//     write and read through the head is timed both ways (VMBENCH
+//     "volume_path_tls", printed, never asserted);
+//   - ports "required" (nvme_tls = required): c's plain connect is
+//     refused, the kernel's messages logged.
+
+// The volume a exports, and where on a's disk c writes what a checks.
+var (
+	volTLSUUID   = [16]byte{0xfa, 0xb7, 0x15, 0, 0, 0, 0x40, 0, 0x80, 0, 0, 0, 0, 0, 0, 1}
+	volTLSOffset = int64(24 << 20)
+)
+
+// volBenchBytes is what each timed pass writes and reads (at offset 0).
+const volBenchBytes = 16 << 20
+
+// volTLSExportSide is a's part, after tlsExportSide (tlshd runs).
+func volTLSExportSide(t *testing.T, g *vmtest.Env) {
+	ctx := context.Background()
+	b := &pnvmet.Backend{Root: nvmet.DefaultRoot, SysModule: "/sys/module"}
+	hosts := []volmgr.ExportHost{{NQN: hostC.NQN, Secret: nvmf.SecretText(keyC)}}
+	apply := func(ports string) {
+		t.Helper()
+		spec := volmgr.ClusterExportSpec([]volmgr.Export{{UUID: volTLSUUID, Device: g.Disks[1]}}, hosts, true, []string{g.Addr("a")}, 0)
+		spec = volmgr.WithTLS(spec, ports)
+		keys, err := volmgr.ExportKeys(spec, hosts, ports)
+		if err == nil {
+			err = fabrictls.InsertKeys(fabrictls.KernelKeys{}, keys)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Apply(ctx, backend.ApplyRequest{Scope: volid.NQNPrefix, Exports: spec}); err != nil {
+			t.Fatalf("volume export, ports %q: %v", ports, err)
+		}
+		port := filepath.Join(nvmet.DefaultRoot, "ports", strconv.Itoa(volmgr.ExportPortID))
+		for attr, want := range map[string]string{"addr_tsas": "tls1.3", "addr_treq": map[string]string{fabrictls.PortsRequired: "required", fabrictls.PortsOptional: "not required"}[ports]} {
+			if got, err := os.ReadFile(filepath.Join(port, attr)); err != nil || !strings.HasPrefix(strings.TrimSpace(string(got)), want) {
+				t.Fatalf("volume port %s = %q (%v), want %s", attr, got, err, want)
+			}
+		}
+		t.Logf("volume port %d: addr_tsas tls1.3, addr_treq %s; %d pair key(s) in .nvme", volmgr.ExportPortID, map[string]string{fabrictls.PortsRequired: "required", fabrictls.PortsOptional: "not required"}[ports], len(keys))
+	}
+	g.Wait(t, "c", "tls-written")
+	apply(fabrictls.PortsOptional)
+	g.Signal(t, "vol-optional")
+	g.Wait(t, "c", "vol-measured")
+	if err := readPattern(g.Disks[1], volTLSOffset); err != nil {
+		t.Fatalf("what c wrote through the volume's head over TLS is not on a's disk: %v", err)
+	}
+	t.Logf("1 MiB c wrote through the volume's head over TLS is on %s at %d", g.Disks[1], volTLSOffset)
+	apply(fabrictls.PortsRequired)
+	g.Signal(t, "vol-required")
+	g.Wait(t, "c", "vol-refused")
+	if _, err := b.Apply(ctx, backend.ApplyRequest{Scope: volid.NQNPrefix}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// volTLSConsumerSide is c's part, after tlsImportSide (tlshd runs).
+func volTLSConsumerSide(t *testing.T, g *vmtest.Env) {
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	h := nvmf.NewHost()
+	seen := map[string]bool{}
+	logKernel(t, seen, "before the volume path")
+	g.Wait(t, "a", "vol-optional")
+	plain := consumeVolume(t, ctx, h, g, false)
+	tls := consumeVolume(t, ctx, h, g, true)
+	logKernel(t, seen, "volume path")
+	fmt.Printf("VMBENCH {\"name\":\"volume_path_tls\",\"block_bytes\":%d,\"bytes\":%d,\"plain_write_mib_s\":%.1f,\"tls_write_mib_s\":%.1f,\"plain_read_mib_s\":%.1f,\"tls_read_mib_s\":%.1f,\"kernel\":\"6.12\",\"tcg\":true}\n",
+		1<<20, volBenchBytes, plain[0], tls[0], plain[1], tls[1])
+	g.Signal(t, "vol-measured")
+
+	g.Wait(t, "a", "vol-required")
+	o := volumeConnection(t, g, false)
+	start := time.Now()
+	if c, err := h.Connect(o); err == nil {
+		h.Disconnect(c.Name)
+		t.Fatal("plain connect to a TLS-required volume port succeeded")
+	} else {
+		t.Logf("plain connect to the TLS-required volume port refused in %.2f s: %v", time.Since(start).Seconds(), err)
+	}
+	logKernel(t, seen, "plain to required")
+	g.Signal(t, "vol-refused")
+}
+
+// volumeConnection is c's connection to a's volume export, as a consumer
+// makes it (volmgr.ConsumerConnections), its pair key in .nvme with tls.
+func volumeConnection(t *testing.T, g *vmtest.Env, tls bool) nvmf.Options {
+	t.Helper()
+	desired, err := volmgr.ConsumerConnections([]volmgr.Consumer{{UUID: volTLSUUID, Addresses: []string{g.Addr("a")}, TLS: tls}}, hostC, nvmf.SecretText(keyC))
+	if err != nil || len(desired) != 1 || desired[0].TLS != tls {
+		t.Fatalf("consumer connections %+v: %v", desired, err)
+	}
+	keys, err := volmgr.ConsumerKeys(desired, nvmf.SecretText(keyC))
+	if err == nil {
+		err = fabrictls.InsertKeys(fabrictls.KernelKeys{}, keys)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return desired[0]
+}
+
+// consumeVolume connects c to the volume (TLS or not), checks the
+// controller's tls_key, writes and reads through the head, times a
+// sequential pass and disconnects; it returns write and read MiB/s.
+func consumeVolume(t *testing.T, ctx context.Context, h *nvmf.Host, g *vmtest.Env, tls bool) [2]float64 {
+	t.Helper()
+	c, err := h.Connect(volumeConnection(t, g, tls))
+	if err != nil {
+		t.Fatalf("connect to the volume (TLS %v): %v", tls, err)
+	}
+	defer h.Disconnect(c.Name)
+	c, err = h.WaitPaths(ctx, c.Name, 1)
+	if err != nil || c.Paths[0].Head == "" {
+		t.Fatalf("volume head (TLS %v): %+v %v", tls, c, err)
+	}
+	head := "/dev/" + c.Paths[0].Head
+	tk, _ := os.ReadFile(filepath.Join("/sys/class/nvme", c.Name, "tls_key"))
+	key := strings.TrimSpace(string(tk))
+	if tls {
+		k, err := fabrictls.PairKey(nvmf.SecretText(keyC), hostC.NQN, volid.NQN(volTLSUUID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := strconv.ParseInt(key, 16, 64); int(got) != keySerial(t, k.Identity, 0) {
+			t.Fatalf("%s uses TLS key %q, want the pair key of %s", c.Name, key, k.Identity)
+		}
+		if err := writeRead(head, volTLSOffset); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s (head %s): TLS with the pair key %s (%v); 1 MiB written and read back at %d", c.Name, head, key, k, volTLSOffset)
+	} else {
+		if key != "" && key != "0" {
+			t.Fatalf("%s: plain connect has tls_key %q", c.Name, key)
+		}
+		t.Logf("%s (head %s): plain", c.Name, head)
+	}
+	return seqMiBs(t, head)
+}
+
+// seqMiBs writes then reads volBenchBytes at offset 0 of dev in 1 MiB
+// O_DIRECT blocks and returns the write and read rates in MiB/s.
+func seqMiBs(t *testing.T, dev string) [2]float64 {
+	t.Helper()
+	f, err := os.OpenFile(dev, os.O_RDWR|syscall.O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := alignedBuf(1 << 20)
+	for i := range buf {
+		buf[i] = byte(i)
+	}
+	var out [2]float64
+	for i, op := range []func([]byte, int64) (int, error){f.WriteAt, f.ReadAt} {
+		start := time.Now()
+		for off := int64(0); off < volBenchBytes; off += 1 << 20 {
+			if _, err := op(buf, off); err != nil {
+				t.Fatalf("%s at %d: %v", dev, off, err)
+			}
+		}
+		if i == 0 {
+			if err := f.Sync(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out[i] = float64(volBenchBytes) / (1 << 20) / time.Since(start).Seconds()
+	}
+	return out
 }
