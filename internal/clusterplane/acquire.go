@@ -3,6 +3,7 @@ package clusterplane
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -40,8 +41,11 @@ type earlyAcquires struct {
 }
 
 // noteTargets records the volumes this node prepares as a planned move's
-// target in this pass (the decision Prepare), when it may export.
-func (o *ownership) noteTargets(v *clusterView, prepare []string) {
+// target in this pass (the decision Prepare), when it may export, and
+// keeps those of the last passes whose move to this node is not over and
+// that it does not hold yet: a pass that saw the key gone before the
+// watch told of it does not take the watch's turn.
+func (o *ownership) noteTargets(v *clusterView, prepare []string, held map[string]uint64) {
 	t := map[string]bool{}
 	if o.canExport(v) {
 		for _, u := range prepare {
@@ -49,8 +53,14 @@ func (o *ownership) noteTargets(v *clusterView, prepare []string) {
 		}
 	}
 	o.mu.Lock()
+	defer o.mu.Unlock()
+	for u := range o.early.targets {
+		sm, moving := v.Moves[u]
+		if _, h := held[u]; moving && !sm.Over() && sm.To == o.self && !h && o.canExport(v) {
+			t[u] = true
+		}
+	}
 	o.early.targets = t
-	o.mu.Unlock()
 }
 
 // ownerDeleted is the volume whose owner key ev deletes.
@@ -100,9 +110,9 @@ func (o *ownership) acquireOnResign(cli *clientv3.Client, uuid string) {
 	t0 := time.Now()
 	ctx, cancel := context.WithTimeout(s.Ctx(), etcdTimeout)
 	defer cancel()
-	e, ok, err := o.cleanAcquire(ctx, cli, s, uuid)
-	if err != nil || !ok {
-		o.log.Debug("planned move: not acquired on the resign; the next pass decides", "uuid", uuid, "err", err)
+	e, why, err := o.cleanAcquire(ctx, cli, s, uuid)
+	if err != nil || why != "" {
+		o.log.Info("planned move: not acquired on the resign; the next pass decides", "uuid", uuid, "why", why, "err", err)
 		return
 	}
 	o.mu.Lock()
@@ -122,22 +132,24 @@ func (o *ownership) acquireOnResign(cli *clientv3.Client, uuid string) {
 // true).
 func (o *ownership) acquire(ctx context.Context, cli *clientv3.Client, s *owner.Session, vol model.Volume, clean bool) (e owner.Epoch, fence bool, err error) {
 	if clean {
-		e, ok, err := o.cleanAcquire(ctx, cli, s, vol.UUID)
+		e, why, err := o.cleanAcquire(ctx, cli, s, vol.UUID)
 		if held := (*owner.HeldError)(nil); errors.As(err, &held) && held.Node == o.self {
 			// The watch acquired it cleanly during this pass (or before
 			// it, and this pass's keys are behind).
 			if ee, early := o.takeEarly(vol.UUID); (early && ee == held.Epoch) || o.fenced[vol.UUID] == held.Epoch {
-				e, ok, err = held.Epoch, true, nil
+				o.fenced[vol.UUID] = held.Epoch
+				return held.Epoch, false, nil
 			}
 		}
 		if err != nil {
 			return 0, true, err
 		}
-		if ok {
+		if why == "" {
 			o.fenced[vol.UUID] = e
 			o.log.Info("planned move: acquired after a clean hand-over (no storage fence)", "volume", vol.Name, "epoch", e)
 			return e, false, nil
 		}
+		o.log.Info("planned move: acquiring with the storage fence", "volume", vol.Name, "why", why)
 	}
 	e, err = owner.Acquire(ctx, s, vol.UUID, o.self)
 	return e, true, err
@@ -145,30 +157,34 @@ func (o *ownership) acquire(ctx context.Context, cli *clientv3.Client, s *owner.
 
 // cleanAcquire reads uuid's volume record and move record, and acquires
 // the key when decision.Decide says Acquire with Clean on them, in one
-// transaction with both records unchanged. ok is false when it did not
-// (no clean hand-over, or the records changed: owner.ErrConditions).
-func (o *ownership) cleanAcquire(ctx context.Context, cli *clientv3.Client, s *owner.Session, uuid string) (owner.Epoch, bool, error) {
+// transaction with both records unchanged. why says why it did not
+// acquire ("" when it did; an error says nothing more).
+func (o *ownership) cleanAcquire(ctx context.Context, cli *clientv3.Client, s *owner.Session, uuid string) (e owner.Epoch, why string, err error) {
 	vol, vrev, found, err := volumes.Get(ctx, cli, uuid)
 	if err != nil || !found {
-		return 0, false, err
+		return 0, "no volume record", err
 	}
 	sm, mrev, moving, err := volumes.GetMove(ctx, cli, uuid)
 	if err != nil || !moving || sm.Over() {
-		return 0, false, err
+		return 0, "no move under way", err
 	}
 	f := decision.Facts{Self: o.self, RecordOwner: vol.Owner, Ready: vol.State == model.VolumeReady, OwnerAlive: true,
 		Now: time.Now(), CanExport: true, Move: moveOf(sm.Move, time.Time{})}
-	if a := decision.Decide(f); a.Kind != decision.Acquire || !a.Clean || vrev > mrev {
-		return 0, false, nil
+	if a := decision.Decide(f); a.Kind != decision.Acquire || !a.Clean {
+		return 0, fmt.Sprintf("not a clean hand-over to this node (%s; move %s to %s, prepared %v, released %v)",
+			a, sm.From, sm.To, sm.Prepared, sm.Released), nil
 	}
-	e, err := owner.AcquireIf(ctx, s, uuid, o.self,
+	if vrev > mrev {
+		return 0, "the volume record was written after the move record", nil
+	}
+	e, err = owner.AcquireIf(ctx, s, uuid, o.self,
 		clientv3.Compare(clientv3.ModRevision(keys.Move(uuid)), "=", mrev),
 		clientv3.Compare(clientv3.ModRevision(keys.Volume(uuid)), "=", vrev))
 	if errors.Is(err, owner.ErrConditions) {
-		return 0, false, nil
+		return 0, "the records changed since read", nil
 	}
 	if err != nil {
-		return 0, false, err
+		return 0, "", err
 	}
-	return e, true, nil
+	return e, "", nil
 }

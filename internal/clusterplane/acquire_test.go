@@ -21,7 +21,7 @@ import (
 // storage fence only when the hand-over was clean (b prepared, a
 // released) and the records did not change since; else it waits for the
 // fence as any acquire. The watch's acquire on the resign takes only a
-// volume b prepared in its last pass.
+// volume b prepared in a pass, whose move to b is not over.
 func TestCleanAcquire(t *testing.T) {
 	cli := etcdtest.Start(t)
 	ctx := context.Background()
@@ -76,7 +76,10 @@ func TestCleanAcquire(t *testing.T) {
 		if _, _, ok, _ := owner.Current(ctx, cli, uuid); ok {
 			t.Fatal("acquired a volume b did not prepare in its last pass")
 		}
-		b.noteTargets(moveView(t, cli, "b"), []string{uuid})
+		b.noteTargets(moveView(t, cli, "b"), []string{uuid}, nil)
+		// A pass that saw the key gone before the watch told of it
+		// decides Acquire, not Prepare: the volume stays a target.
+		b.noteTargets(moveView(t, cli, "b"), nil, nil)
 		b.acquireOnResign(cli, uuid)
 		if rec, _, ok, _ := owner.Current(ctx, cli, uuid); !ok || rec.Node != "b" {
 			t.Fatalf("b prepared it: owner %+v, %v, want b", rec, ok)

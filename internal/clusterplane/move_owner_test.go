@@ -167,7 +167,7 @@ func TestOwnershipHandover(t *testing.T) {
 	}
 	// b, prepared, acquires on the key's deletion (the watch), without
 	// the storage fence: a released its imports.
-	b.noteTargets(view("b"), []string{uuid})
+	b.noteTargets(view("b"), []string{uuid}, nil)
 	b.acquireOnResign(cli, uuid)
 	if rec, _, ok, _ := owner.Current(ctx, cli, uuid); !ok || rec.Node != "b" {
 		t.Fatalf("b did not acquire on a's resign: owner %+v, %v", rec, ok)

@@ -54,7 +54,7 @@ func (pl *Plane) Reconcile(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	v.Held = own.Held // only these are imported and assembled here
-	pl.owners.noteTargets(v, own.Prepare)
+	pl.owners.noteTargets(v, own.Prepare, own.Held)
 	v.Unfenced = pl.owners.unfenced(ctx, cli, v)
 	c.mu.Lock()
 	c.view, c.interest = v, interestOf(v)
