@@ -15,8 +15,9 @@ import (
 func (c *Cache) KV(kv clientv3.KV) clientv3.KV { return &cachedKV{KV: kv, c: c} }
 
 // Since returns kv reading the copy only once the copy reflects revision
-// rev (and etcd before): a caller that wrote at rev reads its own write,
-// from the copy or from etcd. kv not made by Cache.KV is returned as it is.
+// rev: a caller that wrote at rev reads its own write. A read waits for
+// the copy to reach rev (at most maxAwait), then asks etcd. kv not made
+// by Cache.KV is returned as it is.
 func Since(kv clientv3.KV, rev int64) clientv3.KV {
 	k, ok := kv.(*cachedKV)
 	if !ok {
@@ -32,6 +33,7 @@ type cachedKV struct {
 }
 
 func (k *cachedKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	k.c.await(ctx, k.min)
 	if r, ok := k.c.get(k.min, clientv3.OpGet(key, opts...)); ok {
 		return (*clientv3.GetResponse)(r[0]), nil
 	}
@@ -39,6 +41,9 @@ func (k *cachedKV) Get(ctx context.Context, key string, opts ...clientv3.OpOptio
 }
 
 func (k *cachedKV) Do(ctx context.Context, op clientv3.Op) (clientv3.OpResponse, error) {
+	if op.IsGet() {
+		k.c.await(ctx, k.min)
+	}
 	if r, ok := k.c.get(k.min, op); ok {
 		return (*clientv3.GetResponse)(r[0]).OpResponse(), nil
 	}
@@ -107,6 +112,7 @@ func (t *cachedTxn) fromCache() (*clientv3.TxnResponse, bool) {
 	if len(t.then) == 0 {
 		return nil, false
 	}
+	t.c.await(t.ctx, t.min)
 	rs, ok := t.c.get(t.min, t.then...)
 	if !ok {
 		return nil, false

@@ -34,11 +34,19 @@ type Cache struct {
 	rev    int64 // the revision the copy reflects
 	synced bool  // a list completed and the watch after it runs
 	hits   int64 // reads answered from the copy
+	// moved is closed and replaced whenever rev moves or synced
+	// changes (await).
+	moved chan struct{}
 }
+
+// maxAwait bounds how long a read waits for the copy to reach the
+// revision it asks (Since): the watch delivers within milliseconds on a
+// healthy etcd; past this, etcd answers.
+const maxAwait = time.Second
 
 // New returns an empty cache of the keys under prefix.
 func New(prefix string) *Cache {
-	return &Cache{prefix: prefix, kvs: map[string]*mvccpb.KeyValue{}}
+	return &Cache{prefix: prefix, kvs: map[string]*mvccpb.KeyValue{}, moved: make(chan struct{})}
 }
 
 // Hits counts the reads (a Get, or a read-only transaction) the copy
@@ -88,6 +96,7 @@ func (c *Cache) Run(ctx context.Context, cli *clientv3.Client, changed Changed) 
 func (c *Cache) unsync() {
 	c.mu.Lock()
 	c.synced = false
+	c.notifyLocked()
 	c.mu.Unlock()
 }
 
@@ -106,6 +115,7 @@ func (c *Cache) follow(ctx context.Context, cli *clientv3.Client, changed Change
 		c.kvs[string(kv.Key)] = kv
 	}
 	c.rev, c.synced = resp.Header.Revision, true
+	c.notifyLocked()
 	c.mu.Unlock()
 	changed(nil, true)
 	wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
@@ -136,6 +146,40 @@ func (c *Cache) apply(wr clientv3.WatchResponse) {
 	}
 	if wr.Header.Revision > c.rev {
 		c.rev = wr.Header.Revision
+		c.notifyLocked()
+	}
+}
+
+// notifyLocked wakes the reads waiting in await. Callers hold mu.
+func (c *Cache) notifyLocked() {
+	close(c.moved)
+	c.moved = make(chan struct{})
+}
+
+// await waits until the copy reflects revision rev, or is not synced
+// (then etcd answers), for at most maxAwait and while ctx lasts: a
+// reader's own write is on its way through the watch, and waiting for it
+// costs less than reading etcd.
+func (c *Cache) await(ctx context.Context, rev int64) {
+	if rev == 0 {
+		return
+	}
+	t := time.NewTimer(maxAwait)
+	defer t.Stop()
+	for {
+		c.mu.Lock()
+		done, moved := !c.synced || c.rev >= rev, c.moved
+		c.mu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-moved:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 

@@ -174,8 +174,10 @@ func TestCachePassesThrough(t *testing.T) {
 }
 
 // A reader made by Since(kv, rev) reads the copy only once the copy
-// reflects rev (the reader's own write): before, etcd answers its gets
-// and read-only transactions.
+// reflects rev (the reader's own write): it waits for the watch to bring
+// it, and etcd answers its gets and read-only transactions when the copy
+// does not get there in time. A read right after a write is answered by
+// the copy, which waited for the write.
 func TestSinceWaitsForTheRevision(t *testing.T) {
 	cli := etcdtest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -203,6 +205,15 @@ func TestSinceWaitsForTheRevision(t *testing.T) {
 	}
 	if n := read(Since(Since(kv, c.Revision()), 1)); n != 2 {
 		t.Fatalf("the copy answered %d of 2 reads at its own revision", n)
+	}
+	for i := range 20 {
+		put, err := cli.Put(ctx, prefix+"owners/u1", fmt.Sprint(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := read(Since(kv, put.Header.Revision)); n != 2 {
+			t.Fatalf("write %d: the copy answered %d of 2 reads right after it, want both (waiting for the write)", i, n)
+		}
 	}
 	if r := Since(cli, 1); r != clientv3.KV(cli) {
 		t.Fatal("Since of a plain client is not that client")
