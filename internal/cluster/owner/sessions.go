@@ -91,11 +91,14 @@ type Lapses struct {
 	self     string
 	keys     map[string]Key
 	sessions map[string]clientv3.LeaseID
+	// gone are the published sessions seen to end whose keys are still
+	// in the last snapshot: when those keys vanish, no lookup is needed.
+	gone map[clientv3.LeaseID]bool
 }
 
 // NewLapses follows the nodes other than self.
 func NewLapses(self string) *Lapses {
-	return &Lapses{self: self, keys: map[string]Key{}, sessions: map[string]clientv3.LeaseID{}}
+	return &Lapses{self: self, keys: map[string]Key{}, sessions: map[string]clientv3.LeaseID{}, gone: map[clientv3.LeaseID]bool{}}
 }
 
 // Note compares snap with the snapshot noted before it. ended are the
@@ -103,20 +106,29 @@ func NewLapses(self string) *Lapses {
 // expired or was revoked (a node replaces its session only after the old
 // one fenced or closed, which froze its engines), and its keys went with
 // it. A key that vanished while its holder's session stays published was
-// resigned. unknown are the vanished or replaced keys whose holder had
-// not published the session they were on (a node from before Publish):
-// only etcd can tell whether that lease ended (LeaseEnded).
+// resigned. A key on a session seen to end earlier (replaced while its
+// keys outlived it at the server) ends with it: its holder is ended
+// again, as when its session went. unknown are the vanished or replaced
+// keys on a session never seen published (a node from before Publish,
+// or one whose publish has not landed yet): only etcd can tell whether
+// that lease ended (LeaseEnded).
 func (l *Lapses) Note(snap Snapshot) (ended []string, unknown []Key) {
 	for node, id := range l.sessions {
 		if snap.Sessions[node] != id {
 			ended = append(ended, node)
+			l.gone[id] = true
 		}
 	}
 	for uuid, k := range l.keys {
-		if cur, still := snap.Keys[uuid]; (still && cur.Epoch == k.Epoch) || l.sessions[k.Node] == k.LeaseID {
-			continue
+		switch cur, still := snap.Keys[uuid]; {
+		case still && cur.Epoch == k.Epoch, l.sessions[k.Node] == k.LeaseID:
+		case l.gone[k.LeaseID]:
+			if !slices.Contains(ended, k.Node) {
+				ended = append(ended, k.Node)
+			}
+		default:
+			unknown = append(unknown, k)
 		}
-		unknown = append(unknown, k)
 	}
 	clear(l.keys)
 	clear(l.sessions)
@@ -130,8 +142,22 @@ func (l *Lapses) Note(snap Snapshot) (ended []string, unknown []Key) {
 			l.sessions[node] = id
 		}
 	}
+	l.pruneGone()
 	slices.Sort(ended)
 	return ended, unknown
+}
+
+// pruneGone forgets the ended sessions no key in l.keys is on any more.
+func (l *Lapses) pruneGone() {
+	used := map[clientv3.LeaseID]bool{}
+	for _, k := range l.keys {
+		used[k.LeaseID] = true
+	}
+	for id := range l.gone {
+		if !used[id] {
+			delete(l.gone, id)
+		}
+	}
 }
 
 // EndedHolders asks etcd, for each key of unknown (Note), whether its

@@ -100,3 +100,28 @@ func TestPublishRead(t *testing.T) {
 		t.Fatalf("after a's session closed: ended %v, unknown %v; want [a]", ended, unknown)
 	}
 }
+
+// TestLapsesReplacedSession: a's session fenced and a published a new
+// one while its old key still lasts at the server; when that key lapses,
+// a is ended again with no lookup (its old session was seen to end), and
+// the ended session is forgotten once none of its keys is left.
+func TestLapsesReplacedSession(t *testing.T) {
+	old := Key{Record: Record{Node: "a", Lease: LeaseString(1)}, Epoch: 10, LeaseID: 1}
+	l := NewLapses("self")
+	l.Note(Snapshot{Keys: map[string]Key{"v1": old}, Sessions: map[string]clientv3.LeaseID{"a": 1}})
+	ended, unknown := l.Note(Snapshot{Keys: map[string]Key{"v1": old}, Sessions: map[string]clientv3.LeaseID{"a": 2}})
+	if !reflect.DeepEqual(ended, []string{"a"}) || unknown != nil {
+		t.Fatalf("a's session replaced: ended %v, unknown %v; want [a]", ended, unknown)
+	}
+	after := Snapshot{Keys: map[string]Key{}, Sessions: map[string]clientv3.LeaseID{"a": 2}}
+	if got := (Snapshot{Keys: map[string]Key{"v1": old}, Sessions: after.Sessions}).Holders("self"); got != nil {
+		t.Fatalf("holders with a's key on its replaced session: %v, want none", got)
+	}
+	ended, unknown = l.Note(after)
+	if !reflect.DeepEqual(ended, []string{"a"}) || unknown != nil {
+		t.Fatalf("a's old key lapsed: ended %v, unknown %+v; want [a] and no lookup", ended, unknown)
+	}
+	if len(l.gone) != 0 {
+		t.Fatalf("ended sessions kept with no key on them: %v", l.gone)
+	}
+}
