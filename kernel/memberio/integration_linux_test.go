@@ -437,6 +437,15 @@ func testReadError(t *testing.T, ctl *ublk.Control, zeroCopy bool) {
 		t.Fatalf("after the read returned: member 2 is %s (%s), want failed (io-error); log line %q", m.Role, m.Failure, line)
 	}
 	t.Logf("read returned reconstructed data; member 2 (%s) already failed: %s", paths[2], strings.TrimSpace(line))
+	// Degraded now: the same two stripes are one planned batch.
+	before = bst.DirectReads.Load()
+	clear(got)
+	if _, err := f.ReadAt(got, 0); err != nil || !bytes.Equal(got, b) {
+		t.Fatalf("degraded read of two stripes: err %v, right data %v", err, bytes.Equal(got, b))
+	}
+	if bst.DirectReads.Load() == before {
+		t.Fatal("the degraded read of two stripes was not planned for the queue thread")
+	}
 }
 
 // testDirectWriteError: member 2 goes bad under written data. 4 KiB writes
