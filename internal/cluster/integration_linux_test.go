@@ -154,7 +154,7 @@ func clusterConf() string {
 // on a reboot: the claims are in the state directory).
 func startDaemonClaiming(t *testing.T, g *vmtest.Env, claim []string) {
 	t.Helper()
-	conf := "node_name = " + g.Name + "\ncluster_address = " + g.Addr(g.Name) + "\nengine_mode = process\nmetrics_address =\n" + clusterConf()
+	conf := "node_name = " + g.Name + "\ncluster_address = " + g.Addr(g.Name) + "\nengine_mode = process\nmetrics_address =\n" + clusterConf() + guestNVMeTLS(t)
 	os.MkdirAll("/etc/fabraid", 0o755)
 	if err := os.WriteFile("/etc/fabraid/fabraid.conf", []byte(conf), 0o644); err != nil {
 		t.Fatal(err)

@@ -49,11 +49,19 @@ import (
 //     the volume is optimal again, a scrub finds no mismatch and c reads
 //     every region back intact.
 //
+// Every node runs tlshd and nvme_tls = required (withNVMeTLS): member
+// imports and volume paths use TLS 1.3 with the pair PSKs; a checks that
+// its volume port requires TLS, and each consumer (a, b, c) that its
+// controllers to the volume use a TLS key (checkConsumerTLS). A plain
+// connect refused by a required volume port is
+// TestIntegrationDriveExportImport's (internal/importer).
+//
 // The outsider check (a host that is not the owner, or presents no key or
 // a wrong one, cannot connect to a drive export) is covered by
 // TestIntegrationDriveExportImport in internal/importer.
 func TestIntegrationClusterVolume(t *testing.T) {
-	vmtest.Run(t, vmtest.Options{Guests: clusterVolumeGuests(t, nil), Timeout: 900 * time.Second}, volumeGuest)
+	guests := withNVMeTLS(t, clusterVolumeGuests(t, nil), "required") // nvmetls_linux_test.go
+	vmtest.Run(t, vmtest.Options{Guests: guests, Timeout: 900 * time.Second}, volumeGuest)
 }
 
 // clusterVolumeGuests are the guests a, b and c of the cluster volume
@@ -125,6 +133,10 @@ func volumeGuest(t *testing.T, g *vmtest.Env) {
 		if in.Owner != "a" || in.State != "optimal" {
 			t.Fatalf("volume v: owner %q state %q, want a, optimal", in.Owner, in.State)
 		}
+		checkVolumePortTLS(t)
+		if in.Device != "" {
+			checkConsumerTLS(t, in.NQN) // a's own path to its export
+		}
 		domains := map[string]int{}
 		for _, m := range in.Members {
 			domains[m.Domain]++
@@ -182,6 +194,7 @@ func volumeGuest(t *testing.T, g *vmtest.Env) {
 func verifier(t *testing.T, g *vmtest.Env, start time.Time) {
 	g.Wait(t, "a", "created")
 	head := waitHead(t, start)
+	checkConsumerTLS(t, showVolume(t).NQN)
 	other := map[string]string{"b": "c", "c": "b"}[g.Name]
 	sum := writeRegion(t, head, regionOf(g.Name), regionBytes, uint64(g.Name[0]))
 	if err := os.WriteFile(filepath.Join(g.Shared, "sum-"+g.Name), []byte(sum), 0o644); err != nil {
