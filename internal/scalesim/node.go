@@ -42,6 +42,8 @@ type node struct {
 	// their alive key expires).
 	lapses *owner.Lapses
 	lapsed map[string]bool
+	// published is the session lease the node published (owner.Publish).
+	published clientv3.LeaseID
 	// interest is what the last view made this node's business: the
 	// changes that kick a reconcile (fabraidd's, internal/cluster/scope).
 	interest atomic.Pointer[scope.Interest]
@@ -81,6 +83,7 @@ func startNode(ctx context.Context, e *Etcd, name string, drives int, c Config, 
 		cli.Close()
 		return nil, err
 	}
+	n.published = n.sess.Lease()
 	n.watchFence(n.sess)
 	return n, nil
 }
@@ -135,6 +138,7 @@ func (n *node) reconcile(ctx context.Context) {
 	if !n.renewSession(rctx) {
 		return
 	}
+	n.publish(rctx)
 	t0 := time.Now()
 	h0 := n.cache.Hits()
 	kv := viewcache.Since(n.cache.KV(n.cli), n.wrote.Load())
@@ -190,9 +194,6 @@ func (n *node) renewSession(ctx context.Context) bool {
 	}
 	n.st.sessionsLost.Add(1)
 	s, err := owner.NewSession(ctx, n.cli, owner.Options{TTL: n.sess.TTL()})
-	if err == nil {
-		err = owner.Publish(ctx, n.cli, s, n.name)
-	}
 	if err != nil {
 		n.st.write(err)
 		return false
@@ -202,6 +203,20 @@ func (n *node) renewSession(ctx context.Context) bool {
 	n.mu.Unlock()
 	n.watchFence(s)
 	return true
+}
+
+// publish publishes the node's session unless it is already (the
+// daemon's: a failed publish is retried at the next pass; meanwhile the
+// others ask etcd about its keys' lapses).
+func (n *node) publish(ctx context.Context) {
+	if n.published == n.sess.Lease() {
+		return
+	}
+	if err := owner.Publish(ctx, n.cli, n.sess, n.name); err != nil {
+		n.st.write(err)
+		return
+	}
+	n.published = n.sess.Lease()
 }
 
 // watchFence tells the stats when s fences (its self-fence deadline
