@@ -166,13 +166,13 @@ func (im *Importer) Reconcile(ctx context.Context, in Input) (Result, error) {
 			keepOnly[r.NQN] = r.Refused
 		}
 	}
+	noKey := im.tlsKeys(in, desired, &res)
 	for _, o := range plan.Connect {
 		if why := keepOnly[o.NQN]; why != "" {
 			res.Problems = append(res.Problems, fmt.Errorf("import %s from %s: %s; not connecting", o.NQN, o.Address, why))
 			continue
 		}
-		if err := im.tlsKey(in, o); err != nil {
-			res.Problems = append(res.Problems, err)
+		if noKey[o.NQN+"@"+o.Address] {
 			continue
 		}
 		if err := im.connect(ctx, o); err != nil {
@@ -230,6 +230,22 @@ func (im *Importer) disconnect(ctx context.Context, names []string, res *Result)
 			res.Problems = append(res.Problems, fmt.Errorf("import: %w", err))
 		}
 	}
+}
+
+// tlsKeys puts the pair key of every TLS connection of desired where the
+// kernel finds it, every pass: a kept controller looks its key up again on
+// each reconnect, and a rotated host secret changes the key (the targets
+// derive theirs from the new secret). It returns the connections
+// (NQN@address) left without a key, each a problem in res.
+func (im *Importer) tlsKeys(in Input, desired []nvmf.Options, res *Result) map[string]bool {
+	noKey := map[string]bool{}
+	for _, o := range desired {
+		if err := im.tlsKey(in, o); err != nil {
+			res.Problems = append(res.Problems, err)
+			noKey[o.NQN+"@"+o.Address] = true
+		}
+	}
+	return noKey
 }
 
 // tlsKey puts the pair key of a TLS connection where the kernel finds it

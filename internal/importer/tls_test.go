@@ -38,11 +38,7 @@ func (r *recordKeys) Remove(id string) error {
 // not connected and the problem says why. The connect itself fails here
 // (no kernel behind the fabrics file).
 func TestReconcileTLSKeys(t *testing.T) {
-	dir := t.TempDir()
-	fabrics := filepath.Join(dir, "nvme-fabrics")
-	if err := os.WriteFile(fabrics, []byte("transport=%s,traddr=%s,tls,dhchap_secret=%s\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dir, fabrics := tlsFabrics(t)
 	var keys recordKeys
 	im := &Importer{Host: &nvmf.Host{Fabrics: fabrics, Dev: dir, Sysfs: nvmf.Sysfs{Root: t.TempDir()}}, Keys: &keys}
 	secret := nvmf.SecretText(nvmf.Secret{Key: bytes.Repeat([]byte{0xb0}, 32)}.Reveal())
@@ -96,11 +92,7 @@ func fakeController(t *testing.T, root, name, host, nqn, addr string) {
 // touches the drive exporter's keys (another host on a drive subsystem),
 // other subsystems' keys or other descriptions.
 func TestReconcilePrunesKeys(t *testing.T) {
-	dir := t.TempDir()
-	fabrics := filepath.Join(dir, "nvme-fabrics")
-	if err := os.WriteFile(fabrics, []byte("transport=%s,traddr=%s,tls,dhchap_secret=%s\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dir, fabrics := tlsFabrics(t)
 	sysfs := t.TempDir()
 	fakeController(t, sysfs, "nvme0", id.NQN, exporter.NQN("kept"), "10.0.0.4")
 	hostC := "nqn.2014-08.org.nvmexpress:uuid:0c0c0c0c-0000-4000-8000-00000000000c"
@@ -139,4 +131,46 @@ func TestReconcilePrunesKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("after dropping drive later", ours("dead"), ours("kept"))
+}
+
+// TestReconcileRefreshesKeys: the pair key of a TLS member whose
+// controller is already there is put into the keyring on every pass,
+// derived from the secret of that pass: after a host key rotation the
+// controller's next reconnect finds the key the targets now derive from
+// the new secret, not the old one.
+func TestReconcileRefreshesKeys(t *testing.T) {
+	dir, fabrics := tlsFabrics(t)
+	sysfs := t.TempDir()
+	fakeController(t, sysfs, "nvme0", id.NQN, exporter.NQN("d1"), "10.0.0.2")
+	var keys recordKeys
+	im := &Importer{Host: &nvmf.Host{Fabrics: fabrics, Dev: dir, Sysfs: nvmf.Sysfs{Root: sysfs}}, Keys: &keys}
+	for _, b := range []byte{0xb0, 0xb1} { // the secret before and after a rotation
+		secret := nvmf.SecretText(nvmf.Secret{Key: bytes.Repeat([]byte{b}, 32)}.Reveal())
+		in := Input{Identity: id, Secret: secret, Remotes: []Remote{{NQN: exporter.NQN("d1"), Address: "10.0.0.2", TLS: true}}}
+		if _, err := im.Reconcile(context.Background(), in); err != nil {
+			t.Fatal(err)
+		}
+		want, err := fabrictls.PairKey(secret, id.NQN, exporter.NQN("d1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(keys) == 0 || !bytes.Equal(keys[len(keys)-1].Key, want.Key) || keys[len(keys)-1].Identity != want.Identity {
+			t.Fatalf("secret %x: keys inserted %v, want the pair key of this secret last", b, keys)
+		}
+		if w, _ := os.ReadFile(fabrics); strings.Contains(string(w), "d1") {
+			t.Fatalf("the kept controller's member was connected again: %s", w)
+		}
+	}
+}
+
+// tlsFabrics is a directory with a fabrics file that lists the tls option
+// (a connect written to it fails: no kernel behind it).
+func tlsFabrics(t *testing.T) (dir, fabrics string) {
+	t.Helper()
+	dir = t.TempDir()
+	fabrics = filepath.Join(dir, "nvme-fabrics")
+	if err := os.WriteFile(fabrics, []byte("transport=%s,traddr=%s,tls,dhchap_secret=%s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir, fabrics
 }
