@@ -19,25 +19,31 @@ import (
 // A planned move's target takes the owner key as soon as the old owner
 // resigns it, and without the storage fence when the hand-over was clean
 // (decision.CleanHandover: the target prepared, the old owner released
-// its imports and resigned; docs/cluster.md, "Planned move"):
+// its imports; docs/cluster.md, "Planned move"):
 //
 //   - the watch's deletion of the owner key of a volume this node
-//     prepared in its last pass (targets) acquires it at once
-//     (acquireOnResign), outside the pass, and kicks one; the pass
-//     adopts the epoch as fenced (adoptEarly);
+//     prepares (targets) acquires it at once (acquireOnResign), outside
+//     the pass, and kicks one; the pass adopts the epoch as fenced
+//     (adoptEarly);
 //   - a pass that decides Acquire with Clean acquires the same way
-//     (acquire), or, when the records changed, as any acquire, fenced.
+//     (acquire), or, when the records no longer say clean, as any
+//     acquire, fenced.
 //
 // Both read the volume record and the move record, decide on them and
 // acquire in one transaction with both records' mod revisions as read,
 // the volume record's not newer than the move record's: the old owner
-// cleared no release and nobody took the volume over since it resigned.
+// cleared no release and nobody took the volume over since it released.
+// A write between the reads and the transaction (the old owner's phase
+// resigned) makes them read again.
 
-// earlyAcquires is the state the watch's acquire shares with the pass,
-// under ownership.mu.
+// earlyAcquires is the state the watch's acquire shares with the pass;
+// its maps under ownership.mu.
 type earlyAcquires struct {
-	targets map[string]bool        // prepared here in the last pass, this node exporting
+	targets map[string]bool        // prepared here, move not over, not held yet, this node exporting
 	early   map[string]owner.Epoch // acquired by the watch, not adopted by a pass yet
+	// beforeTxn runs between cleanAcquire's reads and its transaction
+	// (tests: a write in between).
+	beforeTxn func()
 }
 
 // noteTargets records the volumes this node prepares as a planned move's
@@ -155,11 +161,32 @@ func (o *ownership) acquire(ctx context.Context, cli *clientv3.Client, s *owner.
 	return e, true, err
 }
 
+// cleanAcquireTries is how often cleanAcquire reads and decides again when
+// the records changed between its reads and its transaction: the old
+// owner writes the phase resigned right after its resign, which is when
+// the target acquires.
+const cleanAcquireTries = 3
+
+// errRecordsChanged is cleanAcquireOnce's why when the transaction found
+// the records changed since read.
+const errRecordsChanged = "the records changed since read"
+
 // cleanAcquire reads uuid's volume record and move record, and acquires
 // the key when decision.Decide says Acquire with Clean on them, in one
-// transaction with both records unchanged. why says why it did not
-// acquire ("" when it did; an error says nothing more).
+// transaction with both records unchanged; when they changed meanwhile
+// it tries again (cleanAcquireTries). why says why it did not acquire
+// ("" when it did; an error says nothing more).
 func (o *ownership) cleanAcquire(ctx context.Context, cli *clientv3.Client, s *owner.Session, uuid string) (e owner.Epoch, why string, err error) {
+	for range cleanAcquireTries {
+		if e, why, err = o.cleanAcquireOnce(ctx, cli, s, uuid); why != errRecordsChanged {
+			break
+		}
+	}
+	return e, why, err
+}
+
+// cleanAcquireOnce is one read, decision and transaction of cleanAcquire.
+func (o *ownership) cleanAcquireOnce(ctx context.Context, cli *clientv3.Client, s *owner.Session, uuid string) (e owner.Epoch, why string, err error) {
 	vol, vrev, found, err := volumes.Get(ctx, cli, uuid)
 	if err != nil || !found {
 		return 0, "no volume record", err
@@ -177,11 +204,14 @@ func (o *ownership) cleanAcquire(ctx context.Context, cli *clientv3.Client, s *o
 	if vrev > mrev {
 		return 0, "the volume record was written after the move record", nil
 	}
+	if o.early.beforeTxn != nil {
+		o.early.beforeTxn()
+	}
 	e, err = owner.AcquireIf(ctx, s, uuid, o.self,
 		clientv3.Compare(clientv3.ModRevision(keys.Move(uuid)), "=", mrev),
 		clientv3.Compare(clientv3.ModRevision(keys.Volume(uuid)), "=", vrev))
 	if errors.Is(err, owner.ErrConditions) {
-		return 0, "the records changed since read", nil
+		return 0, errRecordsChanged, nil
 	}
 	if err != nil {
 		return 0, "", err

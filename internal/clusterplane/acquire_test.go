@@ -64,6 +64,33 @@ func TestCleanAcquire(t *testing.T) {
 			}
 		})
 	}
+	t.Run("the old owner writes the phase between the reads and the transaction: read again", func(t *testing.T) {
+		uuid := "5e3c1f00-0000-4000-8000-000000000111"
+		startMoveToB(t, cli, uuid, model.Move{Prepared: true, Released: true})
+		b := newOwnership("b", owner.DefaultTTL, slog.New(slog.DiscardHandler), func() error { return nil }, func() {})
+		t.Cleanup(func() { b.close(ctx) })
+		s, err := b.session(ctx, cli)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writes := 0
+		b.early.beforeTxn = func() {
+			if writes++; writes > 1 {
+				return
+			}
+			sm, rev, _, err := volumes.GetMove(ctx, cli, uuid)
+			if err == nil {
+				sm.Updated = time.Now().UTC()
+				err = volumes.UpdateMove(ctx, cli, rev, sm.Move)
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		}
+		if e, why, err := b.cleanAcquire(ctx, cli, s, uuid); err != nil || why != "" || e == 0 {
+			t.Fatalf("clean acquire with the move record written once in between: epoch %d, %q, %v", e, why, err)
+		}
+	})
 	t.Run("the watch's acquire takes only a prepared target", func(t *testing.T) {
 		uuid := "5e3c1f00-0000-4000-8000-000000000110"
 		startMoveToB(t, cli, uuid, model.Move{Prepared: true, Released: true})
