@@ -63,10 +63,11 @@ type Facts struct {
 	// OwnerAlive: the record owner's alive key exists (node registry).
 	OwnerAlive bool
 	// OwnerLapsed: the record owner's owner session was seen to end
-	// (its key vanished with its lease gone at the server) within the
-	// lapse window: it froze before its key could expire, so it counts
-	// as dead for the takeover, and its own acknowledgement of the new
-	// epoch is not waited for.
+	// (its published session key gone or replaced, owner.Lapses; for a
+	// node that published none, its key vanished with its lease gone at
+	// the server) within the lapse window: it froze before its key could
+	// expire, so it counts as dead for the takeover, and its own
+	// acknowledgement of the new epoch is not waited for.
 	OwnerLapsed bool
 	// AbsentSince is when this node first saw the volume without an
 	// owner key while its record owner was alive (zero: not watched).
