@@ -107,7 +107,7 @@ func NodePerms() []Perm {
 // node "ab").
 func OwnPerms(node string) []Perm {
 	var out []Perm
-	for _, k := range []string{keys.Node(node), keys.Alive(node), keys.HostKey(node), keys.Paths(node)} {
+	for _, k := range []string{keys.Node(node), keys.Alive(node), keys.HostKey(node), keys.Paths(node), keys.OwnerSession(node)} {
 		out = append(out, Perm{Key: k, Type: clientv3.PermissionType(clientv3.PermReadWrite)})
 	}
 	return out
@@ -141,6 +141,7 @@ var Table = []Write{
 	{keys.VolumeStatusPrefix + "<uuid>", "Put on the status lease; delete with the record", "volumes.PutStatus (owner)", false, "any volume"},
 	{keys.RequestsPrefix + "<uuid>/<id>", "Txn put; Txn delete", "volumes.Submit/Claim/Finish/CleanupRequests", false, "any"},
 	{keys.OwnersPrefix + "<uuid>", "Grant, Txn put on the owner lease, Txn delete, Revoke", "owner.Acquire/Resign, Session", false, "any volume"},
+	{keys.OwnerSessionsPrefix + "<node>", "Put on the owner lease", "owner.Publish (the node's owner session)", false, "its own key only"},
 	{keys.FencePrefix + "<uuid>/<node>", "Put on the node lease", "fence.Ack (drive exporter)", false, "any (the node is the last part of the key)"},
 	{keys.HostKeyAcksPrefix + "<node>/<by>", "Txn put if different; Delete of the node's prefix", "volumes.AckHostKey (every node's target), volumes.DeleteHostKeyAcks (the rotating node)", false, "any (the acknowledging node is the last part of the key)"},
 	{keys.MovesPrefix + "<uuid>", "Txn put; delete with the record", "volumes.StartMove/UpdateMove/Delete", false, "any"},
